@@ -1,0 +1,122 @@
+{{/*
+Shared building blocks for the pillar subcharts (Helm shares named templates between a chart and
+its subcharts). Each takes a dict: root (the subchart's context), name (kagenti-<pillar>) and, for
+the Deployment, args (list), ports (list of {name, containerPort}), and optional volumes/volumeMounts.
+*/}}
+
+{{- define "kagenti.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: kagenti
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- with .root.Values.global.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kagenti.image" -}}
+{{- $img := .root.Values.image | default dict -}}
+{{ $img.repository | default (printf "%s/%s" .root.Values.global.image.registry .name) }}:{{ $img.tag | default .root.Values.global.image.tag }}
+{{- end -}}
+
+{{- define "kagenti.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "kagenti.labels" . | nindent 4 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "kagenti.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ .name }}
+subjects:
+- kind: ServiceAccount
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+{{- end -}}
+
+{{- define "kagenti.deployment" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "kagenti.labels" . | nindent 4 }}
+spec:
+  replicas: {{ .root.Values.replicas | default 1 }}
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: {{ .name }}
+  template:
+    metadata:
+      labels:
+        {{- include "kagenti.labels" . | nindent 8 }}
+    spec:
+      serviceAccountName: {{ .name }}
+      securityContext:
+        runAsNonRoot: true
+        seccompProfile:
+          type: RuntimeDefault
+      containers:
+      - name: manager
+        image: {{ include "kagenti.image" . }}
+        imagePullPolicy: {{ .root.Values.global.image.pullPolicy }}
+        args:
+        {{- toYaml .args | nindent 8 }}
+        ports:
+        - name: metrics
+          containerPort: 8080
+        - name: health
+          containerPort: 8081
+        {{- with .ports }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+        livenessProbe:
+          httpGet: {path: /healthz, port: health}
+        readinessProbe:
+          httpGet: {path: /readyz, port: health}
+        resources:
+          {{- toYaml (.root.Values.resources | default (dict "requests" (dict "cpu" "50m" "memory" "64Mi") "limits" (dict "memory" "256Mi"))) | nindent 10 }}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          runAsNonRoot: true
+          capabilities:
+            drop: [ALL]
+        {{- with .volumeMounts }}
+        volumeMounts:
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with .volumes }}
+      volumes:
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+{{- end -}}
+
+{{- define "kagenti.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .name }}-metrics
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "kagenti.labels" . | nindent 4 }}
+spec:
+  selector:
+    app.kubernetes.io/name: {{ .name }}
+  ports:
+  - name: metrics
+    port: 8080
+    targetPort: metrics
+{{- end -}}

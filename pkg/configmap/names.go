@@ -1,0 +1,45 @@
+// Package configmap holds what every Kagenti binary must agree on about the ConfigMaps and other
+// objects derived from a workload: their names, how they are written, and how a binary reloads its
+// own configuration.
+package configmap
+
+import "knative.dev/pkg/kmeta"
+
+// Suffixes of the objects derived from a workload's name (ARCHITECTURE.md §5, §6).
+const (
+	SuffixTokenExchange = "token-exchange"
+	SuffixTrace         = "trace"
+	SuffixAgentPolicy   = "agent-policy"
+	SuffixCard          = "card"
+)
+
+// ChildName returns "{parent}-{suffix}", shortened with a hash when longer than 63 characters
+// (kmeta.ChildName), so every binary derives the same, valid name.
+func ChildName(parent, suffix string) string {
+	return kmeta.ChildName(parent, "-"+suffix)
+}
+
+// TokenExchangeName is the ConfigMap written by tokenexchange and mounted by the injector.
+func TokenExchangeName(workload string) string { return ChildName(workload, SuffixTokenExchange) }
+
+// TraceName is the ConfigMap written by agenttrace and mounted by the injector.
+func TraceName(workload string) string { return ChildName(workload, SuffixTrace) }
+
+// AgentPolicyName is the NetworkPolicy written by netpol for a workload's AgentCard.
+func AgentPolicyName(workload string) string { return ChildName(workload, SuffixAgentPolicy) }
+
+// AgentCardName is the AgentCard auto-created by agentcard for a workload of the given kind,
+// "{workload}-{kind}-card" with the kind lower-cased.
+func AgentCardName(workload, kind string) string {
+	return ChildName(workload, lower(kind)+"-"+SuffixCard)
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

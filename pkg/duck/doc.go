@@ -1,0 +1,10 @@
+// Package duck resolves workload references (spec.targetRef) to a uniform view of any PodSpecable
+// workload: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob and any custom kind that
+// carries a pod template in spec.template (Knative's duckv1.WithPod shape).
+//
+// One code path serves every kind: workloads are read as unstructured objects and only the few
+// facts that differ per kind (where the pod template lives, how readiness is reported) are looked up
+// in a small table. Unknown shapes are reported as UnsupportedKind, never guessed.
+//
+// +kubebuilder:object:generate=true
+package duck

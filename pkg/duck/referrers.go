@@ -1,0 +1,77 @@
+package duck
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// TargetRefIndex is the field index on spec.targetRef that maps a workload to the objects that
+// reference it. Its values are TargetKey(group, kind, name).
+const TargetRefIndex = "spec.targetRef"
+
+// Referrer is an object that may reference a workload. GetTargetRef returns nil when it does not
+// (e.g. an AgentCard in selector mode).
+type Referrer interface {
+	client.Object
+	GetTargetRef() *TargetRef
+}
+
+// TargetKey is the index value for a workload: the version is left out so a reference through any
+// served version finds the same workload.
+func TargetKey(gk schema.GroupKind, name string) string {
+	return gk.Kind + "." + gk.Group + "/" + name
+}
+
+// IndexTargetRef registers TargetRefIndex for obj's type (a Referrer) with the manager's indexer.
+func IndexTargetRef(ctx context.Context, indexer client.FieldIndexer, obj Referrer) error {
+	return indexer.IndexField(ctx, obj, TargetRefIndex, targetRefIndexValue)
+}
+
+func targetRefIndexValue(o client.Object) []string {
+	r, ok := o.(Referrer)
+	if !ok || r.GetTargetRef() == nil {
+		return nil
+	}
+	ref := *r.GetTargetRef()
+	gvk, err := ref.GroupVersionKind()
+	if err != nil {
+		return nil
+	}
+	return []string{TargetKey(gvk.GroupKind(), ref.Name)}
+}
+
+// EnqueueReferrers maps an event on a workload of kind gk to reconcile requests for every object
+// of newList's type in the workload's namespace whose spec.targetRef names it. Use it to watch the
+// target kinds, so a referrer recovers as soon as its workload appears or changes.
+func EnqueueReferrers(c client.Reader, gk schema.GroupKind, newList func() client.ObjectList) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, workload client.Object) []reconcile.Request {
+		return ReferrerRequests(ctx, c, gk, workload, newList())
+	})
+}
+
+// ReferrerRequests lists the referrers of workload (of kind gk) into list and returns their requests.
+func ReferrerRequests(ctx context.Context, c client.Reader, gk schema.GroupKind, workload client.Object, list client.ObjectList) []reconcile.Request {
+	err := c.List(ctx, list, client.InNamespace(workload.GetNamespace()),
+		client.MatchingFields{TargetRefIndex: TargetKey(gk, workload.GetName())})
+	if err != nil {
+		log.FromContext(ctx).Error(err, "listing referrers", "workload", workload.GetName(), "kind", gk.String())
+		return nil
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(items))
+	for _, it := range items {
+		if o, ok := it.(client.Object); ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+		}
+	}
+	return reqs
+}
