@@ -2,6 +2,7 @@
 # Runs controller-gen for every module and copies the generated CRDs and RBAC into the helm charts.
 #   hack/generate.sh            regenerate in place
 #   hack/generate.sh --verify   regenerate into a scratch copy and fail if anything in the tree differs
+#   hack/generate.sh --only P   regenerate pkg/duck and pillar P only
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -74,5 +75,10 @@ if [[ "${1:-}" == "--verify" ]]; then
   done
   rm -f "${scratch}.diff"
   exit "${stale}"
+fi
+if [[ "${1:-}" == "--only" ]]; then
+  only=$2
+  [[ " ${API_PILLARS[*]} " == *" ${only} "* ]] && API_PILLARS=("${only}") || API_PILLARS=()
+  RBAC_PILLARS=("${only}")
 fi
 generate "${ROOT}"

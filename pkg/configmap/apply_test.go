@@ -1,0 +1,185 @@
+package configmap
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+var (
+	testCfg    *rest.Config
+	testScheme = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		println("KUBEBUILDER_ASSETS is not set: run `make unit` (it builds the API server into bin/ and points here)")
+		os.Exit(1)
+	}
+	_ = clientgoscheme.AddToScheme(testScheme)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		println("starting envtest:", err.Error())
+		os.Exit(1)
+	}
+	testCfg = cfg
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// countingClient counts the writes that reach the API server.
+func countingClient(t *testing.T) (client.Client, *int) {
+	writes := 0
+	var mu sync.Mutex
+	wrapped, err := client.NewWithWatch(testCfg, client.Options{Scheme: testScheme})
+	require.NoError(t, err)
+	counted := interceptor.NewClient(wrapped, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			mu.Lock()
+			writes++
+			mu.Unlock()
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			mu.Lock()
+			writes++
+			mu.Unlock()
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	return counted, &writes
+}
+
+// owner is any object with a UID; a real Secret stands in for a custom resource.
+func owner(t *testing.T, c client.Client, ns, name string) client.Object {
+	o := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	require.NoError(t, c.Create(context.Background(), o))
+	return o
+}
+
+func desired(ns string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "agent-trace", Namespace: ns,
+		Labels: map[string]string{"app": "agent"}}, Data: data}
+}
+
+func TestApplyWritesOnlyOnChange(t *testing.T) {
+	c, writes := countingClient(t)
+	ctx := context.Background()
+	ns := "apply"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	own := owner(t, c, ns, "owner")
+	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-test"}
+	*writes = 0
+
+	res, err := a.Apply(ctx, desired(ns, map[string]string{"otel_endpoint": "collector:4317"}), own)
+	require.NoError(t, err)
+	assert.Equal(t, Created, res)
+
+	var got corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-trace"}, &got))
+	assert.Equal(t, "kagenti-test", got.Labels[ManagedByLabel])
+	assert.Equal(t, "agent", got.Labels["app"])
+	assert.Equal(t, ContentHash(&got), got.Annotations[ContentHashAnnotation])
+	require.Len(t, got.OwnerReferences, 1)
+	assert.Equal(t, own.GetUID(), got.OwnerReferences[0].UID)
+	assert.True(t, *got.OwnerReferences[0].Controller)
+
+	for i := 0; i < 5; i++ {
+		res, err = a.Apply(ctx, desired(ns, map[string]string{"otel_endpoint": "collector:4317"}), own)
+		require.NoError(t, err)
+		assert.Equal(t, Unchanged, res)
+	}
+	assert.Equal(t, 1, *writes, "one create; unchanged content costs no write")
+
+	res, err = a.Apply(ctx, desired(ns, map[string]string{"otel_endpoint": "collector:4318"}), own)
+	require.NoError(t, err)
+	assert.Equal(t, Updated, res)
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-trace"}, &got))
+	assert.Equal(t, "collector:4318", got.Data["otel_endpoint"])
+
+	// Someone edits the data by hand: the next Apply repairs it even though the hash annotation
+	// still claims the old content.
+	got.Data["otel_endpoint"] = "tampered"
+	require.NoError(t, c.Update(ctx, &got))
+	res, err = a.Apply(ctx, desired(ns, map[string]string{"otel_endpoint": "collector:4318"}), own)
+	require.NoError(t, err)
+	assert.Equal(t, Updated, res)
+}
+
+func TestApplyRefusesForeignConfigMaps(t *testing.T) {
+	c, _ := countingClient(t)
+	ctx := context.Background()
+	ns := "foreign"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-test"}
+
+	// A user's own ConfigMap with the derived name is never overwritten.
+	user := desired(ns, map[string]string{"mine": "yes"})
+	require.NoError(t, c.Create(ctx, user))
+	_, err := a.Apply(ctx, desired(ns, map[string]string{"k": "v"}), owner(t, c, ns, "one"))
+	var notOwned *NotOwnedError
+	require.True(t, errors.As(err, &notOwned), "%v", err)
+	assert.Contains(t, err.Error(), `ConfigMap "agent-trace" exists and is not managed by this controller`)
+
+	// Nor is one controlled by another owner.
+	require.NoError(t, c.Delete(ctx, user))
+	_, err = a.Apply(ctx, desired(ns, map[string]string{"k": "v"}), owner(t, c, ns, "first"))
+	require.NoError(t, err)
+	_, err = a.Apply(ctx, desired(ns, map[string]string{"k": "other"}), owner(t, c, ns, "second"))
+	require.True(t, errors.As(err, &notOwned), "%v", err)
+	assert.Contains(t, err.Error(), "controlled by Secret first")
+}
+
+func TestApplyConcurrentWritersConverge(t *testing.T) {
+	c, _ := countingClient(t)
+	ctx := context.Background()
+	ns := "concurrent"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	own := owner(t, c, ns, "owner")
+	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-test"}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := a.Apply(ctx, desired(ns, map[string]string{"k": "v"}), own)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err, "conflicts between writers are retried, never surfaced")
+	}
+	var got corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-trace"}, &got))
+	assert.Equal(t, "v", got.Data["k"])
+}
+
+func TestContentHashIgnoresMapOrderButNotContent(t *testing.T) {
+	a := &corev1.ConfigMap{Data: map[string]string{"a": "1", "b": "2"}}
+	b := &corev1.ConfigMap{Data: map[string]string{"b": "2", "a": "1"}}
+	assert.Equal(t, ContentHash(a), ContentHash(b))
+	// Moving a character between key and value changes the hash (keys and values are length-prefixed).
+	assert.NotEqual(t, ContentHash(&corev1.ConfigMap{Data: map[string]string{"ab": "c"}}),
+		ContentHash(&corev1.ConfigMap{Data: map[string]string{"a": "bc"}}))
+	assert.NotEqual(t, ContentHash(&corev1.ConfigMap{Data: map[string]string{"k": "v"}}),
+		ContentHash(&corev1.ConfigMap{BinaryData: map[string][]byte{"k": []byte("v")}}))
+}
