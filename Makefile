@@ -47,7 +47,7 @@ lint: ## gofmt and go vet every module.
 	@out="$$(gofmt -l $(MODULES) e2e hack examples 2>/dev/null || true)"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@go vet $(addprefix ./,$(addsuffix /...,$(MODULES) e2e))
-	@for m in hack/kube hack/etcd; do (cd $$m && go vet ./...); done
+	@for m in hack/kube hack/etcd; do (cd $$m && GOWORK=off go vet ./...); done
 
 .PHONY: build
 build: ## Build every pillar binary into bin/.

@@ -42,7 +42,7 @@ build_kube() {
     ld+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${KUBE_MINOR}"
     ld+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "${ROOT}/hack/kube" && go build -trimpath -ldflags "-s -w ${ld}" -o "${BIN}/" "${need[@]}")
+  (cd "${ROOT}/hack/kube" && GOWORK=off go build -trimpath -ldflags "-s -w ${ld}" -o "${BIN}/" "${need[@]}")
   for t in "${need[@]}"; do stamp "$(basename "$t")" "$key"; done
 }
 
@@ -50,7 +50,7 @@ build_etcd() {
   local key; key="$(module_key "${ROOT}/hack/etcd")"
   wanted etcd "$key" || return 0
   log "building etcd"
-  (cd "${ROOT}/hack/etcd" && go build -trimpath -ldflags "-s -w" -o "${BIN}/etcd" ./cmd/etcd)
+  (cd "${ROOT}/hack/etcd" && GOWORK=off go build -trimpath -ldflags "-s -w" -o "${BIN}/etcd" ./cmd/etcd)
   stamp etcd "$key"
 }
 
@@ -59,7 +59,7 @@ go_install() {
   local tool=$1 pkg=$2 version=$3
   wanted "$tool" "$version" || return 0
   log "installing ${pkg}@${version}"
-  GOBIN="${BIN}" GOFLAGS=-mod=mod go install -trimpath -ldflags "-s -w" "${pkg}@${version}"
+  GOBIN="${BIN}" go install -trimpath -ldflags "-s -w" "${pkg}@${version}"
   stamp "$tool" "$version"
 }
 
