@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,7 +22,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// The suites talk to the cluster through controller-runtime's client, which warns with a stack trace
+// when no logger was set; the tests report through t instead.
+func init() { ctrllog.SetLogger(logr.Discard()) }
 
 // Root is the repository root.
 func Root() string {
@@ -28,9 +35,13 @@ func Root() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// KubeconfigPath is $KAGENTI_E2E_KUBECONFIG, else the local cluster's .local/kubeconfig.
+// KubeconfigPath is $KAGENTI_E2E_KUBECONFIG, else the local cluster's .local/kubeconfig. A relative
+// path is taken from the repository root (go test runs in the package directory, not where make ran).
 func KubeconfigPath() string {
 	if p := os.Getenv("KAGENTI_E2E_KUBECONFIG"); p != "" {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(Root(), p)
+		}
 		return p
 	}
 	return filepath.Join(Root(), ".local", "kubeconfig")
@@ -71,8 +82,8 @@ func Client(t testing.TB) client.Client {
 	return c
 }
 
-// Namespace creates a namespace named prefix-<random> with the given labels and deletes it when
-// the test ends.
+// Namespace creates a namespace named prefix-<random> with the given labels, waits until its
+// "default" ServiceAccount exists (pods are rejected before that), and deletes it when the test ends.
 func Namespace(t testing.TB, c client.Client, prefix string, labels map[string]string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + rand.String(5), Labels: labels}}
@@ -80,6 +91,14 @@ func Namespace(t testing.TB, c client.Client, prefix string, labels map[string]s
 		t.Fatalf("creating namespace: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
+	Eventually(t, 30*time.Second, "default ServiceAccount in namespace "+ns.Name,
+		func(ctx context.Context) (bool, string, error) {
+			err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
+			if apierrors.IsNotFound(err) {
+				return false, "not created yet (is kube-controller-manager running?)", nil
+			}
+			return err == nil, "", err
+		})
 	return ns.Name
 }
 
@@ -101,3 +120,32 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx 
 
 // Sprintf is fmt.Sprintf, for building messages in Eventually conditions.
 func Sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// Create creates obj, failing the test on error. The namespace of a namespaced object is usually one
+// from Namespace, so it needs no cleanup of its own.
+func Create(t testing.TB, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// LocalPodCIDR is the pod CIDR of the local cluster's node (hack/local.sh): pods get loopback IPs.
+const LocalPodCIDR = "127.1.0.0/24"
+
+// PauseImage is a container image that runs until stopped. Only kind runs it (kwok's nodes run
+// nothing); pause is preloaded on kind nodes. Override with $KAGENTI_E2E_IMAGE.
+func PauseImage() string { return envOr("KAGENTI_E2E_IMAGE", "registry.k8s.io/pause:3.10") }
+
+// ShellImage is an image with a shell and `true`, for pods that must exit (Jobs). Only kind pulls
+// it. Override with $KAGENTI_E2E_SHELL_IMAGE.
+func ShellImage() string {
+	return envOr("KAGENTI_E2E_SHELL_IMAGE", "registry.k8s.io/e2e-test-images/busybox:1.36.1-1")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
