@@ -5,6 +5,4 @@
 // One code path serves every kind: workloads are read as unstructured objects and only the few
 // facts that differ per kind (where the pod template lives, how readiness is reported) are looked up
 // in a small table. Unknown shapes are reported as UnsupportedKind, never guessed.
-//
-// +kubebuilder:object:generate=true
 package duck

@@ -10,6 +10,7 @@ import (
 
 // TargetRef names a workload in the namespace of the object that holds the reference.
 //
+// +kubebuilder:object:generate=true
 // +kubebuilder:validation:XValidation:rule="has(self.apiVersion) || self.kind in ['Deployment','StatefulSet','DaemonSet','ReplicaSet','Job','CronJob']",message="apiVersion is required for kinds other than Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob"
 type TargetRef struct {
 	// APIVersion of the workload, e.g. apps/v1. Optional for the built-in kinds, whose apiVersion
