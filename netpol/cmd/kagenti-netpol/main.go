@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,7 +35,10 @@ func newRootCommand() *cobra.Command {
 	var (
 		metricsAddr, probeAddr, namespaces string
 		leaderElect                        bool
-		opts                               controller.Options
+		qps                                float32
+		burst                              int
+		opts                               = controller.DefaultOptions()
+		dnsLabels                          = labelsFlag(opts.Policy.DNSPodLabels)
 		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
@@ -44,7 +49,11 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsAddr, probeAddr, namespaces, leaderElect, opts)
+			opts.Policy.DNSPodLabels = dnsLabels
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			return run(metricsAddr, probeAddr, namespaces, leaderElect, qps, burst, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -52,6 +61,15 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.StringVar(&opts.Mode, "mode", opts.Mode, "enforce writes NetworkPolicies; audit computes them and reports on the AgentCard without writing; off removes the policies it wrote")
+	f.StringVar(&opts.Policy.Egress, "egress", opts.Policy.Egress, "egress of verified agents: all (unrestricted) or verified (other verified agents, DNS and --egress-cidrs)")
+	f.StringSliceVar(&opts.Policy.EgressCIDRs, "egress-cidrs", nil, "comma-separated CIDRs verified agents may reach when --egress=verified")
+	f.StringVar(&opts.Policy.OperatorNamespace, "operator-namespace", opts.Policy.OperatorNamespace, "namespace whose pods may always reach agents (agentcard fetches cards from there)")
+	f.StringVar(&opts.Policy.DNSNamespace, "dns-namespace", opts.Policy.DNSNamespace, "namespace of the cluster DNS pods every agent may reach on port 53")
+	f.Var(&dnsLabels, "dns-labels", "comma-separated key=value labels of the cluster DNS pods")
+	f.Float32Var(&qps, "kube-api-qps", controller.DefaultQPS, "queries per second to the API server")
+	f.IntVar(&burst, "kube-api-burst", controller.DefaultBurst, "burst of queries to the API server")
+	f.DurationVar(&opts.CRDPollInterval, "crd-poll-interval", opts.CRDPollInterval, "how often to look for the AgentCard CRD while it is not installed")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -60,7 +78,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, qps float32, burst int, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -69,6 +87,7 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = qps, burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
@@ -76,7 +95,11 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultNamespaces: namespaceSet(namespaces)},
+		Cache: cache.Options{
+			DefaultNamespaces: namespaceSet(namespaces),
+			ByObject:          controller.CacheByObject(),
+			DefaultTransform:  cache.TransformStripManagedFields(),
+		},
 	})
 	if err != nil {
 		return err
@@ -106,3 +129,30 @@ func namespaceSet(list string) map[string]cache.Config {
 	}
 	return out
 }
+
+// labelsFlag is a "k=v,k=v" flag.
+type labelsFlag map[string]string
+
+func (l *labelsFlag) String() string {
+	keys := make([]string, 0, len(*l))
+	for k := range *l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+(*l)[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *labelsFlag) Set(v string) error {
+	m, err := labels.ConvertSelectorToLabelsMap(v)
+	if err != nil {
+		return fmt.Errorf("want key=value[,key=value]: %w", err)
+	}
+	*l = labelsFlag(m)
+	return nil
+}
+
+func (l *labelsFlag) Type() string { return "labels" }

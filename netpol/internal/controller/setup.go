@@ -1,14 +1,188 @@
-// Package controller wires this pillar's reconcilers into a controller-runtime manager.
+// Package controller wires netpol's reconciler into a controller-runtime manager: it waits for the
+// AgentCard CRD, indexes AgentCards by target workload and watches cards, policies and workloads.
 package controller
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/kagenti/platform/netpol/internal/resources"
+	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+// Client rate limits of the binary (flags --kube-api-qps, --kube-api-burst). Every AgentCard costs
+// about two writes (its policy and its condition), so client-go's defaults (5/10) would take minutes
+// to converge 1,000 cards.
+const (
+	DefaultQPS   float32 = 50
+	DefaultBurst         = 100
 )
 
 // Options are the pillar-specific settings taken from the command line.
-type Options struct{}
+type Options struct {
+	// Mode is ModeEnforce, ModeAudit or ModeOff.
+	Mode string
+	// Policy configures the rendered policies.
+	Policy resources.Options
+	// CRDPollInterval is how often to look for the AgentCard CRD while it is missing (default 10s).
+	CRDPollInterval time.Duration
+}
 
-// Setup registers the pillar's reconcilers, indexes and watches with mgr.
+// DefaultOptions are the flag defaults.
+func DefaultOptions() Options {
+	return Options{Mode: ModeEnforce, Policy: resources.DefaultOptions(), CRDPollInterval: 10 * time.Second}
+}
+
+// Validate reports bad flag values by flag name.
+func (o Options) Validate() error {
+	switch o.Mode {
+	case ModeEnforce, ModeAudit, ModeOff:
+	default:
+		return fmt.Errorf("--mode: %q is not one of enforce, audit, off", o.Mode)
+	}
+	return o.Policy.Validate()
+}
+
+// CacheByObject restricts the NetworkPolicy cache to the policies netpol manages, so a cluster full
+// of other policies costs no memory here. Pass it as cache.Options.ByObject.
+func CacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(labels.Set{resources.ManagedByLabel: resources.ManagedByValue})},
+	}
+}
+
+// Setup registers netpol with mgr. The controller itself starts once the AgentCard CRD is served:
+// until then the manager runs, logs that it is waiting, and its readiness check
+// "agentcard-crd" fails with a message saying so (no crash loop).
 func Setup(mgr ctrl.Manager, opts Options) error {
-	return nil
+	if opts.CRDPollInterval <= 0 {
+		opts.CRDPollInterval = 10 * time.Second
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	w := &crdWaiter{mgr: mgr, opts: opts}
+	if err := mgr.Add(w); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("agentcard-crd", w.Check)
+}
+
+// crdWaiter polls the RESTMapper (which re-discovers a group version on a miss) for AgentCard and
+// starts the controller when it appears.
+type crdWaiter struct {
+	mgr     ctrl.Manager
+	opts    Options
+	started atomic.Bool
+}
+
+var _ manager.LeaderElectionRunnable = &crdWaiter{}
+
+// NeedLeaderElection is false: every replica waits, so every replica is ready once the CRD exists;
+// the controller it registers is itself leader-elected.
+func (w *crdWaiter) NeedLeaderElection() bool { return false }
+
+func (w *crdWaiter) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("netpol")
+	warned := false
+	for {
+		_, err := w.mgr.GetRESTMapper().RESTMapping(view.AgentCardGVK.GroupKind(), view.AgentCardGVK.Version)
+		if err == nil {
+			if err := setupController(ctx, w.mgr, w.opts); err != nil {
+				return fmt.Errorf("starting the AgentCard NetworkPolicy controller: %w", err)
+			}
+			w.started.Store(true)
+			log.Info("AgentCard CRD found; NetworkPolicy controller started", "mode", w.opts.Mode)
+			<-ctx.Done()
+			return nil
+		}
+		if !warned {
+			log.Info("waiting for the AgentCard CRD (agentcards.kagenti.io/v1alpha1) to be installed; no NetworkPolicies are managed until then",
+				"pollInterval", w.opts.CRDPollInterval.String(), "reason", err.Error())
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(w.opts.CRDPollInterval):
+		}
+	}
+}
+
+// Check is the readiness check: ready once the controller runs.
+func (w *crdWaiter) Check(*http.Request) error {
+	if w.started.Load() {
+		return nil
+	}
+	return errors.New("the AgentCard CRD (agentcards.kagenti.io/v1alpha1) is not installed; waiting for it")
+}
+
+var _ healthz.Checker = (&crdWaiter{}).Check
+
+func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	// The manager's default client reads unstructured objects from the API server; netpol reads
+	// AgentCards and workloads unstructured, so it uses a client that caches them too.
+	c, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true},
+	})
+	if err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, view.NewAgentCard(), duck.TargetRefIndex, cardTargetKey); err != nil {
+		return fmt.Errorf("indexing AgentCards by spec.targetRef: %w", err)
+	}
+	r := &Reconciler{
+		Client:    c,
+		APIReader: mgr.GetAPIReader(),
+		Resolver:  &duck.Resolver{Reader: c, Mapper: mgr.GetRESTMapper()},
+		Recorder:  mgr.GetEventRecorder(FieldManager),
+		Mode:      opts.Mode,
+		Policy:    opts.Policy,
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("agentcard-networkpolicy").
+		For(view.NewAgentCard()).
+		Owns(&networkingv1.NetworkPolicy{})
+	for _, gvk := range duck.BuiltinKinds() {
+		w := &unstructured.Unstructured{}
+		w.SetGroupVersionKind(gvk)
+		b = b.Watches(w, duck.EnqueueReferrers(c, gvk.GroupKind(), func() client.ObjectList { return view.NewAgentCardList() }),
+			// The pod selector only changes with the spec (generation); creation and deletion count too.
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
+	return b.Complete(r)
+}
+
+// cardTargetKey is the TargetRefIndex value of an unstructured AgentCard.
+func cardTargetKey(o client.Object) []string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	card, err := view.FromUnstructured(u)
+	if err != nil || card.TargetRef == nil {
+		return nil
+	}
+	gvk, err := card.TargetRef.GroupVersionKind()
+	if err != nil {
+		return nil
+	}
+	return []string{duck.TargetKey(gvk.GroupKind(), card.TargetRef.Name)}
 }

@@ -1,0 +1,356 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kagenti/platform/netpol/internal/resources"
+	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+// FieldManager is netpol's server-side apply field manager.
+const FieldManager = "kagenti-netpol"
+
+// ConditionNetworkPolicyReady is the condition netpol owns on AgentCards.
+const ConditionNetworkPolicyReady = "NetworkPolicyReady"
+
+// Condition reasons (CamelCase, usable verbatim).
+const (
+	ReasonPermissive       = "PermissivePolicyApplied"
+	ReasonRestrictive      = "RestrictivePolicyApplied"
+	ReasonAuditMode        = "AuditMode"
+	ReasonPolicyConflict   = "PolicyConflict"
+	ReasonInvalidSelector  = "InvalidSelector"
+	ReasonInvalidAgentCard = "InvalidAgentCard"
+)
+
+// Modes of operation (--mode).
+const (
+	ModeEnforce = "enforce"
+	ModeAudit   = "audit"
+	ModeOff     = "off"
+)
+
+// Reconciler keeps one NetworkPolicy per AgentCard in line with the card's verification.
+type Reconciler struct {
+	// Client reads through the cache, unstructured objects included.
+	Client client.Client
+	// APIReader reads around the cache (to tell a conflict from a cache lag).
+	APIReader client.Reader
+	Resolver  *duck.Resolver
+	Recorder  events.EventRecorder
+	Mode      string
+	Policy    resources.Options
+}
+
+// +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kagenti.io,resources=agentcards/status,verbs=get;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile gets the card, resolves its pods, renders the policy, applies it and reports.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	u := view.NewAgentCard()
+	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The garbage collector would delete the policy through its owner reference; doing it here
+			// too makes "card deleted → policy deleted" one reconcile, with or without a GC.
+			return ctrl.Result{}, r.deleteOwned(ctx, req.Namespace, func(ref metav1.OwnerReference) bool { return ref.Name == req.Name }, nil)
+		}
+		return ctrl.Result{}, err
+	}
+	if u.GetDeletionTimestamp() != nil {
+		return ctrl.Result{}, nil // the garbage collector (or the NotFound branch) removes the policy
+	}
+	card, err := view.FromUnstructured(u)
+	if err != nil {
+		return ctrl.Result{}, r.report(ctx, u, nil, metav1.ConditionFalse, ReasonInvalidAgentCard, err.Error())
+	}
+	if r.Mode == ModeOff {
+		if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.clearCondition(ctx, card)
+	}
+
+	selector, err := r.podSelector(ctx, card)
+	if err != nil {
+		if reason := duck.ReasonOf(err); reason != "" {
+			return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, reason, err.Error())
+		}
+		var invalid *invalidSelectorError
+		if errors.As(err, &invalid) {
+			return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonInvalidSelector, err.Error())
+		}
+		return ctrl.Result{}, err
+	}
+	desired := resources.MakeNetworkPolicy(card, selector, r.Policy)
+	verdict := card.Verify()
+
+	if r.Mode == ModeAudit {
+		state, err := r.auditState(ctx, desired)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonAuditMode,
+			fmt.Sprintf("audit mode: would apply %s NetworkPolicy %s (%s); %s", resources.KindFor(verdict), desired.Name, verdict.Reason, state))
+	}
+
+	if conflict, err := r.apply(ctx, u, card, desired); err != nil {
+		return ctrl.Result{}, err
+	} else if conflict != "" {
+		return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonPolicyConflict, conflict)
+	}
+	// A card whose target changed leaves its old policy behind: remove every other policy it controls.
+	if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
+		return ctrl.Result{}, err
+	}
+	reason := ReasonRestrictive
+	if verdict.Verified {
+		reason = ReasonPermissive
+	}
+	return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionTrue, reason,
+		fmt.Sprintf("NetworkPolicy %s is %s: %s", desired.Name, resources.KindFor(verdict), verdict.Reason))
+}
+
+type invalidSelectorError struct{ msg string }
+
+func (e *invalidSelectorError) Error() string { return e.msg }
+
+// podSelector selects the card's pods: the workload's pod selector in targetRef mode, spec.selector otherwise.
+func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (metav1.LabelSelector, error) {
+	if card.TargetRef == nil {
+		if card.Selector == nil {
+			return metav1.LabelSelector{}, &invalidSelectorError{"spec: neither targetRef nor selector is set"}
+		}
+		if resources.IsEmptySelector(*card.Selector) {
+			return metav1.LabelSelector{}, &invalidSelectorError{"spec.selector is empty and would select every pod of the namespace; refusing to write a NetworkPolicy for it"}
+		}
+		if _, err := metav1.LabelSelectorAsSelector(card.Selector); err != nil {
+			return metav1.LabelSelector{}, &invalidSelectorError{fmt.Sprintf("spec.selector: %v", err)}
+		}
+		return *card.Selector, nil
+	}
+	w, err := r.Resolver.Resolve(ctx, card.Namespace, *card.TargetRef)
+	if err != nil {
+		return metav1.LabelSelector{}, err
+	}
+	return resources.WorkloadPodSelector(w)
+}
+
+// apply creates or updates the desired policy. It returns a message when the name is taken by a
+// policy this card does not control.
+func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, desired *networkingv1.NetworkPolicy) (string, error) {
+	existing := &networkingv1.NetworkPolicy{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	if apierrors.IsNotFound(err) {
+		err = r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
+		if err == nil {
+			r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
+				"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
+			return "", nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("creating NetworkPolicy %s: %w", desired.Name, err)
+		}
+		// Unlabelled (invisible to the filtered cache) or not yet in the cache: ask the API server.
+		existing = &networkingv1.NetworkPolicy{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	if owner := metav1.GetControllerOfNoCopy(existing); owner == nil || owner.UID != card.UID ||
+		existing.Labels[resources.ManagedByLabel] != resources.ManagedByValue {
+		by := "is not managed by kagenti-netpol"
+		if owner != nil {
+			by = fmt.Sprintf("is controlled by %s %s", owner.Kind, owner.Name)
+		}
+		return fmt.Sprintf("NetworkPolicy %s already exists and %s; rename or delete it, or point this AgentCard elsewhere", desired.Name, by), nil
+	}
+	if upToDate(existing, desired) {
+		return "", nil
+	}
+	updated := existing.DeepCopy()
+	updated.Spec = desired.Spec
+	for k, v := range desired.Labels {
+		metav1.SetMetaDataLabel(&updated.ObjectMeta, k, v)
+	}
+	for k, v := range desired.Annotations {
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, k, v)
+	}
+	if err := r.Client.Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {
+		return "", fmt.Errorf("updating NetworkPolicy %s: %w", desired.Name, err)
+	}
+	r.Recorder.Eventf(u, updated, corev1.EventTypeNormal, "PolicyUpdated", "Update",
+		"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
+	return "", nil
+}
+
+func upToDate(existing, desired *networkingv1.NetworkPolicy) bool {
+	if !equality.Semantic.DeepEqual(existing.Spec, desired.Spec) {
+		return false
+	}
+	for k, v := range desired.Labels {
+		if existing.Labels[k] != v {
+			return false
+		}
+	}
+	for k, v := range desired.Annotations {
+		if existing.Annotations[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// auditState says how the cluster differs from what enforce mode would write.
+func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.NetworkPolicy) (string, error) {
+	existing := &networkingv1.NetworkPolicy{}
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing); {
+	case apierrors.IsNotFound(err):
+		return "no such policy exists, nothing was written", nil
+	case err != nil:
+		return "", err
+	case upToDate(existing, desired):
+		return "the existing policy already matches, nothing was written", nil
+	}
+	return "the existing policy differs and was left unchanged", nil
+}
+
+// deleteOwned deletes the netpol-managed policies in namespace whose controlling AgentCard matches,
+// except those named in keep. card (may be nil) receives the events.
+func (r *Reconciler) deleteOwned(ctx context.Context, namespace string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
+	var list networkingv1.NetworkPolicyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingLabels{resources.ManagedByLabel: resources.ManagedByValue}); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		np := &list.Items[i]
+		owner := metav1.GetControllerOfNoCopy(np)
+		if owner == nil || owner.Kind != view.AgentCardGVK.Kind || !match(*owner) || contains(keep, np.Name) {
+			continue
+		}
+		err := r.Client.Delete(ctx, np, client.Preconditions{UID: &np.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting NetworkPolicy %s: %w", np.Name, err)
+		}
+		log.FromContext(ctx).Info("deleted NetworkPolicy", "networkPolicy", np.Name, "agentCard", owner.Name)
+		if card != nil {
+			r.Recorder.Eventf(card, np, corev1.EventTypeNormal, "PolicyDeleted", "Delete", "deleted NetworkPolicy %s", np.Name)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// report writes NetworkPolicyReady when it changed (lastTransitionTime moves only with its status)
+// and emits an Event for each change.
+func (r *Reconciler) report(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, status metav1.ConditionStatus, reason, message string) error {
+	cond := metav1.Condition{
+		Type: ConditionNetworkPolicyReady, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: u.GetGeneration(), LastTransitionTime: metav1.Now(),
+	}
+	var old *metav1.Condition
+	if card != nil {
+		old = card.Condition(ConditionNetworkPolicyReady)
+	} else if parsed, err := view.FromUnstructured(stripSpec(u)); err == nil {
+		old = parsed.Condition(ConditionNetworkPolicyReady)
+	}
+	if old != nil {
+		if old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
+			return nil
+		}
+		if old.Status == cond.Status {
+			cond.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	if err := r.applyConditions(ctx, u.GetNamespace(), u.GetName(), []any{conditionMap(cond)}); err != nil {
+		return err
+	}
+	if old == nil || old.Reason != reason || old.Status != status {
+		eventType := corev1.EventTypeNormal
+		if status == metav1.ConditionFalse && reason != ReasonAuditMode {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(u, nil, eventType, reason, "Reconcile", "%s", message)
+	}
+	return nil
+}
+
+// stripSpec keeps only status so a card with a malformed spec can still be read for its conditions.
+func stripSpec(u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	if s, ok := u.Object["status"]; ok {
+		out.Object["status"] = s
+	}
+	return out
+}
+
+// clearCondition gives up netpol's condition (mode off): applying no conditions as FieldManager
+// removes the one it owned and nothing else.
+func (r *Reconciler) clearCondition(ctx context.Context, card *view.AgentCard) error {
+	if card.Condition(ConditionNetworkPolicyReady) == nil {
+		return nil
+	}
+	return r.applyConditions(ctx, card.Namespace, card.Name, nil)
+}
+
+// applyConditions server-side applies status.conditions as FieldManager: only the listed entries
+// (keyed by type) are netpol's; agentcard's conditions are untouched.
+func (r *Reconciler) applyConditions(ctx context.Context, namespace, name string, conds []any) error {
+	obj := map[string]any{
+		"apiVersion": view.AgentCardGVK.GroupVersion().String(),
+		"kind":       view.AgentCardGVK.Kind,
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+	}
+	if conds != nil {
+		obj["status"] = map[string]any{"conditions": conds}
+	}
+	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: obj})
+	if err := r.Client.Status().Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("applying condition %s to AgentCard %s: %w", ConditionNetworkPolicyReady, types.NamespacedName{Namespace: namespace, Name: name}, err)
+	}
+	return nil
+}
+
+func conditionMap(c metav1.Condition) map[string]any {
+	return map[string]any{
+		"type":               c.Type,
+		"status":             string(c.Status),
+		"reason":             c.Reason,
+		"message":            c.Message,
+		"observedGeneration": c.ObservedGeneration,
+		"lastTransitionTime": c.LastTransitionTime.UTC().Format("2006-01-02T15:04:05Z"),
+	}
+}
