@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
@@ -13,12 +14,14 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/controller"
+	"github.com/kagenti/platform/agentcard/internal/discovery"
 )
 
 const name = "kagenti-agentcard"
@@ -35,6 +38,7 @@ func newRootCommand() *cobra.Command {
 		metricsAddr, probeAddr, namespaces string
 		leaderElect                        bool
 		opts                               controller.Options
+		disc                               discovery.Options
 		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
@@ -45,7 +49,7 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsAddr, probeAddr, namespaces, leaderElect, opts)
+			return run(metricsAddr, probeAddr, namespaces, leaderElect, opts, disc)
 		},
 	}
 	f := cmd.Flags()
@@ -53,15 +57,28 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.BoolVar(&opts.RequireSignature, "require-signature", false, "default of spec.requireSignature: Ready needs a verified signature bound to the workload identity")
+	f.StringVar(&opts.TrustBundleConfigMap, "trust-bundle-configmap", "", "namespace/name of the SPIRE trust bundle ConfigMap (PEM or SPIFFE JSON bundle); empty: no signature can verify")
+	f.StringVar(&opts.TrustBundleKey, "trust-bundle-key", "bundle.crt", "key of the trust bundle in the ConfigMap")
+	f.StringVar(&opts.TrustDomain, "trust-domain", "cluster.local", "SPIFFE trust domain of the workloads (default of spec.identityBinding.trustDomain)")
+	f.IntVar(&opts.MaxConcurrentFetches, "max-concurrent-fetches", 64, "card fetches in flight across all AgentCards")
+	f.DurationVar(&opts.FetchTimeout, "fetch-timeout", 5*time.Second, "timeout of one card fetch")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
+	f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
+	f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (GET /v1/agents); 0 disables it")
+	f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
+	f.StringVar(&disc.CertFile, "discovery-tls-cert-file", "", "TLS certificate of the discovery API; empty serves plain HTTP")
+	f.StringVar(&disc.KeyFile, "discovery-tls-key-file", "", "TLS key of the discovery API")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
 	f.AddGoFlagSet(zapFlags)
 	f.AddGoFlagSet(flag.CommandLine)
+	cmd.AddCommand(newSignCommand(), newDevCACommand(), newDevSVIDCommand(), newServeSampleCardCommand())
 	return cmd
 }
 
-func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts controller.Options, disc discovery.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -81,11 +98,16 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cache.Options{DefaultNamespaces: namespaceSet(namespaces)},
+		// Workloads of any kind are read unstructured (pkg/duck): serve them from the cache too.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 	})
 	if err != nil {
 		return err
 	}
 	if err := controller.Setup(mgr, opts); err != nil {
+		return err
+	}
+	if err := discovery.Setup(mgr, disc); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -2,13 +2,187 @@
 package controller
 
 import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // Options are the pillar-specific settings taken from the command line.
-type Options struct{}
+type Options struct {
+	// RequireSignature is the default of spec.requireSignature.
+	RequireSignature bool
+	// TrustBundleConfigMap is "namespace/name" of the SPIRE trust bundle ConfigMap; empty disables verification.
+	TrustBundleConfigMap string
+	// TrustBundleKey is the key holding the bundle (PEM or SPIFFE JSON).
+	TrustBundleKey string
+	// TrustDomain is the default SPIFFE trust domain.
+	TrustDomain string
+	// MaxConcurrentFetches bounds card fetches in flight across all AgentCards.
+	MaxConcurrentFetches int
+	// FetchTimeout bounds one fetch.
+	FetchTimeout time.Duration
+	// MaxConcurrentReconciles of the AgentCard controller.
+	MaxConcurrentReconciles int
+	// AutoCreate enables AgentCardSync.
+	AutoCreate bool
+}
+
+// Defaults fills unset options.
+func (o *Options) Defaults() {
+	if o.TrustBundleKey == "" {
+		o.TrustBundleKey = "bundle.crt"
+	}
+	if o.TrustDomain == "" {
+		o.TrustDomain = "cluster.local"
+	}
+	if o.MaxConcurrentFetches <= 0 {
+		o.MaxConcurrentFetches = 64
+	}
+	if o.FetchTimeout <= 0 {
+		o.FetchTimeout = 5 * time.Second
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 16
+	}
+}
 
 // Setup registers the pillar's reconcilers, indexes and watches with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	opts.Defaults()
+	ctx := context.Background()
+	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentCard{}); err != nil {
+		return err
+	}
+	trust := &TrustStore{}
+	metrics.SetBundleClock(trust.LoadedAt)
+	r := &CardReconciler{
+		Client:           mgr.GetClient(),
+		Resolver:         duck.NewResolver(mgr.GetClient()),
+		Fetcher:          fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
+		Trust:            trust,
+		Recorder:         mgr.GetEventRecorder(FieldManager),
+		RequireSignature: opts.RequireSignature,
+		TrustDomain:      opts.TrustDomain,
+	}
+	rotations := make(chan event.TypedGenericEvent[client.Object], 16)
+	if opts.TrustBundleConfigMap != "" {
+		ns, name, ok := strings.Cut(opts.TrustBundleConfigMap, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--trust-bundle-configmap must be namespace/name, got %q", opts.TrustBundleConfigMap)
+		}
+		bw, err := NewBundleWatcher(mgr, types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(bw); err != nil {
+			return err
+		}
+	}
+
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("agentcard").
+		For(&v1alpha1.AgentCard{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			var reqs []reconcile.Request
+			for _, k := range r.cardsSelecting(o.GetNamespace(), o.GetLabels()) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: k})
+			}
+			return reqs
+		}), builder.WithPredicates(podChanged())).
+		WatchesRawSource(source.Channel(rotations, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
+	for _, gvk := range AutoCreateKinds {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		b = b.Watches(u, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentCardList{} }),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})))
+	}
+	if err := b.Complete(r); err != nil {
+		return err
+	}
+
+	if opts.AutoCreate {
+		for _, gvk := range AutoCreateKinds {
+			if err := setupSync(mgr, gvk); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+func setupSync(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	sr := &SyncReconciler{Client: mgr.GetClient(), GVK: gvk, Recorder: mgr.GetEventRecorder(FieldManager)}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("agentcardsync-"+strings.ToLower(gvk.Kind)).
+		For(u, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A user's AgentCard appearing or disappearing for a workload re-evaluates the workload.
+		Watches(&v1alpha1.AgentCard{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			c := o.(*v1alpha1.AgentCard)
+			ref := c.Spec.TargetRef
+			if ref == nil {
+				return nil
+			}
+			g, err := ref.GroupVersionKind()
+			if err != nil || g.GroupKind() != gvk.GroupKind() {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}}}
+		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		Complete(sr)
+}
+
+// podChanged passes pod events that change what a sync sees: IP, readiness, phase, deletion and
+// labels other than the one this controller writes (so labelling a pod does not trigger a sync).
+func podChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return isServing(o) != isServing(n) || o.Status.PodIP != n.Status.PodIP ||
+			!n.DeletionTimestamp.Equal(o.DeletionTimestamp) || !sameLabelsExceptOurs(o.Labels, n.Labels)
+	}}
+}
+
+func sameLabelsExceptOurs(a, b map[string]string) bool {
+	count := func(m map[string]string) int {
+		n := len(m)
+		if _, ok := m[v1alpha1.LabelSignatureVerified]; ok {
+			n--
+		}
+		return n
+	}
+	if count(a) != count(b) {
+		return false
+	}
+	for k, v := range a {
+		if k != v1alpha1.LabelSignatureVerified && b[k] != v {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,279 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+// FieldManager is the server-side apply field manager of everything this binary writes.
+const FieldManager = "kagenti-agentcard"
+
+// DefaultSyncPeriod applies when spec.syncPeriod is unset.
+const DefaultSyncPeriod = 30 * time.Second
+
+// +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kagenti.io,resources=agentcards/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// CardReconciler syncs AgentCards: resolve pods, fetch each one's card, verify, write status.
+type CardReconciler struct {
+	Client   client.Client
+	Resolver *duck.Resolver
+	Fetcher  *fetch.Fetcher
+	Trust    *TrustStore
+	Recorder events.EventRecorder
+
+	// RequireSignature is the default of spec.requireSignature; TrustDomain of identityBinding.trustDomain.
+	RequireSignature bool
+	TrustDomain      string
+
+	mu        sync.Mutex
+	states    map[types.NamespacedName]*cardState
+	selectors map[types.NamespacedName]labels.Selector
+}
+
+func (r *CardReconciler) stateFor(key types.NamespacedName) *cardState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.states == nil {
+		r.states = map[types.NamespacedName]*cardState{}
+	}
+	s, ok := r.states[key]
+	if !ok {
+		s = &cardState{pods: map[string]*podState{}}
+		r.states[key] = s
+	}
+	return s
+}
+
+func (r *CardReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.states, key)
+	delete(r.selectors, key)
+}
+
+func (r *CardReconciler) rememberSelector(key types.NamespacedName, sel labels.Selector) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.selectors == nil {
+		r.selectors = map[types.NamespacedName]labels.Selector{}
+	}
+	if sel == nil {
+		delete(r.selectors, key)
+		return
+	}
+	r.selectors[key] = sel
+}
+
+// cardsSelecting returns the AgentCards whose last resolved selector matches a pod's labels.
+func (r *CardReconciler) cardsSelecting(namespace string, podLabels map[string]string) []types.NamespacedName {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []types.NamespacedName
+	for k, sel := range r.selectors {
+		if k.Namespace == namespace && sel.Matches(labels.Set(podLabels)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var c v1alpha1.AgentCard
+	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	period := DefaultSyncPeriod
+	if c.Spec.SyncPeriod != nil && c.Spec.SyncPeriod.Duration >= 5*time.Second {
+		period = c.Spec.SyncPeriod.Duration
+	}
+	requireSig := r.RequireSignature
+	if c.Spec.RequireSignature != nil {
+		requireSig = *c.Spec.RequireSignature
+	}
+
+	var served []servedPod
+	var selErr *selectorError
+	sel, err := r.podSelector(ctx, &c)
+	switch {
+	case errors.As(err, &selErr):
+		r.rememberSelector(req.NamespacedName, nil)
+		r.stateFor(req.NamespacedName).reset()
+	case err != nil:
+		return ctrl.Result{}, err
+	default:
+		r.rememberSelector(req.NamespacedName, sel)
+		pods, err := r.readyPods(ctx, c.Namespace, sel)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		served = r.syncPods(ctx, &c, pods, requireSig)
+	}
+
+	desired := buildStatus(&c, served, selErr, requireSig, time.Now())
+	if err := r.applyStatus(ctx, &c, desired); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.labelPods(ctx, served)
+	return ctrl.Result{RequeueAfter: jitter(period)}, nil
+}
+
+// syncPods fetches every ready pod in parallel (the fetcher bounds global concurrency) and drops
+// the state of pods that are gone.
+func (r *CardReconciler) syncPods(ctx context.Context, c *v1alpha1.AgentCard, pods []corev1.Pod, requireSig bool) []servedPod {
+	cs := r.stateFor(client.ObjectKeyFromObject(c))
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	td, spiffeID := r.TrustDomain, ""
+	if b := c.Spec.IdentityBinding; b != nil {
+		if b.TrustDomain != "" {
+			td = b.TrustDomain
+		}
+		spiffeID = b.SpiffeID
+	}
+	keep := make(map[string]bool, len(pods))
+	out := make([]servedPod, len(pods))
+	var wg sync.WaitGroup
+	for i := range pods {
+		p := &pods[i]
+		keep[p.Name] = true
+		st, ok := cs.pods[p.Name]
+		if !ok {
+			st = &podState{}
+			cs.pods[p.Name] = st
+		}
+		out[i] = servedPod{pod: p, state: st}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.syncPod(ctx, st, syncInput{card: c, pod: p, trustDomain: td, requireSig: requireSig, expectedIDSpec: spiffeID})
+		}()
+	}
+	wg.Wait()
+	for name := range cs.pods {
+		if !keep[name] {
+			delete(cs.pods, name)
+		}
+	}
+	return out
+}
+
+func (cs *cardState) reset() {
+	cs.mu.Lock()
+	cs.pods = map[string]*podState{}
+	cs.mu.Unlock()
+}
+
+// applyStatus writes desired with server-side apply, only when it differs from the stored status.
+func (r *CardReconciler) applyStatus(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus) error {
+	if statusEqual(c.Status, desired) {
+		metrics.ObserveStatusWrite("unchanged")
+		return nil
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	desired.LastSyncTime = &now
+	u, err := statusApplyObject(c, desired)
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying status: %w", err)
+	}
+	metrics.ObserveStatusWrite("applied")
+	r.recordTransitions(c, desired)
+	return nil
+}
+
+// statusApplyObject is the apply configuration of the status: only this controller's conditions,
+// so netpol's NetworkPolicyReady keeps its own manager.
+func statusApplyObject(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) (*unstructured.Unstructured, error) {
+	var own []metav1.Condition
+	for _, t := range ownConditions {
+		if cond := meta.FindStatusCondition(st.Conditions, t); cond != nil {
+			own = append(own, *cond)
+		}
+	}
+	st.Conditions = own
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": m}}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentCard"))
+	u.SetName(c.Name)
+	u.SetNamespace(c.Namespace)
+	return u, nil
+}
+
+// recordTransitions emits an Event for every own condition whose status or reason changed.
+func (r *CardReconciler) recordTransitions(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, t := range ownConditions {
+		now := meta.FindStatusCondition(st.Conditions, t)
+		was := meta.FindStatusCondition(c.Status.Conditions, t)
+		if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
+			continue
+		}
+		if now.Status == metav1.ConditionUnknown {
+			continue
+		}
+		typ := corev1.EventTypeNormal
+		if now.Status == metav1.ConditionFalse {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(c, nil, typ, now.Reason, t, "%s=%s: %s", t, now.Status, now.Message)
+	}
+}
+
+// labelPods writes kagenti.io/signature-verified on every pod whose card was checked.
+func (r *CardReconciler) labelPods(ctx context.Context, served []servedPod) {
+	for _, sp := range served {
+		if sp.state.card == nil {
+			continue
+		}
+		verified := sp.state.verify.Verified && sp.state.binding.Bound
+		if err := r.patchVerifiedLabel(ctx, sp.pod, verified); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+		}
+	}
+}
+
+// jitter spreads requeues over ±10% of the period so 1,000 cards do not sync in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}

@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+// DefaultPort is the card port when the pod names no "a2a" or "http" container port.
+const DefaultPort = 8081
+
+// selectorError is a user-fixable problem with the pod selection, with a condition reason.
+type selectorError struct {
+	reason, message string
+}
+
+func (e *selectorError) Error() string { return e.message }
+
+// podSelector returns the label selector of the card's pods: the workload's (targetRef mode) or
+// spec.selector.
+func (r *CardReconciler) podSelector(ctx context.Context, c *v1alpha1.AgentCard) (labels.Selector, error) {
+	if c.Spec.TargetRef != nil {
+		w, err := r.Resolver.Resolve(ctx, c.Namespace, *c.Spec.TargetRef)
+		if err != nil {
+			if reason := duck.ReasonOf(err); reason != "" {
+				return nil, &selectorError{reason: reason, message: err.Error()}
+			}
+			return nil, err
+		}
+		sel, err := w.Selector()
+		if err != nil {
+			if reason := duck.ReasonOf(err); reason != "" {
+				return nil, &selectorError{reason: reason, message: err.Error()}
+			}
+			return nil, &selectorError{reason: duck.ReasonUnsupportedKind, message: err.Error()}
+		}
+		return sel, nil
+	}
+	if c.Spec.Selector == nil {
+		return nil, &selectorError{reason: "InvalidSelector", message: "spec.selector or spec.targetRef is required"}
+	}
+	sel, err := metav1.LabelSelectorAsSelector(c.Spec.Selector)
+	if err != nil {
+		return nil, &selectorError{reason: "InvalidSelector", message: fmt.Sprintf("spec.selector: %v", err)}
+	}
+	if sel.Empty() {
+		return nil, &selectorError{reason: "InvalidSelector", message: "spec.selector must not be empty (it would select every pod in the namespace)"}
+	}
+	return sel, nil
+}
+
+// readyPods lists the selected pods that are Ready, have an IP and are not terminating, by name.
+func (r *CardReconciler) readyPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	out := make([]corev1.Pod, 0, len(list.Items))
+	for _, p := range list.Items {
+		if isServing(&p) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func isServing(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// endpointFor resolves scheme, port and paths for a pod from spec.endpoint and the pod's ports.
+func endpointFor(c *v1alpha1.AgentCard, p *corev1.Pod) (scheme string, port int32, paths []string) {
+	scheme, paths = "http", []string{fetch.PathAgentCard, fetch.PathLegacy}
+	if e := c.Spec.Endpoint; e != nil {
+		if e.Scheme != "" {
+			scheme = e.Scheme
+		}
+		if e.Path != "" {
+			paths = []string{e.Path}
+		}
+		port = e.Port
+	}
+	if port == 0 {
+		port = namedPort(p)
+	}
+	return scheme, port, paths
+}
+
+func namedPort(p *corev1.Pod) int32 {
+	for _, want := range []string{"a2a", "http"} {
+		for _, ctr := range p.Spec.Containers {
+			for _, cp := range ctr.Ports {
+				if cp.Name == want {
+					return cp.ContainerPort
+				}
+			}
+		}
+	}
+	return DefaultPort
+}
+
+// patchVerifiedLabel sets kagenti.io/signature-verified on the pod itself (a metadata-only merge
+// patch: no restart, never the workload's template) when it differs.
+func (r *CardReconciler) patchVerifiedLabel(ctx context.Context, p *corev1.Pod, verified bool) error {
+	want := fmt.Sprint(verified)
+	if p.Labels[v1alpha1.LabelSignatureVerified] == want {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, v1alpha1.LabelSignatureVerified, want)
+	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+	err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, []byte(patch)))
+	return client.IgnoreNotFound(err)
+}

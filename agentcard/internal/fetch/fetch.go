@@ -1,0 +1,179 @@
+// Package fetch gets agent cards from pod IPs: bounded global concurrency, a per-request timeout,
+// a body size limit, no redirects, no proxies, and conditional GETs with ETag / If-None-Match.
+package fetch
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// Default paths: A2A ≥ 0.3 first, the older well-known path on 404.
+const (
+	PathAgentCard = "/.well-known/agent-card.json"
+	PathLegacy    = "/.well-known/agent.json"
+	// MaxBodyBytes bounds a card's size.
+	MaxBodyBytes = 1 << 20
+)
+
+// Fetcher fetches cards. Safe for concurrent use.
+type Fetcher struct {
+	client  *http.Client
+	sem     chan struct{}
+	timeout time.Duration
+}
+
+// New returns a Fetcher allowing at most concurrency requests in flight across all cards.
+func New(concurrency int, timeout time.Duration) *Fetcher {
+	if concurrency < 1 {
+		concurrency = 1
+	}
+	transport := &http.Transport{
+		Proxy:               nil, // pod IPs are contacted directly, never through an environment proxy
+		DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		MaxIdleConns:        concurrency * 2,
+		IdleConnTimeout:     90 * time.Second,
+		// Pod certificates rarely name pod IPs; a card's authenticity comes from its JWS signature,
+		// not from TLS, so the server certificate is not verified for https endpoints.
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
+		TLSHandshakeTimeout: timeout,
+	}
+	return &Fetcher{
+		client: &http.Client{
+			Transport: transport,
+			Timeout:   timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse // a redirect could lead off the pod
+			},
+		},
+		sem:     make(chan struct{}, concurrency),
+		timeout: timeout,
+	}
+}
+
+// Request is one fetch from one pod.
+type Request struct {
+	Scheme string
+	PodIP  string
+	Port   int32
+	// Paths are tried in order, the next one only on 404.
+	Paths []string
+	// ETag of the previous response from this pod and path, sent as If-None-Match.
+	ETag string
+	// ETagPath is the path the ETag belongs to.
+	ETagPath string
+}
+
+// Response is what a pod returned.
+type Response struct {
+	URL  string
+	Path string
+	// NotModified means the pod answered 304 to If-None-Match: the previous body is still current.
+	NotModified bool
+	Body        []byte
+	ETag        string
+}
+
+// Error is a fetch failure with a short CamelCase kind for metrics.
+type Error struct {
+	Kind string
+	URL  string
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %v", e.URL, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Fetch gets the card. The host is always the pod IP: the request never follows anything the pod
+// or the card says.
+func (f *Fetcher) Fetch(ctx context.Context, r Request) (*Response, error) {
+	ip, err := netip.ParseAddr(r.PodIP)
+	if err != nil {
+		return nil, &Error{Kind: "InvalidPodIP", URL: r.PodIP, Err: fmt.Errorf("pod IP %q: %w", r.PodIP, err)}
+	}
+	select {
+	case f.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, &Error{Kind: "Canceled", URL: r.PodIP, Err: ctx.Err()}
+	}
+	defer func() { <-f.sem }()
+	host := net.JoinHostPort(ip.String(), strconv.Itoa(int(r.Port)))
+	var last error
+	for _, p := range r.Paths {
+		url := r.Scheme + "://" + host + p
+		etag := ""
+		if p == r.ETagPath {
+			etag = r.ETag
+		}
+		resp, err := f.get(ctx, url, etag)
+		if err != nil {
+			var fe *Error
+			if errors.As(err, &fe) && fe.Kind == "NotFound" {
+				last = err
+				continue
+			}
+			return nil, err
+		}
+		resp.Path = p
+		return resp, nil
+	}
+	return nil, last
+}
+
+func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, &Error{Kind: "InvalidURL", URL: url, Err: err}
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "kagenti-agentcard")
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		kind := "Unreachable"
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+			kind = "Timeout"
+			err = fmt.Errorf("no answer within %s", f.timeout)
+		}
+		return nil, &Error{Kind: kind, URL: url, Err: err}
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotModified && etag != "":
+		return &Response{URL: url, NotModified: true, ETag: etag}, nil
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, &Error{Kind: "NotFound", URL: url, Err: errors.New("HTTP 404 Not Found")}
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return nil, &Error{Kind: "Redirect", URL: url, Err: fmt.Errorf("HTTP %d redirect to %q is not followed", resp.StatusCode, resp.Header.Get("Location"))}
+	case resp.StatusCode != http.StatusOK:
+		return nil, &Error{Kind: "HTTPError", URL: url, Err: fmt.Errorf("HTTP %s", resp.Status)}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
+	if err != nil {
+		return nil, &Error{Kind: "Unreachable", URL: url, Err: fmt.Errorf("reading body: %w", err)}
+	}
+	if len(body) > MaxBodyBytes {
+		return nil, &Error{Kind: "TooLarge", URL: url, Err: fmt.Errorf("card larger than %d bytes", MaxBodyBytes)}
+	}
+	return &Response{URL: url, Body: body, ETag: resp.Header.Get("ETag")}, nil
+}
+
+// KindOf returns the failure kind of a fetch error.
+func KindOf(err error) string {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe.Kind
+	}
+	return "Error"
+}

@@ -1,0 +1,81 @@
+package fetch_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kagenti/platform/agentcard/internal/fetch"
+)
+
+func server(t *testing.T, h http.HandlerFunc) (string, int32) {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	host, port, _ := net.SplitHostPort(s.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	return host, int32(p)
+}
+
+func TestFallsBackToLegacyPathOn404AndUsesETag(t *testing.T) {
+	var sawINM string
+	ip, port := server(t, func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "application/json", r.Header.Get("Accept"))
+		if r.URL.Path != fetch.PathLegacy {
+			http.NotFound(w, r)
+			return
+		}
+		sawINM = r.Header.Get("If-None-Match")
+		w.Header().Set("ETag", `"v1"`)
+		if sawINM == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	})
+	f := fetch.New(2, time.Second)
+	req := fetch.Request{Scheme: "http", PodIP: ip, Port: port, Paths: []string{fetch.PathAgentCard, fetch.PathLegacy}}
+	resp, err := f.Fetch(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, fetch.PathLegacy, resp.Path)
+	assert.Equal(t, `"v1"`, resp.ETag)
+	assert.False(t, resp.NotModified)
+
+	req.ETag, req.ETagPath = resp.ETag, resp.Path
+	resp, err = f.Fetch(context.Background(), req)
+	require.NoError(t, err)
+	assert.True(t, resp.NotModified)
+	assert.Equal(t, `"v1"`, sawINM)
+}
+
+func TestFailures(t *testing.T) {
+	f := fetch.New(2, 200*time.Millisecond)
+	cases := []struct {
+		name string
+		h    http.HandlerFunc
+		kind string
+	}{
+		{"404 everywhere", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }, "NotFound"},
+		{"500", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, "HTTPError"},
+		{"redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "http://10.0.0.1/", 302) }, "Redirect"},
+		{"too large", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(make([]byte, fetch.MaxBodyBytes+1)) }, "TooLarge"},
+		{"slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(time.Second) }, "Timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ip, port := server(t, c.h)
+			_, err := f.Fetch(context.Background(), fetch.Request{Scheme: "http", PodIP: ip, Port: port, Paths: []string{fetch.PathAgentCard, fetch.PathLegacy}})
+			require.Error(t, err)
+			assert.Equal(t, c.kind, fetch.KindOf(err), err.Error())
+		})
+	}
+	_, err := f.Fetch(context.Background(), fetch.Request{Scheme: "http", PodIP: "weather.example.com", Port: 80, Paths: []string{"/"}})
+	assert.Equal(t, "InvalidPodIP", fetch.KindOf(err), "only IP addresses are ever contacted")
+}

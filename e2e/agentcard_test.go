@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/e2e/framework"
+)
+
+var agentcardE2EGVK = schema.GroupVersionKind{Group: "kagenti.io", Version: "v1alpha1", Kind: "AgentCard"}
+
+const e2eCardPort = 18281
+
+// TestAgentCard: a Deployment labelled kagenti.io/type=agent gets an AgentCard automatically; its
+// pod serves a card signed (with `kagenti-agentcard sign`) by an SVID for the pod's own service
+// account from the local dev CA, which is the trust bundle; the card ends up Ready, verified and
+// bound, and the pod (not the template) is labelled kagenti.io/signature-verified=true.
+func TestAgentCard(t *testing.T) {
+	if framework.ClusterKind() != "local" {
+		t.Skipf("serving a card on a pod IP needs the local cluster's loopback pod IPs (this is %s)", framework.ClusterKind())
+	}
+	bin := filepath.Join(framework.Root(), "bin", "kagenti-agentcard")
+	caDir := filepath.Join(framework.Root(), ".local", "agentcard")
+	if _, err := os.Stat(filepath.Join(caDir, "ca.key")); err != nil {
+		t.Skip("the agentcard pillar is not running on the local cluster (no dev CA in .local/agentcard)")
+	}
+	c := framework.Client(t)
+	ctx := context.Background()
+	ns := framework.Namespace(t, c, "agentcard", nil)
+	sa := "card-agent"
+	framework.Create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}})
+
+	// Sign the card as the pod's identity.
+	dir := t.TempDir()
+	card := map[string]any{
+		"protocolVersion": "0.3.0", "name": "E2E Agent", "description": "e2e", "version": "1.2.3",
+		"url": "http://card-agent:8080", "capabilities": map[string]any{},
+		"defaultInputModes": []string{"text/plain"}, "defaultOutputModes": []string{"text/plain"},
+		"skills": []any{map[string]any{"id": "echo", "name": "Echo", "description": "echoes", "tags": []string{"e2e"}}},
+	}
+	raw, _ := json.Marshal(card)
+	agentcardMust(t, os.WriteFile(filepath.Join(dir, "card.json"), raw, 0o600))
+	agentcardRun(t, bin, "dev-svid", "--ca-cert", filepath.Join(caDir, "ca.crt"), "--ca-key", filepath.Join(caDir, "ca.key"),
+		"--spiffe-id", "spiffe://cluster.local/ns/"+ns+"/sa/"+sa,
+		"--out-cert", filepath.Join(dir, "svid.crt"), "--out-key", filepath.Join(dir, "svid.key"))
+	signed := agentcardRun(t, bin, "sign", "--card", filepath.Join(dir, "card.json"), "--key", filepath.Join(dir, "svid.key"), "--cert", filepath.Join(dir, "svid.crt"))
+
+	labels := map[string]string{"app": "card-agent"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "card-agent", Labels: map[string]string{"kagenti.io/type": "agent"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "agent", Image: framework.PauseImage(),
+					Ports: []corev1.ContainerPort{{Name: "a2a", ContainerPort: e2eCardPort}}}}}}},
+	}
+	framework.Create(t, c, dep)
+
+	var pod corev1.Pod
+	framework.Eventually(t, 60*time.Second, "a running card-agent pod with an IP", func(ctx context.Context) (bool, string, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+			return false, "", err
+		}
+		for _, p := range pods.Items {
+			if p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning {
+				pod = p
+				return true, "", nil
+			}
+		}
+		return false, framework.Sprintf("%d pods, none running with an IP", len(pods.Items)), nil
+	})
+	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
+		t.Skipf("pod IP %s is not loopback", pod.Status.PodIP)
+	}
+	framework.ServeOnPodIP(t, pod.Status.PodIP, e2eCardPort, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/agent-card.json" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(signed)
+	}))
+
+	key := client.ObjectKey{Namespace: ns, Name: "card-agent-deployment-card"}
+	framework.Eventually(t, 90*time.Second, "auto-created AgentCard Ready and verified", func(ctx context.Context) (bool, string, error) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(agentcardE2EGVK)
+		if err := c.Get(ctx, key, u); err != nil {
+			return false, "AgentCard not created yet: " + err.Error(), nil
+		}
+		verified, _, _ := unstructured.NestedBool(u.Object, "status", "signature", "verified")
+		bound, _, _ := unstructured.NestedBool(u.Object, "status", "binding", "bound")
+		name, _, _ := unstructured.NestedString(u.Object, "status", "card", "name")
+		ready := agentcardCondition(u, "Ready")
+		if !verified || !bound || name != "E2E Agent" || ready != "True" {
+			return false, framework.Sprintf("verified=%v bound=%v card=%q Ready=%s", verified, bound, name, ready), nil
+		}
+		return true, "", nil
+	})
+	framework.Eventually(t, 30*time.Second, "pod labelled kagenti.io/signature-verified=true", func(ctx context.Context) (bool, string, error) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(&pod), &p); err != nil {
+			return false, "", err
+		}
+		return p.Labels["kagenti.io/signature-verified"] == "true", "label=" + p.Labels["kagenti.io/signature-verified"], nil
+	})
+	var d appsv1.Deployment
+	agentcardMust(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &d))
+	if _, ok := d.Spec.Template.Labels["kagenti.io/signature-verified"]; ok {
+		t.Fatal("the pod template must never carry kagenti.io/signature-verified")
+	}
+}
+
+func agentcardCondition(u *unstructured.Unstructured, typ string) string {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func agentcardRun(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("%s %v: %v: %s", name, args, err, ee.Stderr)
+		}
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return out
+}
+
+func agentcardMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
