@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
@@ -53,6 +54,10 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.BoolVar(&opts.Webhook, "webhook", false, "serve the validating webhook for TokenExchange (clientNameTemplate checks) on --webhook-port")
+	f.IntVar(&opts.WebhookPort, "webhook-port", 9443, "port the validating webhook listens on when --webhook is set")
+	f.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook; empty uses controller-runtime's default")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -80,7 +85,12 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultNamespaces: namespaceSet(namespaces)},
+		Cache: cache.Options{
+			DefaultNamespaces: namespaceSet(namespaces),
+			DefaultTransform:  cache.TransformStripManagedFields(),
+			ByObject:          controller.CacheByObject(),
+		},
+		WebhookServer: webhook.NewServer(webhook.Options{Port: opts.WebhookPort, CertDir: opts.WebhookCertDir}),
 	})
 	if err != nil {
 		return err

@@ -1,14 +1,108 @@
-// Package controller wires this pillar's reconcilers into a controller-runtime manager.
+// Package controller reconciles TokenExchanges: it renders each into the ConfigMap
+// {workload}-token-exchange and reports the workload's identity sidecars in the status.
 package controller
 
 import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/resources"
+	"github.com/kagenti/platform/tokenexchange/internal/webhook"
 )
 
-// Options are the pillar-specific settings taken from the command line.
-type Options struct{}
+// Name is the controller's name, field manager and managed-by value.
+const Name = "kagenti-tokenexchange"
 
-// Setup registers the pillar's reconcilers, indexes and watches with mgr.
+// Options are the pillar-specific settings taken from the command line.
+type Options struct {
+	// Webhook serves the validating webhook on the manager's webhook server.
+	Webhook bool
+	// WebhookPort and WebhookCertDir configure the manager's webhook server (used with Webhook).
+	WebhookPort    int
+	WebhookCertDir string
+	// MaxConcurrentReconciles is the number of TokenExchanges reconciled in parallel.
+	MaxConcurrentReconciles int
+}
+
+// CacheByObject restricts what the manager caches for this controller: only its own ConfigMaps
+// (not every ConfigMap in the cluster) and a trimmed view of pods.
+func CacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name})},
+		&corev1.Pod{}:       {Transform: TrimPod},
+	}
+}
+
+// Setup registers the reconciler, its index and watches (and the webhook) with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	ctx := context.Background()
+	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.TokenExchange{}); err != nil {
+		return err
+	}
+	r := &Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Resolver:  duck.NewResolver(mgr.GetClient()),
+		Applier:   &configmap.Applier{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Recorder:  mgr.GetEventRecorder(Name),
+		Defaults:  resources.DefaultIdentity(),
+		Selectors: NewSelectorIndex(),
+	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	newList := func() client.ObjectList { return &v1alpha1.TokenExchangeList{} }
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("tokenexchange").
+		// Status-only writes (ours, or another manager's condition) need no reconcile.
+		For(&v1alpha1.TokenExchange{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A TokenExchange appearing or going away changes who wins for its target: wake the others.
+		Watches(&v1alpha1.TokenExchange{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			te, ok := o.(*v1alpha1.TokenExchange)
+			if !ok {
+				return nil
+			}
+			gvk, err := te.Spec.TargetRef.GroupVersionKind()
+			if err != nil {
+				return nil
+			}
+			target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: te.Namespace, Name: te.Spec.TargetRef.Name}}
+			return duck.ReferrerRequests(ctx, mgr.GetClient(), gvk.GroupKind(), target, newList())
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.Selectors.mapPod)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
+	for _, gvk := range duck.BuiltinKinds() {
+		// Metadata is enough to notice a workload appearing, changing (e.g. being injected) or
+		// going away; the reconciler reads the workload itself through the duck resolver.
+		b = b.Watches(metadataObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList), builder.OnlyMetadata)
+	}
+	if err := b.Complete(r); err != nil {
+		return err
+	}
+	if opts.Webhook {
+		return webhook.Setup(mgr)
+	}
 	return nil
+}
+
+func metadataObject(gvk schema.GroupVersionKind) client.Object {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	return m
 }

@@ -1,0 +1,412 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+// TokenExchange customises the identity sidecars the injector put into one workload: SPIFFE, the
+// identity-provider registration, inbound token validation and outbound RFC 8693 token exchange.
+// The controller renders it, merged over the injector's defaults, into the ConfigMap
+// {workload}-token-exchange that the sidecars read from /etc/kagenti/token-exchange/.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tx,categories=kagenti
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.targetRef.kind`,priority=1
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.configuredPods`
+// +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TokenExchange struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TokenExchangeSpec   `json:"spec"`
+	Status TokenExchangeStatus `json:"status,omitempty"`
+}
+
+// TokenExchangeSpec is the identity configuration of one workload. Every section and field is
+// optional: what is left out keeps the injector's default (docs/tokenexchange.md lists them).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.inbound) || !has(self.outbound) || !has(self.outbound.trafficInterception) || (has(self.inbound.port) ? self.inbound.port : 8080) != (has(self.outbound.trafficInterception.proxyPort) ? self.outbound.trafficInterception.proxyPort : 15123)",message="outbound.trafficInterception.proxyPort must differ from inbound.port",fieldPath=".outbound.trafficInterception.proxyPort",reason="FieldValueInvalid"
+type TokenExchangeSpec struct {
+	// TargetRef names the workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or
+	// any kind with a pod template) in this namespace whose identity sidecars are configured.
+	TargetRef duck.TargetRef `json:"targetRef"`
+
+	// Spiffe configures how the workload obtains its SPIFFE identity (spiffe-helper).
+	// +optional
+	Spiffe *SpiffeSpec `json:"spiffe,omitempty"`
+
+	// ClientRegistration configures the registration of the workload as an OAuth client with the
+	// identity provider (client-registration).
+	// +optional
+	ClientRegistration *ClientRegistrationSpec `json:"clientRegistration,omitempty"`
+
+	// Inbound configures the proxy in front of the agent that validates incoming tokens (auth-proxy).
+	// +optional
+	Inbound *InboundSpec `json:"inbound,omitempty"`
+
+	// Outbound configures interception of outgoing traffic and token exchange (envoy-proxy).
+	// +optional
+	Outbound *OutboundSpec `json:"outbound,omitempty"`
+}
+
+// SpiffeSpec configures the SPIFFE identity.
+type SpiffeSpec struct {
+	// Enabled turns SPIFFE on or off for this workload. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// TrustDomain of the SPIFFE IDs, e.g. prod.cluster.local. Default cluster.local.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
+	TrustDomain string `json:"trustDomain,omitempty"`
+
+	// SocketPath of the SPIRE agent's Workload API, an absolute path with or without the unix://
+	// scheme. Default /run/spire/agent-sockets/agent.sock.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^(unix://)?/[^\s]*$`
+	SocketPath string `json:"socketPath,omitempty"`
+
+	// OutputFormat of the SVID written to /shared: jwt (a JWT SVID) or x509 (certificate, key and
+	// bundle). Default jwt.
+	// +optional
+	// +kubebuilder:validation:Enum=jwt;x509
+	OutputFormat string `json:"outputFormat,omitempty"`
+
+	// Audience of the JWT SVID. Default kagenti-agents.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Audience string `json:"audience,omitempty"`
+}
+
+// Identity providers the client registration supports.
+const (
+	ProviderKeycloak = "keycloak"
+)
+
+// ClientRegistrationSpec configures the registration with the identity provider.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'keycloak' || (has(self.keycloak) && has(self.keycloak.url) && has(self.keycloak.realm))",message="provider keycloak requires keycloak.url and keycloak.realm",fieldPath=".keycloak",reason="FieldValueRequired"
+type ClientRegistrationSpec struct {
+	// Enabled turns client registration on or off. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Provider is the identity provider. Only keycloak is implemented in v1alpha1; other providers
+	// (aws-iam, gcp-workload-identity, generic-oidc) will be added to this enum with their own
+	// sections. When omitted, the cluster's default Keycloak is used.
+	// +optional
+	// +kubebuilder:validation:Enum=keycloak
+	Provider string `json:"provider,omitempty"`
+
+	// Keycloak configures the Keycloak provider. Fields left out keep the cluster defaults.
+	// +optional
+	Keycloak *KeycloakSpec `json:"keycloak,omitempty"`
+}
+
+// KeycloakSpec configures registration with Keycloak.
+type KeycloakSpec struct {
+	// URL of the Keycloak server, e.g. http://keycloak.auth.svc:8080.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	URL string `json:"url,omitempty"`
+
+	// Realm the workload is registered in.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[^\s/]+$`
+	Realm string `json:"realm,omitempty"`
+
+	// AdminCredentialsSecret names a Secret in the workload's namespace holding the Keycloak admin
+	// credentials used to register the client.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	AdminCredentialsSecret string `json:"adminCredentialsSecret,omitempty"`
+
+	// ClientNameTemplate is a Go template for the registered client's name. Variables:
+	// .PodName, .Namespace, .WorkloadName, .ServiceAccount. Default {{.Namespace}}/{{.WorkloadName}}.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClientNameTemplate string `json:"clientNameTemplate,omitempty"`
+
+	// TokenExchangeEnabled enables the RFC 8693 token-exchange grant on the registered client.
+	// Default true.
+	// +optional
+	TokenExchangeEnabled *bool `json:"tokenExchangeEnabled,omitempty"`
+}
+
+// InboundSpec configures the inbound proxy.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.port) ? self.port : 8080) != (has(self.targetPort) ? self.targetPort : 8081)",message="targetPort must differ from port",fieldPath=".targetPort",reason="FieldValueInvalid"
+type InboundSpec struct {
+	// Enabled turns the inbound proxy on or off. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Port the proxy listens on. Default 8080.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+
+	// TargetPort of the agent the proxy forwards to. Default 8081.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	TargetPort *int32 `json:"targetPort,omitempty"`
+
+	// Validation configures the validation of incoming tokens.
+	// +optional
+	Validation *ValidationSpec `json:"validation,omitempty"`
+}
+
+// ValidationSpec configures inbound token validation.
+type ValidationSpec struct {
+	// Enabled turns token validation on or off. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Issuer expected in the iss claim. Default {keycloak url}/realms/{realm}.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	Issuer string `json:"issuer,omitempty"`
+
+	// JWKSURL the signing keys are fetched from.
+	// Default {keycloak url}/realms/{realm}/protocol/openid-connect/certs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	JWKSURL string `json:"jwksUrl,omitempty"`
+
+	// Audience expected in the aud claim; "self" means the workload's own SPIFFE ID.
+	// Default: the workload's SPIFFE ID.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Audience string `json:"audience,omitempty"`
+
+	// RequiredScopes every incoming token must carry.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
+	RequiredScopes []string `json:"requiredScopes,omitempty"`
+}
+
+// OutboundSpec configures outbound traffic.
+type OutboundSpec struct {
+	// Enabled turns outbound handling on or off. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// TrafficInterception configures the iptables redirect of outgoing traffic to the proxy.
+	// +optional
+	TrafficInterception *TrafficInterceptionSpec `json:"trafficInterception,omitempty"`
+
+	// TokenExchange configures the exchange of tokens for outgoing requests.
+	// +optional
+	TokenExchange *OutboundTokenExchangeSpec `json:"tokenExchange,omitempty"`
+}
+
+// TrafficInterceptionSpec configures the interception of outgoing traffic.
+type TrafficInterceptionSpec struct {
+	// Enabled turns interception on or off. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// ProxyPort outgoing traffic is redirected to. Default 15123.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ProxyPort *int32 `json:"proxyPort,omitempty"`
+
+	// ProxyUID is the user ID of the proxy, whose own traffic is not intercepted. Default 1337.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	ProxyUID *int64 `json:"proxyUid,omitempty"`
+
+	// ExcludePorts are outbound destination ports that are not intercepted. The inbound port is
+	// always excluded.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	ExcludePorts []int32 `json:"excludePorts,omitempty"`
+}
+
+// OutboundTokenExchangeSpec configures RFC 8693 token exchange for outgoing requests.
+type OutboundTokenExchangeSpec struct {
+	// Enabled turns token exchange on or off; when off every destination is passed through. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// TokenURL of the token endpoint. Default {keycloak url}/realms/{realm}/protocol/openid-connect/token.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	TokenURL string `json:"tokenUrl,omitempty"`
+
+	// DefaultTarget is used for destinations no rule matches, and fills in what a rule leaves out.
+	// Default audience downstream-service, no scopes.
+	// +optional
+	DefaultTarget *ExchangeTarget `json:"defaultTarget,omitempty"`
+
+	// DestinationRules choose the exchanged token per destination host; the first match wins.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(r, self.exists_one(o, o.match.host == r.match.host))",message="destination rule hosts must be unique"
+	DestinationRules []DestinationRule `json:"destinationRules,omitempty"`
+}
+
+// ExchangeTarget is what a token is exchanged for.
+type ExchangeTarget struct {
+	// Audience of the exchanged token.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Audience string `json:"audience,omitempty"`
+
+	// Scopes requested for the exchanged token.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// DestinationRule selects the token for requests to one host.
+type DestinationRule struct {
+	// Match selects the destination.
+	Match DestinationMatch `json:"match"`
+
+	// Target of the exchange for matching requests; fields left out come from defaultTarget.
+	// Without a target, matching requests are passed through with their original token.
+	// +optional
+	Target *ExchangeTarget `json:"target,omitempty"`
+}
+
+// DestinationMatch selects destinations.
+type DestinationMatch struct {
+	// Host of the destination, optionally with a port; * matches any run of characters
+	// (e.g. *.svc.cluster.local).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9*]([-A-Za-z0-9.*]*[A-Za-z0-9*])?(:[0-9]{1,5})?$`
+	Host string `json:"host"`
+}
+
+// Phases of a TokenExchange.
+const (
+	PhasePending = "Pending"
+	PhaseActive  = "Active"
+	PhaseError   = "Error"
+)
+
+// Condition types.
+const (
+	// ConditionReady: the ConfigMap is written for an injected workload and this TokenExchange is
+	// the one in effect for it.
+	ConditionReady = "Ready"
+	// ConditionTargetResolved: spec.targetRef names an existing workload with a pod template.
+	ConditionTargetResolved = "TargetResolved"
+	// ConditionConfigMapReady: the ConfigMap {workload}-token-exchange holds this spec.
+	ConditionConfigMapReady = "ConfigMapReady"
+)
+
+// Condition reasons besides duck.ReasonTargetNotFound, duck.ReasonUnsupportedKind and
+// duck.ReasonInvalidTargetRef.
+const (
+	ReasonResolved          = "Resolved"
+	ReasonConfigured        = "Configured"
+	ReasonNotInjected       = "NotInjected"
+	ReasonConflict          = "Conflict"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonConfigMapNotOwned = "ConfigMapNotOwned"
+	ReasonApplyFailed       = "ApplyFailed"
+	ReasonWaitingForTarget  = "WaitingForTarget"
+)
+
+// TokenExchangeStatus is the observed state.
+type TokenExchangeStatus struct {
+	// ObservedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the state: Pending (waiting for the workload or its injection), Active
+	// (configuration in effect) or Error (needs a fix: invalid spec, conflict, unsupported kind).
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;Active;Error
+	Phase string `json:"phase,omitempty"`
+
+	// Message is a human summary of the state.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// ConfigMapName is the ConfigMap holding the rendered configuration.
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+
+	// ConfiguredPods counts the running pods of the workload that mount that ConfigMap.
+	// +optional
+	ConfiguredPods int32 `json:"configuredPods"`
+
+	// IdentityStatus reports the readiness of the identity sidecars across the configured pods.
+	// +optional
+	IdentityStatus *IdentityStatus `json:"identityStatus,omitempty"`
+
+	// Conditions: Ready, TargetResolved, ConfigMapReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IdentityStatus is true for a component when its sidecar is ready in every configured pod (and
+// there is at least one).
+type IdentityStatus struct {
+	// SpiffeEnabled: spiffe-helper is ready, the workload holds a SPIFFE identity.
+	SpiffeEnabled bool `json:"spiffeEnabled"`
+	// IdpRegistered: client-registration is ready, the workload is registered with the IdP.
+	IdpRegistered bool `json:"idpRegistered"`
+	// InboundProxyReady: auth-proxy is ready.
+	InboundProxyReady bool `json:"inboundProxyReady"`
+	// OutboundProxyReady: envoy-proxy is ready.
+	OutboundProxyReady bool `json:"outboundProxyReady"`
+}
+
+// GetTargetRef implements duck.Referrer.
+func (t *TokenExchange) GetTargetRef() *duck.TargetRef { return &t.Spec.TargetRef }
+
+// +kubebuilder:object:root=true
+
+// TokenExchangeList is a list of TokenExchanges.
+type TokenExchangeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TokenExchange `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TokenExchange{}, &TokenExchangeList{})
+}

@@ -1,0 +1,251 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/controller"
+	txwebhook "github.com/kagenti/platform/tokenexchange/internal/webhook"
+)
+
+// SkipWebhookLabel exempts an object from the validating webhook in these tests, to exercise the
+// reconciler's own validation (the path taken where the webhook is not installed).
+const SkipWebhookLabel = "test.kagenti.io/skip-webhook"
+
+var (
+	k8s    client.Client // direct (uncached) client for the tests
+	scheme = k8sruntime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		os.Setenv("KUBEBUILDER_ASSETS", filepath.Join(repoRoot(), "bin"))
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: envtest binary %s missing in KUBEBUILDER_ASSETS=%s; build it with `make tools` (hack/tools.sh)\n", b, assets)
+			return 1
+		}
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "deploy", "crds", "tokenexchange")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionv1.ValidatingWebhookConfiguration{webhookConfig()}},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting envtest: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+
+	// As ctrl.GetConfig does for the binary: no client-side rate limit (the API server's priority
+	// and fairness applies); envtest's config would otherwise get client-go's 5 QPS.
+	cfg.QPS = -1
+	wo := env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject:         controller.CacheByObject(),
+		},
+		WebhookServer: webhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir}),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)
+		return 1
+	}
+	if err := controller.Setup(mgr, controller.Options{Webhook: true}); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		fmt.Fprintln(os.Stderr, "FAIL: cache did not sync")
+		return 1
+	}
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: client: %v\n", err)
+		return 1
+	}
+	restConfig = cfg
+	return m.Run()
+}
+
+// restConfig is the envtest API server, for clients the benchmark builds.
+var restConfig *rest.Config
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("TEST_VERBOSE") == "1" {
+		return -1
+	}
+	return zapcore.DPanicLevel // quiet: expected reconcile errors are asserted through status
+}
+
+func webhookConfig() *admissionv1.ValidatingWebhookConfiguration {
+	return &admissionv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "kagenti-tokenexchange"},
+		Webhooks: []admissionv1.ValidatingWebhook{{
+			Name:                    "tokenexchange.kagenti.io",
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
+			FailurePolicy:           ptr.To(admissionv1.Fail),
+			ClientConfig:            admissionv1.WebhookClientConfig{Service: &admissionv1.ServiceReference{Name: "kagenti-tokenexchange", Namespace: "kagenti-system", Path: ptr.To(txwebhook.Path)}},
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: SkipWebhookLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
+			Rules: []admissionv1.RuleWithOperations{{
+				Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+				Rule: admissionv1.Rule{APIGroups: []string{"kagenti.io"}, APIVersions: []string{"v1alpha1"},
+					Resources: []string{"tokenexchanges"}, Scope: ptr.To(admissionv1.NamespacedScope)},
+			}},
+		}},
+	}
+}
+
+// ---- helpers ----
+
+func namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tx-" + rand.String(6)}}
+	must(t, k8s.Create(context.Background(), ns))
+	// Not deleted: envtest has no namespace controller, a deleted namespace stays Terminating.
+	return ns.Name
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or 30 s passed (a timeout for a hung test, not an assertion
+// on speed).
+func eventually(t testing.TB, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			ok, msg := cond(ctx)
+			last = msg
+			return ok, nil
+		})
+	if err != nil {
+		t.Fatalf("%s: did not happen (last: %s)", what, last)
+	}
+}
+
+func deployment(ns, name string, replicas int32, injected bool) *appsv1.Deployment {
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"kagenti.io/inject": "enabled"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: name,
+					Containers:         []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}},
+				},
+			},
+		},
+	}
+	if injected {
+		markInjected(&d.Spec.Template)
+	}
+	return d
+}
+
+// markInjected does what the injector does to a pod template, as far as this controller can tell:
+// the status annotation and the token-exchange ConfigMap volume.
+func markInjected(t *corev1.PodTemplateSpec) {
+	if t.Annotations == nil {
+		t.Annotations = map[string]string{}
+	}
+	t.Annotations[controller.InjectionStatusAnnotation] = `{"version":"test","injected":["spiffe-helper","client-registration","auth-proxy","envoy-proxy"]}`
+}
+
+func tokenExchange(ns, name, target string) *v1alpha1.TokenExchange {
+	return &v1alpha1.TokenExchange{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.TokenExchangeSpec{TargetRef: duckRef("Deployment", target)},
+	}
+}
+
+func getTX(ctx context.Context, t testing.TB, ns, name string) *v1alpha1.TokenExchange {
+	te := &v1alpha1.TokenExchange{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, te); err != nil {
+		t.Fatalf("get TokenExchange %s: %v", name, err)
+	}
+	return te
+}
+
+func condition(te *v1alpha1.TokenExchange, condType string) *metav1.Condition {
+	for i := range te.Status.Conditions {
+		if te.Status.Conditions[i].Type == condType {
+			return &te.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitReady waits until condition condType has status and reason for the current generation.
+func waitCondition(t testing.TB, ns, name, condType string, status metav1.ConditionStatus, reason string) *v1alpha1.TokenExchange {
+	t.Helper()
+	var te *v1alpha1.TokenExchange
+	eventually(t, fmt.Sprintf("%s %s=%s/%s", name, condType, status, reason), func(ctx context.Context) (bool, string) {
+		te = getTX(ctx, t, ns, name)
+		c := condition(te, condType)
+		if c == nil {
+			return false, fmt.Sprintf("no %s condition; status %+v", condType, te.Status)
+		}
+		return c.Status == status && c.Reason == reason && te.Status.ObservedGeneration == te.Generation,
+			fmt.Sprintf("%s=%s reason %s: %s (phase %s)", condType, c.Status, c.Reason, c.Message, te.Status.Phase)
+	})
+	return te
+}

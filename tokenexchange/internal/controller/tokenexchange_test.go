@@ -1,0 +1,322 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/controller"
+	"github.com/kagenti/platform/tokenexchange/internal/resources"
+)
+
+func duckRef(kind, name string) duck.TargetRef { return duck.TargetRef{Kind: kind, Name: name} }
+
+func getCM(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	return cm, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm)
+}
+
+func TestTargetNotFoundThenNotInjectedThenActive(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+
+	te := waitCondition(t, ns, "tx", v1alpha1.ConditionTargetResolved, metav1.ConditionFalse, duck.ReasonTargetNotFound)
+	assert.Equal(t, v1alpha1.PhasePending, te.Status.Phase)
+	assert.Equal(t, duck.ReasonTargetNotFound, condition(te, v1alpha1.ConditionReady).Reason)
+	assert.Contains(t, te.Status.Message, `Deployment "agent" not found`)
+
+	// The workload appears, not injected yet: the ConfigMap is written, Ready says why it is inert.
+	d := deployment(ns, "agent", 2, false)
+	must(t, k8s.Create(ctx, d))
+	te = waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNotInjected)
+	assert.Equal(t, v1alpha1.PhasePending, te.Status.Phase)
+	assert.Contains(t, condition(te, v1alpha1.ConditionReady).Message, "kagenti.io/injection-status")
+	assert.Equal(t, metav1.ConditionTrue, condition(te, v1alpha1.ConditionTargetResolved).Status)
+	assert.Equal(t, metav1.ConditionTrue, condition(te, v1alpha1.ConditionConfigMapReady).Status)
+	assert.Equal(t, "agent-token-exchange", te.Status.ConfigMapName)
+	_, err := getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	eventually(t, "NotInjected event", func(ctx context.Context) (bool, string) {
+		var list eventsv1.EventList
+		must(t, k8s.List(ctx, &list, client.InNamespace(ns)))
+		for _, e := range list.Items {
+			if e.Regarding.Name == "tx" && e.Reason == v1alpha1.ReasonNotInjected && e.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(list.Items))
+	})
+
+	// The injector injects it: Active without touching the TokenExchange.
+	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(d), d))
+	markInjected(&d.Spec.Template)
+	must(t, k8s.Update(ctx, d))
+	te = waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	assert.Equal(t, v1alpha1.PhaseActive, te.Status.Phase)
+	assert.Equal(t, int32(0), te.Status.ConfiguredPods)
+	require.NotNil(t, te.Status.IdentityStatus)
+	assert.False(t, te.Status.IdentityStatus.SpiffeEnabled)
+}
+
+func TestUnsupportedKinds(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "not-a-workload", Namespace: ns}}
+	must(t, k8s.Create(ctx, cm))
+
+	for name, ref := range map[string]duck.TargetRef{
+		"no-template": {APIVersion: "v1", Kind: "ConfigMap", Name: "not-a-workload"},
+		"not-served":  {APIVersion: "example.com/v1", Kind: "Widget", Name: "w"},
+	} {
+		te := &v1alpha1.TokenExchange{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.TokenExchangeSpec{TargetRef: ref}}
+		must(t, k8s.Create(ctx, te))
+		got := waitCondition(t, ns, name, v1alpha1.ConditionTargetResolved, metav1.ConditionFalse, duck.ReasonUnsupportedKind)
+		assert.Equal(t, v1alpha1.PhaseError, got.Status.Phase, name)
+		assert.Equal(t, duck.ReasonUnsupportedKind, condition(got, v1alpha1.ConditionReady).Reason, name)
+	}
+}
+
+func TestConflictOldestWins(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	first := tokenExchange(ns, "first", "agent")
+	must(t, k8s.Create(ctx, first))
+	waitCondition(t, ns, "first", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	cm, err := getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	before := cm.Data[resources.ConfigKey]
+
+	second := tokenExchange(ns, "second", "agent")
+	second.Spec.Spiffe = &v1alpha1.SpiffeSpec{TrustDomain: "other.example"}
+	must(t, k8s.Create(ctx, second))
+	te := waitCondition(t, ns, "second", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConflict)
+	assert.Equal(t, v1alpha1.PhaseError, te.Status.Phase)
+	assert.Contains(t, te.Status.Message, `TokenExchange "first"`)
+	assert.Equal(t, v1alpha1.ReasonConflict, condition(te, v1alpha1.ConditionConfigMapReady).Reason)
+	assert.Empty(t, te.Status.ConfigMapName)
+	// The winner's ConfigMap is untouched.
+	cm, err = getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	assert.Equal(t, before, cm.Data[resources.ConfigKey])
+	assert.Equal(t, "first", metav1.GetControllerOf(cm).Name)
+	waitCondition(t, ns, "first", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	// The winner goes; the garbage collector (absent in envtest) would delete its ConfigMap.
+	must(t, k8s.Delete(ctx, first))
+	must(t, k8s.Delete(ctx, cm))
+	waitCondition(t, ns, "second", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	cm, err = getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	assert.Equal(t, "second", metav1.GetControllerOf(cm).Name)
+	assert.Contains(t, cm.Data[resources.ConfigKey], "trustDomain: other.example")
+}
+
+func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	d := deployment(ns, "agent", 2, true)
+	must(t, k8s.Create(ctx, d))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	te := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	readySince := condition(te, v1alpha1.ConditionReady).LastTransitionTime
+	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(d), d))
+	gen, template := d.Generation, d.Spec.Template.DeepCopy()
+
+	te.Spec.Outbound = &v1alpha1.OutboundSpec{TokenExchange: &v1alpha1.OutboundTokenExchangeSpec{
+		DestinationRules: []v1alpha1.DestinationRule{{Match: v1alpha1.DestinationMatch{Host: "api.example.com"},
+			Target: &v1alpha1.ExchangeTarget{Audience: "api"}}}}}
+	must(t, k8s.Update(ctx, te))
+	eventually(t, "ConfigMap has the new rule", func(ctx context.Context) (bool, string) {
+		cm, err := getCM(ctx, ns, "agent-token-exchange")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(cm.Data[resources.RoutesKey], "api.example.com"), cm.Data[resources.RoutesKey]
+	})
+	te = waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	assert.Equal(t, readySince, condition(te, v1alpha1.ConditionReady).LastTransitionTime, "lastTransitionTime only moves on a status change")
+
+	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(d), d))
+	assert.Equal(t, gen, d.Generation, "the workload is not changed")
+	assert.True(t, equality.Semantic.DeepEqual(template, &d.Spec.Template), "the pod template is not changed: no restart")
+}
+
+func TestConfigMapOwnership(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	te := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	cm, err := getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	ref := metav1.GetControllerOf(cm)
+	require.NotNil(t, ref, "deleting the TokenExchange garbage-collects the ConfigMap through this reference")
+	assert.Equal(t, te.UID, ref.UID)
+	assert.Equal(t, "TokenExchange", ref.Kind)
+	assert.Equal(t, ptr.To(true), ref.BlockOwnerDeletion)
+	assert.Equal(t, controller.Name, cm.Labels[configmap.ManagedByLabel])
+	assert.NotEmpty(t, cm.Annotations[configmap.ContentHashAnnotation])
+
+	// A user edit is reverted.
+	cm.Data[resources.ConfigKey] = "tampered"
+	must(t, k8s.Update(ctx, cm))
+	eventually(t, "ConfigMap restored", func(ctx context.Context) (bool, string) {
+		cm, err := getCM(ctx, ns, "agent-token-exchange")
+		if err != nil {
+			return false, err.Error()
+		}
+		return cm.Data[resources.ConfigKey] != "tampered", "still tampered"
+	})
+}
+
+func TestForeignConfigMapIsNotTakenOver(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "agent-token-exchange", Namespace: ns}, Data: map[string]string{"x": "y"}}
+	must(t, k8s.Create(ctx, mine))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	te := waitCondition(t, ns, "tx", v1alpha1.ConditionConfigMapReady, metav1.ConditionFalse, v1alpha1.ReasonConfigMapNotOwned)
+	assert.Equal(t, v1alpha1.PhaseError, te.Status.Phase)
+	assert.Contains(t, te.Status.Message, "agent-token-exchange")
+	cm, err := getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"x": "y"}, cm.Data)
+}
+
+func TestInvalidTemplateReportedByReconciler(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	te := tokenExchange(ns, "tx", "agent")
+	te.Labels = map[string]string{SkipWebhookLabel: "true"}
+	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: "agent-{{.Pod}}"}}
+	must(t, k8s.Create(ctx, te))
+	got := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	assert.Equal(t, v1alpha1.PhaseError, got.Status.Phase)
+	assert.Contains(t, got.Status.Message, "spec.clientRegistration.keycloak.clientNameTemplate")
+	assert.Contains(t, got.Status.Message, "unknown variable(s) .Pod")
+	_, err := getCM(ctx, ns, "agent-token-exchange")
+	assert.True(t, apierrors.IsNotFound(err), "nothing is written for an invalid spec")
+
+	// Fixing it recovers.
+	got.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "agent-{{.PodName}}"
+	must(t, k8s.Update(ctx, got))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+}
+
+func TestWebhookRejectsInvalidTemplate(t *testing.T) {
+	ns := namespace(t)
+	te := tokenExchange(ns, "tx", "agent")
+	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: "agent-{{.PodName"}}
+	err := k8s.Create(context.Background(), te)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.clientRegistration.keycloak.clientNameTemplate")
+	assert.Contains(t, err.Error(), "not a valid Go template")
+}
+
+func TestPodStatus(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 2, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	sidecars := []string{controller.SpiffeHelper, controller.ClientRegistration, controller.AuthProxy, controller.EnvoyProxy}
+	var pods []*corev1.Pod
+	for i := range 2 {
+		p := injectedPod(ns, fmt.Sprintf("agent-%d", i), "agent", sidecars)
+		must(t, k8s.Create(ctx, p))
+		setPodStatus(t, p, sidecars, nil)
+		pods = append(pods, p)
+	}
+	// A pod of the workload without the injected volume (e.g. from before injection) does not count.
+	old := injectedPod(ns, "agent-old", "agent", nil)
+	old.Spec.Volumes = nil
+	must(t, k8s.Create(ctx, old))
+	setPodStatus(t, old, nil, nil)
+
+	eventually(t, "2 configured pods, all sidecars ready", func(ctx context.Context) (bool, string) {
+		te := getTX(ctx, t, ns, "tx")
+		id := te.Status.IdentityStatus
+		return te.Status.ConfiguredPods == 2 && id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
+			fmt.Sprintf("%d pods, %+v", te.Status.ConfiguredPods, id)
+	})
+
+	// envoy-proxy stops being ready in one pod.
+	setPodStatus(t, pods[1], sidecars, map[string]bool{controller.EnvoyProxy: true})
+	eventually(t, "outbound proxy not ready", func(ctx context.Context) (bool, string) {
+		te := getTX(ctx, t, ns, "tx")
+		id := te.Status.IdentityStatus
+		return id != nil && !id.OutboundProxyReady && id.InboundProxyReady, fmt.Sprintf("%+v", id)
+	})
+
+	must(t, k8s.Delete(ctx, pods[0], client.GracePeriodSeconds(0)))
+	eventually(t, "1 configured pod", func(ctx context.Context) (bool, string) {
+		te := getTX(ctx, t, ns, "tx")
+		return te.Status.ConfiguredPods == 1, fmt.Sprintf("%d", te.Status.ConfiguredPods)
+	})
+}
+
+func injectedPod(ns, name, app string, sidecars []string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}},
+			Volumes: []corev1.Volume{{Name: controller.TokenExchangeVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}}}},
+		},
+	}
+	for _, s := range sidecars { // native sidecars, the injector's default
+		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: s, Image: "example.com/" + s + ":v1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
+	}
+	return p
+}
+
+func setPodStatus(t testing.TB, p *corev1.Pod, sidecars []string, notReady map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(p), p))
+	p.Status.Phase = corev1.PodRunning
+	p.Status.InitContainerStatuses = nil
+	for _, s := range sidecars {
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: s, Ready: !notReady[s], Image: "example.com/" + s + ":v1", ImageID: "x"})
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Ready: true, Image: "example.com/agent:v1", ImageID: "x"}}
+	must(t, k8s.Status().Update(ctx, p))
+}
+
+func TestOtherWorkloadKinds(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	d := deployment(ns, "agent", 1, true)
+	ss := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-agent", Namespace: ns},
+		Spec:       appsv1.StatefulSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
+	}
+	must(t, k8s.Create(ctx, ss))
+	te := &v1alpha1.TokenExchange{ObjectMeta: metav1.ObjectMeta{Name: "tx", Namespace: ns},
+		Spec: v1alpha1.TokenExchangeSpec{TargetRef: duck.TargetRef{Kind: "StatefulSet", Name: "db-agent"}}}
+	must(t, k8s.Create(ctx, te))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+	cm, err := getCM(ctx, ns, "db-agent-token-exchange")
+	require.NoError(t, err)
+	assert.Contains(t, cm.Data[resources.ConfigKey], "kind: StatefulSet")
+}

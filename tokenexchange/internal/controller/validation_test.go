@@ -1,0 +1,93 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server,
+// with the field path and message a user sees.
+func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
+	ns := namespace(t)
+	for _, tc := range []struct {
+		name, spec string
+		want       []string
+	}{
+		{"keycloak url not http", `{keycloak: {url: "ftp://kc.example.com", realm: r}}`,
+			[]string{"spec.clientRegistration.keycloak.url", "must be an http or https URL with a host"}},
+		{"keycloak url no host", `{keycloak: {url: "http://", realm: r}}`,
+			[]string{"spec.clientRegistration.keycloak.url", "must be an http or https URL with a host"}},
+		{"provider without url", `{provider: keycloak, keycloak: {realm: r}}`,
+			[]string{"spec.clientRegistration.keycloak", "provider keycloak requires keycloak.url and keycloak.realm"}},
+		{"provider without keycloak", `{provider: keycloak}`,
+			[]string{"spec.clientRegistration.keycloak", "provider keycloak requires keycloak.url and keycloak.realm"}},
+		{"unknown provider", `{provider: aws-iam}`,
+			[]string{"spec.clientRegistration.provider", `supported values: "keycloak"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assertRejected(t, ns, "clientRegistration: "+tc.spec, tc.want...)
+		})
+	}
+	for _, tc := range []struct {
+		name, spec string
+		want       []string
+	}{
+		{"port too large", `inbound: {port: 70000}`, []string{"spec.inbound.port", "less than or equal to 65535"}},
+		{"port zero", `inbound: {targetPort: 0}`, []string{"spec.inbound.targetPort", "greater than or equal to 1"}},
+		{"exclude port", `outbound: {trafficInterception: {excludePorts: [0]}}`, []string{"spec.outbound.trafficInterception.excludePorts[0]", "greater than or equal to 1"}},
+		{"proxy port equals inbound port", `{inbound: {port: 9000}, outbound: {trafficInterception: {proxyPort: 9000}}}`,
+			[]string{"spec.outbound.trafficInterception.proxyPort", "must differ from inbound.port"}},
+		{"proxy port equals default inbound port", `{inbound: {}, outbound: {trafficInterception: {proxyPort: 8080}}}`,
+			[]string{"spec.outbound.trafficInterception.proxyPort", "must differ from inbound.port"}},
+		{"target port equals port", `inbound: {port: 8081}`, []string{"spec.inbound.targetPort", "targetPort must differ from port"}},
+		{"jwks url", `inbound: {validation: {jwksUrl: "not a url"}}`, []string{"spec.inbound.validation.jwksUrl", "must be an http or https URL"}},
+		{"issuer url", `inbound: {validation: {issuer: "keycloak"}}`, []string{"spec.inbound.validation.issuer", "must be an http or https URL"}},
+		{"token url", `outbound: {tokenExchange: {tokenUrl: "unix:///x"}}`, []string{"spec.outbound.tokenExchange.tokenUrl", "must be an http or https URL"}},
+		{"empty host", `outbound: {tokenExchange: {destinationRules: [{match: {host: ""}}]}}`,
+			[]string{"spec.outbound.tokenExchange.destinationRules[0].match.host", "at least 1 chars long"}},
+		{"duplicate hosts", `outbound: {tokenExchange: {destinationRules: [{match: {host: a.example.com}}, {match: {host: b.example.com}}, {match: {host: a.example.com}}]}}`,
+			[]string{"spec.outbound.tokenExchange.destinationRules", "destination rule hosts must be unique"}},
+		{"bad host", `outbound: {tokenExchange: {destinationRules: [{match: {host: "http://a.example.com"}}]}}`,
+			[]string{"spec.outbound.tokenExchange.destinationRules[0].match.host", "should match"}},
+		{"output format", `spiffe: {outputFormat: pem}`, []string{"spec.spiffe.outputFormat", `supported values: "jwt", "x509"`}},
+		{"socket path", `spiffe: {socketPath: "relative/agent.sock"}`, []string{"spec.spiffe.socketPath", "should match"}},
+		{"target kind needs apiVersion", `targetRef: {kind: Widget, name: w}`, []string{"spec.targetRef", "apiVersion is required"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assertRejected(t, ns, tc.spec, tc.want...)
+		})
+	}
+}
+
+// assertRejected creates a TokenExchange whose spec is targetRef + extra (YAML flow mapping
+// content) and checks the API server refuses it with every fragment of want in the message.
+func assertRejected(t *testing.T, ns, extra string, want ...string) {
+	t.Helper()
+	spec := map[string]any{}
+	if extra[0] == '{' {
+		require.NoError(t, yaml.Unmarshal([]byte(extra), &spec))
+	} else {
+		require.NoError(t, yaml.Unmarshal([]byte("{"+extra+"}"), &spec))
+	}
+	if _, ok := spec["targetRef"]; !ok {
+		spec["targetRef"] = map[string]any{"kind": "Deployment", "name": "agent"}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kagenti.io/v1alpha1", "kind": "TokenExchange",
+		"metadata": map[string]any{"generateName": "bad-", "namespace": ns},
+		"spec":     spec,
+	}}
+	err := k8s.Create(context.Background(), u)
+	require.Error(t, err, "spec %s was accepted", extra)
+	assert.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+	t.Logf("rejected: %v", err)
+	for _, w := range want {
+		assert.Contains(t, err.Error(), w)
+	}
+}
