@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
@@ -53,6 +54,8 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "AgentTraces reconciled in parallel")
+	f.DurationVar(&opts.NotOwnedRetry, "not-owned-retry", 10*time.Second, "how soon to retry when the trace ConfigMap belongs to someone else")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -80,7 +83,8 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultNamespaces: namespaceSet(namespaces)},
+		Cache:                         cacheOptions(namespaces),
+		Client:                        controller.ClientOptions(),
 	})
 	if err != nil {
 		return err
@@ -95,6 +99,13 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		return err
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// cacheOptions is the controller's cache restricted to the --namespaces list.
+func cacheOptions(namespaces string) cache.Options {
+	o := controller.CacheOptions()
+	o.DefaultNamespaces = namespaceSet(namespaces)
+	return o
 }
 
 // namespaceSet turns "a,b" into the cache's per-namespace configuration; nil watches all namespaces.

@@ -1,14 +1,204 @@
-// Package controller wires this pillar's reconcilers into a controller-runtime manager.
+// Package controller wires the AgentTrace reconciler into a controller-runtime manager.
 package controller
 
 import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
+	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Options are the pillar-specific settings taken from the command line.
-type Options struct{}
+// Name is the controller's name: field manager, event source and managed-by label value.
+const Name = "kagenti-agenttrace"
 
-// Setup registers the pillar's reconcilers, indexes and watches with mgr.
+// configMapIndex indexes AgentTraces by the trace ConfigMap their target implies, so a pod event
+// maps to its AgentTrace through the volumes it mounts, with no owner-chain lookups.
+const configMapIndex = "agenttrace.configMapName"
+
+// Options are the pillar-specific settings taken from the command line.
+type Options struct {
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
+	// NotOwnedRetry is how soon a ConfigMap held by someone else is checked again.
+	NotOwnedRetry time.Duration
+}
+
+// CacheOptions restricts what the manager caches to what this controller reads: only its own
+// ConfigMaps, and pods stripped to the fields configuredPods needs. main and the tests use it.
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name})},
+			&corev1.Pod{}:       {Transform: stripPod},
+		},
+	}
+}
+
+// ClientOptions make unstructured reads (the workloads, through duck.Resolver) come from the cache.
+func ClientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{Unstructured: true}}
+}
+
+// Setup registers the reconciler, its indexes and watches with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	return nil
+	ctx := context.Background()
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	if opts.NotOwnedRetry == 0 {
+		opts.NotOwnedRetry = 10 * time.Second
+	}
+	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentTrace{}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.AgentTrace{}, configMapIndex, func(o client.Object) []string {
+		return []string{configmap.TraceName(o.(*v1alpha1.AgentTrace).Spec.TargetRef.Name)}
+	}); err != nil {
+		return err
+	}
+	r := &Reconciler{
+		Client:     mgr.GetClient(),
+		Resolver:   &duck.Resolver{Reader: &workloadReader{cached: mgr.GetClient(), live: mgr.GetAPIReader()}, Mapper: mgr.GetRESTMapper()},
+		Applier:    &configmap.Applier{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Recorder:   mgr.GetEventRecorderFor(Name),
+		LiveReader: mgr.GetAPIReader(),
+		Options:    opts,
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("agenttrace").
+		For(&v1alpha1.AgentTrace{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A deleted or finished AgentTrace hands its target over to the next one in line.
+		Watches(&v1alpha1.AgentTrace{}, handler.EnqueueRequestsFromMapFunc(r.sameTarget),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
+	for _, gvk := range duck.BuiltinKinds() {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		b = b.Watches(u, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(),
+			func() client.ObjectList { return &v1alpha1.AgentTraceList{} }))
+	}
+	return b.Complete(r)
+}
+
+// sameTarget enqueues the other AgentTraces of an AgentTrace's target, so a conflict resolves as
+// soon as the winner goes away or moves to another target.
+func (r *Reconciler) sameTarget(ctx context.Context, o client.Object) []reconcile.Request {
+	at, ok := o.(*v1alpha1.AgentTrace)
+	if !ok {
+		return nil
+	}
+	gvk, err := at.Spec.TargetRef.GroupVersionKind()
+	if err != nil {
+		return nil
+	}
+	var list v1alpha1.AgentTraceList
+	if err := r.Client.List(ctx, &list, client.InNamespace(at.Namespace),
+		client.MatchingFields{duck.TargetRefIndex: duck.TargetKey(gvk.GroupKind(), at.Spec.TargetRef.Name)}); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if list.Items[i].Name != at.Name {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}
+
+// podReferrers maps a pod to the AgentTraces whose ConfigMap it mounts.
+func (r *Reconciler) podReferrers(ctx context.Context, o client.Object) []reconcile.Request {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, v := range pod.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		var list v1alpha1.AgentTraceList
+		if err := r.Client.List(ctx, &list, client.InNamespace(pod.Namespace),
+			client.MatchingFields{configMapIndex: v.ConfigMap.Name}); err != nil {
+			continue
+		}
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}
+
+// stripPod keeps what configuredPods reads (labels, phase, volumes, mounts), which keeps the pod
+// cache small on large clusters.
+func stripPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{ObjectMeta: pod.ObjectMeta}
+	slim.ManagedFields, slim.Annotations = nil, nil
+	for _, v := range pod.Spec.Volumes {
+		if v.ConfigMap != nil {
+			slim.Spec.Volumes = append(slim.Spec.Volumes, corev1.Volume{Name: v.Name,
+				VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: v.ConfigMap.LocalObjectReference}}})
+		}
+	}
+	slimContainers := func(cs []corev1.Container) []corev1.Container {
+		out := make([]corev1.Container, 0, len(cs))
+		for _, c := range cs {
+			out = append(out, corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts})
+		}
+		return out
+	}
+	slim.Spec.Containers = slimContainers(pod.Spec.Containers)
+	slim.Spec.InitContainers = slimContainers(pod.Spec.InitContainers)
+	slim.Status.Phase = pod.Status.Phase
+	return slim, nil
+}
+
+// workloadReader reads the built-in workload kinds from the cache (they are watched anyway) and
+// any other kind straight from the API server, so an unwatched custom kind never starts an informer
+// the controller has no RBAC for.
+type workloadReader struct {
+	cached client.Reader
+	live   client.Reader
+}
+
+func (w *workloadReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if isBuiltin(obj.GetObjectKind().GroupVersionKind()) {
+		return w.cached.Get(ctx, key, obj, opts...)
+	}
+	return w.live.Get(ctx, key, obj, opts...)
+}
+
+func (w *workloadReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return w.live.List(ctx, list, opts...)
+}
+
+func isBuiltin(gvk schema.GroupVersionKind) bool {
+	for _, b := range duck.BuiltinKinds() {
+		if b == gvk {
+			return true
+		}
+	}
+	return false
 }
