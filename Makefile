@@ -44,7 +44,7 @@ verify-generate: ## Fail when generated files are stale.
 
 .PHONY: lint
 lint: ## gofmt everything; go vet every workspace module (the hack/ modules are vetted by building them).
-	@out="$$(gofmt -l $(MODULES) e2e hack examples 2>/dev/null || true)"; \
+	@out="$$(gofmt -l $(MODULES) e2e hack examples)"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@go vet $(addprefix ./,$(addsuffix /...,$(MODULES) e2e))
 
@@ -61,6 +61,7 @@ test: tools verify-generate lint unit render e2e ## The one test command: genera
 unit: ## Unit and integration tests (envtest on bin/) of every module, with -race.
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	go test $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	cd examples/agent-telemetry && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
 
 .PHONY: render
 render: ## Render every kustomize overlay and the helm chart (kubectl kustomize, helm template, helm lint).
