@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -53,6 +55,12 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.StringVar(&opts.TemplateNamespace, "template-namespace", "kagenti-system",
+		"namespace of the default build templates (pipeline-template-<mode> and step ConfigMaps); the AgentBuild's own namespace is searched first")
+	f.DurationVar(&opts.TektonCheckInterval, "tekton-check-interval", 30*time.Second,
+		"how often builds waiting for Tekton Pipelines to be installed are retried")
+	f.DurationVar(&opts.TemplateRetryInterval, "template-retry-interval", time.Minute,
+		"how often builds whose template or step ConfigMap is missing or invalid are retried")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -67,6 +75,9 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		return err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := pipelinev1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

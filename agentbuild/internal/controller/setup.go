@@ -1,14 +1,94 @@
-// Package controller wires this pillar's reconcilers into a controller-runtime manager.
+// Package controller reconciles AgentBuilds into Tekton Pipelines and PipelineRuns.
 package controller
 
 import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/kagenti/platform/pkg/duck"
+
+	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/templates"
 )
 
 // Options are the pillar-specific settings taken from the command line.
-type Options struct{}
+type Options struct {
+	// TemplateNamespace holds the default templates (looked up after the build's own namespace).
+	TemplateNamespace string
+	// TektonCheckInterval is how often a build waiting for Tekton to be installed is retried.
+	TektonCheckInterval time.Duration
+	// TemplateRetryInterval is how often a build whose template or step ConfigMap is missing is
+	// retried (templates are read uncached and not watched).
+	TemplateRetryInterval time.Duration
+}
 
-// Setup registers the pillar's reconcilers, indexes and watches with mgr.
+func (o *Options) defaults() {
+	if o.TemplateNamespace == "" {
+		o.TemplateNamespace = templates.DefaultNamespace
+	}
+	if o.TektonCheckInterval <= 0 {
+		o.TektonCheckInterval = 30 * time.Second
+	}
+	if o.TemplateRetryInterval <= 0 {
+		o.TemplateRetryInterval = time.Minute
+	}
+}
+
+// Setup registers the AgentBuild reconciler with mgr. The PipelineRun watch is added later, by
+// the reconciler, once the Tekton kinds are served (see tekton.go): registering it here would make
+// the manager fail to start on a cluster without Tekton.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	opts.defaults()
+	ctx := context.Background()
+	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentBuild{}); err != nil {
+		return err
+	}
+	r := newReconciler(mgr, opts)
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("agentbuild").
+		For(&v1alpha1.AgentBuild{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	// A deployTo target that appears (or changes its spec) re-queues the builds that point at it,
+	// so TargetNotFound recovers without polling. Metadata-only: only names are needed.
+	for _, gvk := range duck.BuiltinKinds() {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(gvk)
+		b = b.WatchesMetadata(obj, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentBuildList{} }),
+			builder.WithPredicates(targetChanged))
+	}
+	c, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	r.Tekton.controller = c
 	return nil
+}
+
+// targetChanged passes creations and spec changes of workloads; status churn is ignored.
+var targetChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return true },
+	UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func newReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
+	opts.defaults()
+	return &Reconciler{
+		Client:   mgr.GetClient(),
+		API:      mgr.GetAPIReader(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder(resources.ManagedBy),
+		Loader:   &templates.Loader{Reader: mgr.GetAPIReader(), Namespace: opts.TemplateNamespace},
+		Resolver: &duck.Resolver{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()},
+		Tekton:   &tektonWatch{mapper: mgr.GetRESTMapper(), cache: mgr.GetCache(), scheme: mgr.GetScheme()},
+		Opts:     opts,
+	}
 }

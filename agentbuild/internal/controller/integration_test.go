@@ -1,0 +1,610 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"knative.dev/pkg/apis"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kagenti/platform/pkg/duck"
+
+	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/templates"
+	"github.com/kagenti/platform/agentbuild/internal/testsupport"
+)
+
+const (
+	digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	digestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	devImg  = "registry.kagenti-system.svc.cluster.local:5000/kagenti/weather-agent"
+)
+
+type env struct {
+	t      *testing.T
+	cfg    *rest.Config
+	c      client.Client
+	scheme *runtime.Scheme
+	mgr    ctrl.Manager
+	opts   Options
+}
+
+// TestIntegration runs the controller against a real kube-apiserver. It starts WITHOUT Tekton's
+// CRDs (to see TektonNotInstalled and the recovery), installs them, then plays Tekton's part by
+// writing PipelineRun status.
+func TestIntegration(t *testing.T) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)))
+	testEnv := &envtest.Environment{
+		CRDDirectoryPaths:     []string{testsupport.CRDDir()},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: testsupport.Assets(t),
+	}
+	cfg, err := testEnv.Start()
+	require.NoError(t, err, "starting envtest (KUBEBUILDER_ASSETS=%s)", testEnv.BinaryAssetsDirectory)
+	t.Cleanup(func() { _ = testEnv.Stop() })
+
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	require.NoError(t, pipelinev1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	e := &env{t: t, cfg: cfg, c: c, scheme: scheme}
+
+	e.namespace(templates.DefaultNamespace)
+	for _, cm := range testsupport.DefaultTemplates(t, templates.DefaultNamespace) {
+		require.NoError(t, c.Create(context.Background(), cm))
+	}
+	e.opts = Options{TemplateNamespace: templates.DefaultNamespace, TektonCheckInterval: 200 * time.Millisecond, TemplateRetryInterval: 200 * time.Millisecond}
+	e.mgr, err = ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	require.NoError(t, Setup(e.mgr, e.opts))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); assert.NoError(t, e.mgr.Start(ctx)) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	// Order matters: the first subtest installs Tekton's CRDs.
+	run := func(name string, f func(t *testing.T)) bool {
+		return t.Run(name, func(t *testing.T) { e.t = t; f(t) })
+	}
+	if !run("TektonNotInstalledThenRecovers", e.testTektonRecovery) {
+		return
+	}
+	run("Validation", e.testValidation)
+	run("SucceedsAndDeploys", e.testSucceedsAndDeploys)
+	run("Fails", e.testFails)
+	run("TargetNotFoundRecovers", e.testTargetNotFoundRecovers)
+	run("ContainerNotFound", e.testContainerNotFound)
+	run("NoDuplicateRuns", e.testNoDuplicateRuns)
+	run("NewGenerationCancelsAndPrunes", e.testNewGenerationCancelsAndPrunes)
+	run("TemplateProblemsRecover", e.testTemplateProblems)
+	run("CleanupAfterBuild", e.testCleanup)
+}
+
+func (e *env) testTektonRecovery(t *testing.T) {
+	ns := e.namespace("recovery")
+	b := e.createBuild(ns, "weather-agent", nil)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTektonNotInstalled)
+	got := e.build(b)
+	assert.Equal(t, v1alpha1.PhasePending, got.Status.Phase)
+	assert.Empty(t, got.Status.PipelineRunName)
+
+	_, err := envtest.InstallCRDs(e.cfg, envtest.CRDInstallOptions{Paths: []string{testsupport.TektonCRDDir(t)}, ErrorIfPathMissing: true})
+	require.NoError(t, err)
+	run := e.waitRun(ns, "weather-agent-1")
+	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, ReasonResolved)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuilding)
+	assert.Equal(t, v1alpha1.PhasePending, e.build(b).Status.Phase)
+
+	// The run is owned by the build, binds a fresh volume for the source and refers to its Pipeline.
+	assert.True(t, metav1.IsControlledBy(run, e.build(b)))
+	require.NotEmpty(t, run.Spec.Workspaces)
+	assert.Equal(t, resources.WorkspaceSource, run.Spec.Workspaces[0].Name)
+	require.NotNil(t, run.Spec.Workspaces[0].VolumeClaimTemplate)
+	p := &pipelinev1.Pipeline{}
+	require.NoError(t, e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: run.Spec.PipelineRef.Name}, p))
+	assert.True(t, metav1.IsControlledBy(p, e.build(b)))
+	assert.Len(t, p.Spec.Tasks, 2)
+
+	// The manager kept running the whole time: the PipelineRun watch is live now.
+	e.setRunning(run)
+	e.waitPhase(b, v1alpha1.PhaseBuilding)
+}
+
+func (e *env) testValidation(t *testing.T) {
+	ns := e.namespace("validation")
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.AgentBuild)
+		want   string
+	}{
+		{"custom without steps", func(b *v1alpha1.AgentBuild) { b.Spec.Mode = v1alpha1.ModeCustom },
+			"spec.pipeline: Invalid value: custom mode needs at least one step in spec.pipeline.steps"},
+		{"custom step without configMap", func(b *v1alpha1.AgentBuild) {
+			b.Spec.Mode = v1alpha1.ModeCustom
+			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build"}}}
+		}, "spec.pipeline.steps: Invalid value: every step of a custom pipeline needs configMap"},
+		{"duplicate step names", func(b *v1alpha1.AgentBuild) {
+			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "scan", ConfigMap: "a"}, {Name: "scan", ConfigMap: "b"}}}
+		}, "spec.pipeline.steps[1]: Duplicate value: {\"name\":\"scan\"}"},
+		{"image with upper case", func(b *v1alpha1.AgentBuild) { b.Spec.BuildOutput.Image = "Kagenti/Weather" },
+			"spec.buildOutput.image: Invalid value: \"Kagenti/Weather\": spec.buildOutput.image in body should match"},
+		{"bad tag", func(b *v1alpha1.AgentBuild) { b.Spec.BuildOutput.Tag = "v1:2" },
+			"spec.buildOutput.tag: Invalid value: \"v1:2\""},
+		{"dev-external without registry", func(b *v1alpha1.AgentBuild) { b.Spec.Mode = v1alpha1.ModeDevExternal },
+			"spec.buildOutput.registry: Invalid value: dev-external mode pushes to an external registry"},
+		{"subfolder escaping the repository", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Subfolder = "a/../../etc" },
+			"spec.source.subfolder: Invalid value: \"a/../../etc\": must be a relative path without '..'"},
+		{"repository not a URL", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Repository = "github.com/x/y" },
+			"spec.source.repository: Invalid value: \"github.com/x/y\": must be an http(s)://, ssh:// or git@ URL"},
+		{"unknown mode", func(b *v1alpha1.AgentBuild) { b.Spec.Mode = "fast" },
+			"spec.mode: Unsupported value: \"fast\""},
+		{"history limit zero", func(b *v1alpha1.AgentBuild) { b.Spec.HistoryLimit = ptr.To[int32](0) },
+			"spec.historyLimit: Invalid value: 0: spec.historyLimit in body should be greater than or equal to 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBuild(ns, "invalid", nil)
+			tt.mutate(b)
+			err := e.c.Create(context.Background(), b)
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), "%v", err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	// Defaults come from the schema.
+	b := e.createBuild(ns, "defaults", nil)
+	got := e.build(b)
+	assert.Equal(t, v1alpha1.ModeDev, got.Spec.Mode)
+	assert.Equal(t, "main", got.Spec.Source.Revision)
+	assert.Equal(t, "latest", got.Spec.BuildOutput.Tag)
+	assert.Equal(t, ptr.To(true), got.Spec.CleanupAfterBuild)
+	assert.Equal(t, ptr.To[int32](3), got.Spec.HistoryLimit)
+}
+
+func (e *env) testSucceedsAndDeploys(t *testing.T) {
+	ns := e.namespace("succeeds")
+	dep := e.createDeployment(ns, "weather-agent")
+	b := e.createBuild(ns, "weather-agent", &v1alpha1.DeployTo{TargetRef: duck.TargetRef{Kind: "Deployment", Name: "weather-agent"}, Container: "agent"})
+	run := e.waitRun(ns, "weather-agent-1")
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionUnknown, ReasonAwaitingBuild)
+	e.setRunning(run)
+	e.waitPhase(b, v1alpha1.PhaseBuilding)
+	e.setSucceeded(run, devImg+":latest", digestA)
+	e.waitPhase(b, v1alpha1.PhaseSucceeded)
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonBuildSucceeded)
+
+	got := e.build(b)
+	assert.Equal(t, devImg+"@"+digestA, got.Status.BuiltImage)
+	assert.Equal(t, "weather-agent-1", got.Status.PipelineRunName)
+	assert.NotNil(t, got.Status.LastBuildTime)
+	assert.NotNil(t, got.Status.CompletionTime)
+	assert.Equal(t, got.Generation, got.Status.ObservedGeneration)
+	assert.Equal(t, &v1alpha1.DeploymentStatus{Target: "Deployment.apps/weather-agent", Container: "agent", Image: devImg + "@" + digestA}, got.Status.Deployment)
+	succeeded := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSucceeded)
+	require.NotNil(t, succeeded)
+	assert.Equal(t, metav1.ConditionTrue, succeeded.Status)
+
+	// Only the named container's image changed.
+	after := &appsv1.Deployment{}
+	require.NoError(t, e.c.Get(context.Background(), client.ObjectKeyFromObject(dep), after))
+	assert.Equal(t, devImg+"@"+digestA, after.Spec.Template.Spec.Containers[0].Image)
+	want := dep.Spec.Template.Spec.DeepCopy()
+	want.Containers[0].Image = devImg + "@" + digestA
+	assert.Equal(t, *want, after.Spec.Template.Spec, "deployTo must only change the agent container's image")
+
+	// Status is written by server-side apply with the controller's field manager.
+	managers := map[string]bool{}
+	for _, mf := range got.ManagedFields {
+		if mf.Subresource == "status" {
+			managers[mf.Manager] = true
+		}
+	}
+	assert.True(t, managers[fieldOwner], "status field managers: %v", managers)
+
+	// A user changing the image afterwards is not overridden (the image was deployed once).
+	after.Spec.Template.Spec.Containers[0].Image = "example.com/hotfix:1"
+	require.NoError(t, e.c.Update(context.Background(), after))
+	e.touch(b)
+	e.consistently(func() bool {
+		d := &appsv1.Deployment{}
+		require.NoError(t, e.c.Get(context.Background(), client.ObjectKeyFromObject(dep), d))
+		return d.Spec.Template.Spec.Containers[0].Image == "example.com/hotfix:1"
+	})
+}
+
+func (e *env) testFails(t *testing.T) {
+	ns := e.namespace("fails")
+	b := e.createBuild(ns, "weather-agent", nil)
+	run := e.waitRun(ns, "weather-agent-1")
+	e.setRunning(run)
+	e.setStatus(run, corev1.ConditionFalse, "Failed", "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 0", nil)
+	e.waitPhase(b, v1alpha1.PhaseFailed)
+	e.waitCondition(b, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonBuildFailed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuildFailed)
+	assert.Contains(t, e.build(b).Status.Message, "PipelineRun weather-agent-1 failed: Failed: Tasks Completed: 2 (Failed: 1")
+	assert.Empty(t, e.build(b).Status.BuiltImage)
+
+	// A run that succeeds without a digest result is a failure of the build, named as such.
+	b2 := e.createBuild(ns, "no-digest", nil)
+	run2 := e.waitRun(ns, "no-digest-1")
+	e.setStatus(run2, corev1.ConditionTrue, "Succeeded", "", []pipelinev1.PipelineRunResult{
+		{Name: "IMAGE_URL", Value: *pipelinev1.NewStructuredValues(devImg + ":latest")}})
+	e.waitCondition(b2, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonMissingImageResult)
+}
+
+func (e *env) testTargetNotFoundRecovers(t *testing.T) {
+	ns := e.namespace("target")
+	b := e.createBuild(ns, "weather-agent", &v1alpha1.DeployTo{TargetRef: duck.TargetRef{Kind: "Deployment", Name: "weather-agent"}, Container: "agent"})
+	run := e.waitRun(ns, "weather-agent-1")
+	e.setSucceeded(run, devImg+":latest", digestB)
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionFalse, duck.ReasonTargetNotFound)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, duck.ReasonTargetNotFound)
+	assert.Equal(t, v1alpha1.PhaseSucceeded, e.build(b).Status.Phase)
+
+	dep := e.createDeployment(ns, "weather-agent") // the watch on Deployments re-queues the build
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonBuildSucceeded)
+	after := &appsv1.Deployment{}
+	require.NoError(t, e.c.Get(context.Background(), client.ObjectKeyFromObject(dep), after))
+	assert.Equal(t, devImg+"@"+digestB, after.Spec.Template.Spec.Containers[0].Image)
+}
+
+func (e *env) testContainerNotFound(t *testing.T) {
+	ns := e.namespace("container")
+	e.createDeployment(ns, "weather-agent")
+	b := e.createBuild(ns, "weather-agent", &v1alpha1.DeployTo{TargetRef: duck.TargetRef{Kind: "Deployment", Name: "weather-agent"}, Container: "missing"})
+	e.setSucceeded(e.waitRun(ns, "weather-agent-1"), devImg+":latest", digestA)
+	c := e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionFalse, ReasonContainerNotFound)
+	assert.Equal(t, `Deployment "weather-agent" has no container "missing" (it has: agent, sidecar)`, c.Message)
+}
+
+func (e *env) testNoDuplicateRuns(t *testing.T) {
+	ns := e.namespace("duplicates")
+	b := e.createBuild(ns, "weather-agent", nil)
+	e.waitRun(ns, "weather-agent-1")
+	// A second reconciler (as after a restart or a lost cache) reconciling concurrently and
+	// repeatedly finds the same run.
+	r := newReconciler(e.mgr, e.opts)
+	r.Tekton.watching = true
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Metadata changes do not bump the generation and start nothing.
+	e.touch(b)
+	e.consistently(func() bool { return len(e.runs(ns, e.build(b))) == 1 })
+}
+
+func (e *env) testNewGenerationCancelsAndPrunes(t *testing.T) {
+	ns := e.namespace("history")
+	b := newBuild(ns, "weather-agent", nil)
+	b.Spec.HistoryLimit = ptr.To[int32](2)
+	require.NoError(t, e.c.Create(context.Background(), b))
+	run1 := e.waitRun(ns, "weather-agent-1")
+	e.setRunning(run1)
+
+	// A spec change is a new generation: a new run, and the superseded running one is cancelled.
+	e.updateSpec(b, func(b *v1alpha1.AgentBuild) { b.Spec.BuildOutput.Tag = "v2" })
+	e.waitRun(ns, "weather-agent-2")
+	e.waitFor("run 1 cancelled", func() (bool, string) {
+		r := &pipelinev1.PipelineRun{}
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(run1), r); err != nil {
+			return false, err.Error()
+		}
+		return r.Spec.Status == pipelinev1.PipelineRunSpecStatusCancelled, string(r.Spec.Status)
+	})
+	for gen := 3; gen <= 4; gen++ {
+		e.updateSpec(b, func(b *v1alpha1.AgentBuild) { b.Spec.BuildOutput.Tag = fmt.Sprintf("v%d", gen) })
+		e.waitRun(ns, fmt.Sprintf("weather-agent-%d", gen))
+	}
+	e.waitFor("history pruned to 2 runs", func() (bool, string) {
+		var names []string
+		for _, r := range e.runs(ns, e.build(b)) {
+			names = append(names, r.Name)
+		}
+		return strings.Join(names, ",") == "weather-agent-3,weather-agent-4", strings.Join(names, ",")
+	})
+	for _, gone := range []string{"weather-agent-1", "weather-agent-2"} {
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: gone}, &pipelinev1.Pipeline{})
+		assert.True(t, apierrors.IsNotFound(err), "Pipeline %s should be pruned with its run: %v", gone, err)
+	}
+	got := e.build(b)
+	assert.Equal(t, "weather-agent-4", got.Status.PipelineRunName)
+	assert.Equal(t, int64(4), got.Status.ObservedGeneration)
+	// The new run's IMAGE carries the new tag.
+	p := &pipelinev1.Pipeline{}
+	require.NoError(t, e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "weather-agent-4"}, p))
+	assert.Contains(t, paramValue(p, "build", "IMAGE"), "weather-agent:v4")
+}
+
+func (e *env) testTemplateProblems(t *testing.T) {
+	ns := e.namespace("templates")
+	b := newBuild(ns, "custom", nil)
+	b.Spec.Mode = v1alpha1.ModeCustom
+	b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "my-build-step"}}}
+	require.NoError(t, e.c.Create(context.Background(), b))
+	c := e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, templates.ReasonStepNotFound)
+	assert.Equal(t, "ConfigMap my-build-step (step build) not found in namespace templates or kagenti-system", c.Message)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTemplateFailed)
+	assert.Equal(t, v1alpha1.PhasePending, e.build(b).Status.Phase)
+	assert.True(t, e.hasEvent(ns, templates.ReasonStepNotFound))
+
+	// The team ships its step; it declares a parameter nobody sets.
+	step := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "my-build-step"}, Data: map[string]string{templates.TaskSpecKey: `
+params: [{name: IMAGE}, {name: BUILDER_POOL}]
+results: [{name: IMAGE_URL}, {name: IMAGE_DIGEST}]
+steps: [{name: build, image: "busybox:1.37", script: "true"}]
+`}}
+	require.NoError(t, e.c.Create(context.Background(), step))
+	c = e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, templates.ReasonMissingParameter)
+	assert.Contains(t, c.Message, `step "build" requires parameter(s) BUILDER_POOL`)
+
+	e.updateSpec(b, func(b *v1alpha1.AgentBuild) {
+		b.Spec.Pipeline.Parameters = []v1alpha1.Parameter{{Name: "BUILDER_POOL", Value: "large"}}
+	})
+	e.waitRun(ns, "custom-2")
+	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, ReasonResolved)
+}
+
+func (e *env) testCleanup(t *testing.T) {
+	ns := e.namespace("cleanup")
+	b := e.createBuild(ns, "weather-agent", nil)
+	run := e.waitRun(ns, "weather-agent-1")
+	// Tekton's PVC for the volumeClaimTemplate workspace is owned by the run.
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pvc-0123456789",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "tekton.dev/v1", Kind: "PipelineRun", Name: run.Name, UID: run.UID}}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	require.NoError(t, e.c.Create(context.Background(), pvc))
+	other := pvc.DeepCopy()
+	other.Name, other.OwnerReferences, other.ResourceVersion = "unrelated", nil, ""
+	require.NoError(t, e.c.Create(context.Background(), other))
+
+	e.setSucceeded(run, devImg+":latest", digestA)
+	e.waitPhase(b, v1alpha1.PhaseSucceeded)
+	e.waitFor("workspace PVC deleted", func() (bool, string) {
+		got := &corev1.PersistentVolumeClaim{}
+		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(pvc), got)
+		// Without kube-controller-manager the pvc-protection finalizer keeps it terminating.
+		return apierrors.IsNotFound(err) || (err == nil && got.DeletionTimestamp != nil), fmt.Sprint(err)
+	})
+	got := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, e.c.Get(context.Background(), client.ObjectKeyFromObject(other), got))
+	assert.Nil(t, got.DeletionTimestamp, "only the run's volumes are deleted")
+}
+
+// --- helpers ---
+
+func newBuild(ns, name string, to *v1alpha1.DeployTo) *v1alpha1.AgentBuild {
+	return &v1alpha1.AgentBuild{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.AgentBuildSpec{
+			Source:      v1alpha1.Source{Repository: "https://github.com/kagenti/agent-examples", Subfolder: "a2a/weather_service"},
+			BuildOutput: v1alpha1.BuildOutput{Image: "kagenti/weather-agent"},
+			DeployTo:    to,
+		},
+	}
+}
+
+func (e *env) createBuild(ns, name string, to *v1alpha1.DeployTo) *v1alpha1.AgentBuild {
+	b := newBuild(ns, name, to)
+	require.NoError(e.t, e.c.Create(context.Background(), b))
+	return b
+}
+
+func (e *env) build(b *v1alpha1.AgentBuild) *v1alpha1.AgentBuild {
+	got := &v1alpha1.AgentBuild{}
+	require.NoError(e.t, e.c.Get(context.Background(), client.ObjectKeyFromObject(b), got))
+	return got
+}
+
+func (e *env) updateSpec(b *v1alpha1.AgentBuild, mutate func(*v1alpha1.AgentBuild)) {
+	require.NoError(e.t, retryConflict(func() error {
+		got := e.build(b)
+		mutate(got)
+		return e.c.Update(context.Background(), got)
+	}))
+}
+
+func (e *env) touch(b *v1alpha1.AgentBuild) {
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/touched":"`+time.Now().String()+`"}}}`))
+	require.NoError(e.t, e.c.Patch(context.Background(), e.build(b), patch))
+}
+
+func retryConflict(f func() error) error {
+	var err error
+	for range 10 {
+		if err = f(); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (e *env) namespace(name string) string {
+	require.NoError(e.t, e.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return name
+}
+
+func (e *env) createDeployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{
+					{Name: "agent", Image: "example.com/weather-agent:old", Env: []corev1.EnvVar{{Name: "PORT", Value: "8000"}}},
+					{Name: "sidecar", Image: "example.com/sidecar:1.0"},
+				}},
+			},
+		},
+	}
+	require.NoError(e.t, e.c.Create(context.Background(), d))
+	return d
+}
+
+func (e *env) waitRun(ns, name string) *pipelinev1.PipelineRun {
+	run := &pipelinev1.PipelineRun{}
+	e.waitFor("PipelineRun "+ns+"/"+name, func() (bool, string) {
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, run)
+		return err == nil, fmt.Sprint(err)
+	})
+	return run
+}
+
+func (e *env) runs(ns string, b *v1alpha1.AgentBuild) []pipelinev1.PipelineRun {
+	list := &pipelinev1.PipelineRunList{}
+	require.NoError(e.t, e.c.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{resources.LabelBuildUID: string(b.UID)}))
+	return list.Items
+}
+
+func (e *env) setRunning(run *pipelinev1.PipelineRun) {
+	e.setStatus(run, corev1.ConditionUnknown, "Running", "Tasks Completed: 0 (Failed: 0, Cancelled 0), Skipped: 0", nil)
+}
+
+func (e *env) setSucceeded(run *pipelinev1.PipelineRun, url, digest string) {
+	e.setStatus(run, corev1.ConditionTrue, "Succeeded", "Tasks Completed: 2 (Failed: 0, Cancelled 0), Skipped: 0", []pipelinev1.PipelineRunResult{
+		{Name: "IMAGE_URL", Value: *pipelinev1.NewStructuredValues(url)},
+		{Name: "IMAGE_DIGEST", Value: *pipelinev1.NewStructuredValues(digest)},
+	})
+}
+
+// setStatus plays Tekton: it writes the run's Succeeded condition, times and results.
+func (e *env) setStatus(run *pipelinev1.PipelineRun, st corev1.ConditionStatus, reason, msg string, results []pipelinev1.PipelineRunResult) {
+	require.NoError(e.t, retryConflict(func() error {
+		got := &pipelinev1.PipelineRun{}
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(run), got); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		if got.Status.StartTime == nil {
+			got.Status.StartTime = &now
+		}
+		if st != corev1.ConditionUnknown {
+			got.Status.CompletionTime = &now
+		}
+		got.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: st, Reason: reason, Message: msg})
+		got.Status.Results = results
+		return e.c.Status().Update(context.Background(), got)
+	}))
+}
+
+func (e *env) waitPhase(b *v1alpha1.AgentBuild, phase v1alpha1.BuildPhase) {
+	e.waitFor("phase "+string(phase), func() (bool, string) {
+		got := e.build(b)
+		return got.Status.Phase == phase, string(got.Status.Phase) + ": " + got.Status.Message
+	})
+}
+
+func (e *env) waitCondition(b *v1alpha1.AgentBuild, t string, st metav1.ConditionStatus, reason string) *metav1.Condition {
+	var found *metav1.Condition
+	e.waitFor(fmt.Sprintf("%s=%s reason %s", t, st, reason), func() (bool, string) {
+		found = meta.FindStatusCondition(e.build(b).Status.Conditions, t)
+		if found == nil {
+			return false, "absent"
+		}
+		return found.Status == st && found.Reason == reason, fmt.Sprintf("%s %s: %s", found.Status, found.Reason, found.Message)
+	})
+	return found
+}
+
+func (e *env) hasEvent(ns, reason string) bool {
+	var ok bool
+	e.waitFor("event "+reason, func() (bool, string) {
+		list := &corev1.EventList{}
+		require.NoError(e.t, e.c.List(context.Background(), list, client.InNamespace(ns)))
+		for _, ev := range list.Items {
+			if ev.Reason == reason {
+				ok = true
+			}
+		}
+		return ok, fmt.Sprintf("%d events", len(list.Items))
+	})
+	return ok
+}
+
+func (e *env) waitFor(what string, cond func() (bool, string)) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
+
+// consistently checks cond over a few reconcile opportunities.
+func (e *env) consistently(cond func() bool) {
+	e.t.Helper()
+	for range 10 {
+		require.True(e.t, cond())
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func paramValue(p *pipelinev1.Pipeline, task, name string) string {
+	for _, t := range p.Spec.Tasks {
+		if t.Name != task {
+			continue
+		}
+		for _, prm := range t.Params {
+			if prm.Name == name {
+				return prm.Value.StringVal
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,190 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/kagenti/platform/pkg/duck"
+
+	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/templates"
+)
+
+const fieldOwner = resources.ManagedBy
+
+// +kubebuilder:rbac:groups=kagenti.io,resources=agentbuilds,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kagenti.io,resources=agentbuilds/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=tekton.dev,resources=pipelines,verbs=get;create;delete
+// +kubebuilder:rbac:groups=tekton.dev,resources=pipelineruns,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler turns an AgentBuild into a Pipeline and a PipelineRun per generation and reports the
+// run's outcome. Flow: Tekton served? → run of this generation exists? else load template, render,
+// create → map the run's status → deploy the image → prune old runs → apply status.
+type Reconciler struct {
+	Client   client.Client
+	API      client.Reader // uncached reads: templates, deploy targets, just-created runs
+	Scheme   *runtime.Scheme
+	Recorder recorder.EventRecorder
+	Loader   *templates.Loader
+	Resolver *duck.Resolver
+	Tekton   *tektonWatch
+	Opts     Options
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &v1alpha1.AgentBuild{}
+	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !b.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owned Pipelines and PipelineRuns are garbage-collected
+	}
+	s := newStatus(b)
+	result, err := r.reconcile(ctx, b, s)
+	if applyErr := r.applyStatus(ctx, b, s); applyErr != nil {
+		return ctrl.Result{}, errors.Join(err, applyErr)
+	}
+	return result, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, b *v1alpha1.AgentBuild, s *status) (ctrl.Result, error) {
+	served, err := r.Tekton.Ensure(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !served {
+		if c := findCondition(b, v1alpha1.ConditionReady); c == nil || c.Reason != ReasonTektonNotInstalled {
+			r.event(b, "Warning", ReasonTektonNotInstalled, "Build", "Tekton Pipelines is not installed; retrying every "+r.Opts.TektonCheckInterval.String())
+		}
+		s.tektonNotInstalled()
+		return ctrl.Result{RequeueAfter: r.Opts.TektonCheckInterval}, nil
+	}
+	run, err := r.currentRun(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if run == nil {
+		var retry time.Duration
+		if run, retry, err = r.startRun(ctx, b, s); run == nil || err != nil {
+			return ctrl.Result{RequeueAfter: retry}, err
+		}
+	}
+	if !metav1.IsControlledBy(run, b) {
+		s.nameConflict(run.Name)
+		return ctrl.Result{}, nil
+	}
+	s.observeRun(run)
+	if b.Spec.DeployTo != nil {
+		if err := r.deploy(ctx, b, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if run.IsDone() && b.Spec.CleanupEnabled() {
+		if err := r.cleanupWorkspace(ctx, run); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, r.prune(ctx, b)
+}
+
+// currentRun returns the PipelineRun of the build's generation, or nil.
+func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*pipelinev1.PipelineRun, error) {
+	run := &pipelinev1.PipelineRun{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: resources.RunName(b)}, run)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return run, err
+}
+
+// startRun loads the template, renders and creates the Pipeline and PipelineRun. The run's name
+// is deterministic, so when the cache has not seen a run created by an earlier attempt, creation
+// fails with AlreadyExists and the existing run is used: a generation never gets two runs.
+func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s *status) (*pipelinev1.PipelineRun, time.Duration, error) {
+	loaded, err := r.Loader.Load(ctx, b)
+	var rendered *resources.Rendered
+	if err == nil {
+		rendered, err = resources.Render(b, loaded)
+	}
+	if err != nil {
+		reason := resources.Reason(err)
+		if reason == "" {
+			return nil, 0, err
+		}
+		if c := findCondition(b, v1alpha1.ConditionTemplateResolved); c == nil || c.Reason != reason || c.Message != err.Error() || c.ObservedGeneration != b.Generation {
+			r.event(b, "Warning", reason, "ResolveTemplate", err.Error())
+		}
+		s.templateFailed(reason, err.Error())
+		return nil, r.Opts.TemplateRetryInterval, nil
+	}
+	if err := r.Client.Create(ctx, rendered.Pipeline, client.FieldOwner(fieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, 0, fmt.Errorf("creating Pipeline %s: %w", rendered.Pipeline.Name, err)
+	}
+	run := rendered.PipelineRun
+	err = r.Client.Create(ctx, run, client.FieldOwner(fieldOwner))
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		run = &pipelinev1.PipelineRun{}
+		if err := r.API.Get(ctx, client.ObjectKeyFromObject(rendered.PipelineRun), run); err != nil {
+			return nil, 0, err
+		}
+	case err != nil:
+		return nil, 0, fmt.Errorf("creating PipelineRun %s: %w", run.Name, err)
+	default:
+		log.FromContext(ctx).Info("started build", "pipelineRun", run.Name, "mode", loaded.Mode)
+		r.event(b, "Normal", "BuildStarted", "Build", fmt.Sprintf("started PipelineRun %s (mode %s)", run.Name, loaded.Mode))
+	}
+	s.newGeneration()
+	return run, 0, nil
+}
+
+func (r *Reconciler) event(b *v1alpha1.AgentBuild, eventType, reason, action, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, eventType, reason, action, "%s", note)
+	}
+}
+
+// applyStatus writes the status with server-side apply when it changed.
+func (r *Reconciler) applyStatus(ctx context.Context, b *v1alpha1.AgentBuild, s *status) error {
+	if equality.Semantic.DeepEqual(b.Status, s.AgentBuildStatus) {
+		return nil
+	}
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s.AgentBuildStatus)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": st}}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentBuild"))
+	u.SetName(b.Name)
+	u.SetNamespace(b.Namespace)
+	return r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership)
+}
+
+func findCondition(b *v1alpha1.AgentBuild, t string) *metav1.Condition {
+	for i := range b.Status.Conditions {
+		if b.Status.Conditions[i].Type == t {
+			return &b.Status.Conditions[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/apis"
+
+	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/resources"
+)
+
+// Condition reasons.
+const (
+	ReasonTektonNotInstalled = "TektonNotInstalled"
+	ReasonResolved           = "Resolved"
+	ReasonWaitingForTekton   = "Pending"
+	ReasonBuilding           = "Building"
+	ReasonBuildSucceeded     = "BuildSucceeded"
+	ReasonBuildFailed        = "BuildFailed"
+	ReasonMissingImageResult = "MissingImageResult"
+	ReasonNameConflict       = "NameConflict"
+	ReasonAwaitingBuild      = "AwaitingBuild"
+	ReasonImageDeployed      = "ImageDeployed"
+	ReasonContainerNotFound  = "ContainerNotFound"
+	ReasonDeployFailed       = "DeployFailed"
+	ReasonTemplateFailed     = "TemplateNotResolved"
+)
+
+// status is the status being computed for one reconcile, starting from the stored one so that
+// condition transition times survive (meta.SetStatusCondition only moves them on a change).
+type status struct {
+	v1alpha1.AgentBuildStatus
+	generation int64
+}
+
+func newStatus(b *v1alpha1.AgentBuild) *status {
+	s := &status{AgentBuildStatus: *b.Status.DeepCopy(), generation: b.Generation}
+	s.ObservedGeneration = b.Generation
+	if b.Spec.DeployTo == nil {
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionDeployed)
+		s.Deployment = nil
+	}
+	return s
+}
+
+func (s *status) set(condType string, st metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: condType, Status: st, Reason: reason, Message: fmt.Sprintf(format, args...), ObservedGeneration: s.generation,
+	})
+}
+
+// newGeneration forgets the previous generation's run before a new one is resolved.
+func (s *status) newGeneration() {
+	s.PipelineRunName, s.BuiltImage, s.LastBuildTime, s.CompletionTime = "", "", nil, nil
+}
+
+func (s *status) tektonNotInstalled() {
+	s.Phase = v1alpha1.PhasePending
+	s.Message = "Tekton Pipelines is not installed: the tekton.dev/v1 Pipeline and PipelineRun kinds are not served"
+	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTektonNotInstalled, "%s", s.Message)
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonTektonNotInstalled, "the build waits for Tekton Pipelines")
+}
+
+func (s *status) templateFailed(reason, msg string) {
+	s.newGeneration()
+	s.Phase, s.Message = v1alpha1.PhasePending, msg
+	s.set(v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, reason, "%s", msg)
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonTemplateFailed, "the build cannot start until its template resolves")
+	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTemplateFailed, "%s", msg)
+}
+
+func (s *status) nameConflict(name string) {
+	s.Phase = v1alpha1.PhaseFailed
+	s.Message = fmt.Sprintf("PipelineRun %s exists and is not owned by this AgentBuild", name)
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonNameConflict, "%s", s.Message)
+	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNameConflict, "%s", s.Message)
+}
+
+// observeRun maps the PipelineRun's Succeeded condition and results to the build's status.
+func (s *status) observeRun(run *pipelinev1.PipelineRun) {
+	s.PipelineRunName = run.Name
+	start := run.CreationTimestamp
+	if run.Status.StartTime != nil {
+		start = *run.Status.StartTime
+	}
+	s.LastBuildTime, s.CompletionTime, s.BuiltImage = &start, run.Status.CompletionTime, ""
+	s.set(v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, ReasonResolved, "rendered into Pipeline %s", run.Spec.PipelineRef.Name)
+	c := run.Status.GetCondition(apis.ConditionSucceeded)
+	switch {
+	case c == nil:
+		s.Phase, s.Message = v1alpha1.PhasePending, fmt.Sprintf("PipelineRun %s is waiting for Tekton to start it", run.Name)
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonWaitingForTekton, "%s", s.Message)
+		s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuilding, "%s", s.Message)
+	case c.Status == corev1.ConditionUnknown:
+		s.Phase, s.Message = v1alpha1.PhaseBuilding, fmt.Sprintf("PipelineRun %s: %s", run.Name, orReason(c))
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonBuilding, "%s", s.Message)
+		s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuilding, "%s", s.Message)
+	case c.Status == corev1.ConditionFalse:
+		s.Phase, s.Message = v1alpha1.PhaseFailed, fmt.Sprintf("PipelineRun %s failed: %s", run.Name, orReason(c))
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonBuildFailed, "%s", s.Message)
+		s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuildFailed, "%s", s.Message)
+	default:
+		image, err := BuiltImage(runResult(run, resources.ResultImageURL), runResult(run, resources.ResultImageDigest))
+		if err != nil {
+			s.Phase, s.Message = v1alpha1.PhaseFailed, fmt.Sprintf("PipelineRun %s succeeded but %v", run.Name, err)
+			s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonMissingImageResult, "%s", s.Message)
+			s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonMissingImageResult, "%s", s.Message)
+			return
+		}
+		s.BuiltImage = image
+		s.Phase, s.Message = v1alpha1.PhaseSucceeded, fmt.Sprintf("built %s", image)
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonBuildSucceeded, "PipelineRun %s built %s", run.Name, image)
+		s.set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonBuildSucceeded, "%s", s.Message)
+	}
+}
+
+func orReason(c *apis.Condition) string {
+	if c.Message != "" {
+		return c.Reason + ": " + c.Message
+	}
+	return c.Reason
+}
+
+func runResult(run *pipelinev1.PipelineRun, name string) string {
+	for _, r := range run.Status.Results {
+		if r.Name == name {
+			return strings.TrimSpace(r.Value.StringVal)
+		}
+	}
+	return ""
+}
+
+var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// BuiltImage joins the IMAGE_URL and IMAGE_DIGEST results into repository@sha256:…, dropping a
+// tag (or digest) the URL carries: a digest reference is immutable, a tag is not.
+func BuiltImage(url, digest string) (string, error) {
+	if url == "" || digest == "" {
+		return "", fmt.Errorf("its results lack %s or %s", resources.ResultImageURL, resources.ResultImageDigest)
+	}
+	if !digestPattern.MatchString(digest) {
+		return "", fmt.Errorf("its %s result %q is not sha256:<64 hex>", resources.ResultImageDigest, digest)
+	}
+	repo := url
+	if i := strings.Index(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	}
+	if slash, colon := strings.LastIndex(repo, "/"), strings.LastIndex(repo, ":"); colon > slash {
+		repo = repo[:colon]
+	}
+	return repo + "@" + digest, nil
+}
