@@ -1,4 +1,5 @@
-// Command kagenti-injector runs the injector controller.
+// Command kagenti-injector runs the mutating admission webhook that injects the identity
+// infrastructure into labelled workloads.
 package main
 
 import (
@@ -6,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
@@ -16,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/kagenti/platform/injector/internal/controller"
+	"github.com/kagenti/platform/injector/internal/certs"
+	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
 )
 
 const name = "kagenti-injector"
@@ -29,38 +33,83 @@ func main() {
 	}
 }
 
+type flags struct {
+	metricsAddr, probeAddr, namespaces string
+	leaderElect                        bool
+	webhookHost                        string
+	webhookPort                        int
+	opts                               injectorwebhook.Options
+}
+
 func newRootCommand() *cobra.Command {
 	var (
-		metricsAddr, probeAddr, namespaces string
-		leaderElect                        bool
-		opts                               controller.Options
-		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		fl      flags
+		zapOpts = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
 		Use:           name,
-		Short:         "Runs the Kagenti injector controller",
+		Short:         "Runs the Kagenti injector: the mutating webhook that injects the identity infrastructure",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsAddr, probeAddr, namespaces, leaderElect, opts)
+			return run(fl)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
-	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
-	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.StringVar(&fl.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	f.BoolVar(&fl.leaderElect, "leader-elect", false, "accepted for uniformity with the other binaries; the webhook serves on every replica and needs no leader")
+	f.StringVar(&fl.namespaces, "namespaces", "", "comma-separated namespaces the manager's cache may watch; empty watches all (the webhook itself reads nothing)")
+	f.StringVar(&fl.opts.ConfigPath, "config", "/etc/kagenti-injector/config.yaml", "path of config.yaml (hot-reloaded); a missing file means the built-in defaults")
+	f.StringVar(&fl.webhookHost, "webhook-host", "", "address the webhook server binds to; empty binds all")
+	f.IntVar(&fl.webhookPort, "webhook-port", 9443, "port of the webhook server")
+	f.StringVar(&fl.opts.CertDir, "cert-dir", "", "directory with tls.crt and tls.key provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
+	f.StringVar(&fl.opts.RotatorCertDir, "rotator-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "where the rotator's certificate Secret is mounted (without --cert-dir)")
+	f.StringVar(&fl.opts.CertSecret, "cert-secret", "kagenti-injector-cert", "Secret (in --namespace) holding the CA and serving certificate managed by the rotator")
+	f.StringVar(&fl.opts.WebhookConfig, "webhook-config-name", "kagenti-injector", "MutatingWebhookConfiguration whose caBundle the rotator keeps current")
+	f.StringVar(&fl.opts.ServiceName, "service-name", "kagenti-injector", "Service in front of the webhook (the certificate is issued for <service>.<namespace>.svc)")
+	f.StringVar(&fl.opts.Namespace, "namespace", envOr("POD_NAMESPACE", "kagenti-system"), "the injector's own namespace: holds the certificate Secret and is never injected into")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
 	f.AddGoFlagSet(zapFlags)
 	f.AddGoFlagSet(flag.CommandLine)
+	cmd.AddCommand(newGenCertsCommand())
 	return cmd
 }
 
-func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func newGenCertsCommand() *cobra.Command {
+	var (
+		outDir   string
+		hosts    []string
+		validity time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "gen-certs",
+		Short: "Writes a self-signed CA (ca.crt) and a serving certificate (tls.crt, tls.key) for --cert-dir",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := certs.Generate(hosts, validity)
+			if err != nil {
+				return err
+			}
+			if err := b.Write(outDir); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/{%s,%s,%s} for %s\n", outDir, certs.CAFile, certs.CertFile, certs.KeyFile, strings.Join(hosts, ","))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&outDir, "out-dir", "", "directory to write the files to (created if missing)")
+	cmd.Flags().StringSliceVar(&hosts, "host", []string{"127.0.0.1"}, "IP addresses or DNS names of the certificate (repeatable)")
+	cmd.Flags().DurationVar(&validity, "validity", 365*24*time.Hour, "how long the certificates are valid")
+	_ = cmd.MarkFlagRequired("out-dir")
+	return cmd
+}
+
+func run(fl flags) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -69,28 +118,33 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 	if err != nil {
 		return err
 	}
+	srvOpts := webhook.Options{Host: fl.webhookHost, Port: fl.webhookPort, CertDir: fl.opts.CertDir}
+	if fl.opts.CertDir == "" {
+		srvOpts.CertDir = fl.opts.RotatorCertDir
+	}
+	srv := webhook.NewServer(srvOpts)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              name + ".kagenti.io",
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultNamespaces: namespaceSet(namespaces)},
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: fl.metricsAddr},
+		HealthProbeBindAddress: fl.probeAddr,
+		WebhookServer:          srv,
+		Cache:                  cache.Options{DefaultNamespaces: namespaceSet(fl.namespaces)},
 	})
 	if err != nil {
 		return err
 	}
-	if err := controller.Setup(mgr, opts); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	if err := injectorwebhook.Setup(ctx, mgr, srv, fl.opts, ctrl.Log.WithName("injector")); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// Ready only once the webhook server serves TLS, i.e. once the certificate is loaded.
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return err
 	}
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 // namespaceSet turns "a,b" into the cache's per-namespace configuration; nil watches all namespaces.
@@ -105,4 +159,11 @@ func namespaceSet(list string) map[string]cache.Config {
 		}
 	}
 	return out
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

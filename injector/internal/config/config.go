@@ -1,0 +1,275 @@
+// Package config is the injector's own configuration: the file config.yaml of the ConfigMap
+// kagenti-injector, hot-reloaded by the binary. It holds everything the admission path needs, so the
+// admission path makes no API calls (ARCHITECTURE.md §5).
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+)
+
+// Names of the injected components (ARCHITECTURE.md §5), in injection order.
+const (
+	ProxyInit          = "proxy-init"
+	SpiffeHelper       = "spiffe-helper"
+	ClientRegistration = "client-registration"
+	AuthProxy          = "auth-proxy"
+	EnvoyProxy         = "envoy-proxy"
+)
+
+// Components lists every component name in injection order.
+var Components = []string{ProxyInit, SpiffeHelper, ClientRegistration, AuthProxy, EnvoyProxy}
+
+// IsComponent reports whether name is one of Components.
+func IsComponent(name string) bool {
+	for _, c := range Components {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Sidecar modes.
+const (
+	// SidecarNative injects sidecars as init containers with restartPolicy Always (Kubernetes
+	// native sidecars): Jobs complete, and identity is ready before the agent starts.
+	SidecarNative = "native"
+	// SidecarClassic appends the sidecars to the pod's containers.
+	SidecarClassic = "classic"
+)
+
+// SPIRE agent socket volume types.
+const (
+	SocketCSI      = "csi"
+	SocketHostPath = "hostPath"
+)
+
+// Config is config.yaml.
+type Config struct {
+	// SidecarMode is native (default) or classic.
+	SidecarMode string `json:"sidecarMode"`
+	// ImagePullPolicy of every injected container (default IfNotPresent).
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy"`
+	// Components holds the image and resources of each component, keyed by component name.
+	Components map[string]Component `json:"components"`
+	// SpireSocket says how the SPIRE agent socket reaches the pod.
+	SpireSocket SpireSocket `json:"spireSocket"`
+	// Identity holds the defaults passed to the sidecars as environment variables.
+	Identity Identity `json:"identity"`
+}
+
+// Component is one injected container's settings.
+type Component struct {
+	// Image, pinned by tag or digest (":latest" and untagged images are rejected).
+	Image     string                      `json:"image"`
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// SpireSocket is the volume spire-agent-socket.
+type SpireSocket struct {
+	// Type is csi (default, driver csi.spiffe.io) or hostPath.
+	Type string `json:"type"`
+	// CSIDriver is the CSI driver name (default csi.spiffe.io).
+	CSIDriver string `json:"csiDriver,omitempty"`
+	// HostPath is the directory on the node holding the socket, for type hostPath
+	// (default /run/spire/agent-sockets).
+	HostPath string `json:"hostPath,omitempty"`
+}
+
+// Identity holds the identity defaults of ARCHITECTURE.md §5.
+type Identity struct {
+	TrustDomain   string `json:"trustDomain"`
+	SocketPath    string `json:"socketPath"`
+	JWTAudience   string `json:"jwtAudience"`
+	IdPURL        string `json:"idpURL"`
+	Realm         string `json:"realm"`
+	TokenExchange bool   `json:"tokenExchange"`
+	// InboundPort is where auth-proxy listens; TargetPort is the agent's port behind it.
+	InboundPort int32 `json:"inboundPort"`
+	TargetPort  int32 `json:"targetPort"`
+	// OutboundPort is envoy-proxy's outbound listener; ProxyUID is the UID iptables skips.
+	OutboundPort    int32  `json:"outboundPort"`
+	ProxyUID        int64  `json:"proxyUID"`
+	DefaultAudience string `json:"defaultAudience"`
+}
+
+// Default returns the built-in configuration (the seed defaults of ARCHITECTURE.md §5).
+func Default() *Config {
+	res := func(cpu, mem, memLimit string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse(cpu),
+				corev1.ResourceMemory: resource.MustParse(mem),
+			},
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memLimit)},
+		}
+	}
+	return &Config{
+		SidecarMode:     SidecarNative,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Components: map[string]Component{
+			ProxyInit:          {Image: "ghcr.io/kagenti/proxy-init:v0.1.0", Resources: res("10m", "16Mi", "64Mi")},
+			SpiffeHelper:       {Image: "ghcr.io/spiffe/spiffe-helper:0.10.0", Resources: res("10m", "16Mi", "64Mi")},
+			ClientRegistration: {Image: "ghcr.io/kagenti/client-registration:v0.1.0", Resources: res("10m", "32Mi", "128Mi")},
+			AuthProxy:          {Image: "ghcr.io/kagenti/auth-proxy:v0.1.0", Resources: res("20m", "32Mi", "128Mi")},
+			EnvoyProxy:         {Image: "docker.io/envoyproxy/envoy:v1.34.1", Resources: res("50m", "64Mi", "256Mi")},
+		},
+		SpireSocket: SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
+		Identity: Identity{
+			TrustDomain:     "cluster.local",
+			SocketPath:      "/run/spire/agent-sockets/agent.sock",
+			JWTAudience:     "kagenti-agents",
+			IdPURL:          "http://keycloak.kagenti-system.svc:8080",
+			Realm:           "default",
+			TokenExchange:   true,
+			InboundPort:     8080,
+			TargetPort:      8081,
+			OutboundPort:    15123,
+			ProxyUID:        1337,
+			DefaultAudience: "downstream-service",
+		},
+	}
+}
+
+// Parse reads config.yaml. Fields left out keep their default; unknown fields and invalid values
+// are errors naming the field. An empty file yields Default().
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	// Components are merged per component so a file may set only one image.
+	var raw struct {
+		Components map[string]json.RawMessage `json:"components"`
+	}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("parsing config.yaml: %w", err)
+	}
+	defaults := Default().Components // c.Components is decoded into in place below
+	if err := yaml.UnmarshalStrict(data, c); err != nil {
+		return nil, fmt.Errorf("parsing config.yaml: %w", err)
+	}
+	merged := map[string]Component{}
+	for name, d := range defaults {
+		merged[name] = d
+	}
+	for name, msg := range raw.Components {
+		comp := defaults[name]
+		if err := json.Unmarshal(msg, &comp); err != nil {
+			return nil, fmt.Errorf("components.%s: %w", name, err)
+		}
+		merged[name] = comp
+	}
+	c.Components = merged
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate checks every field and returns all problems at once.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.SidecarMode {
+	case SidecarNative, SidecarClassic:
+	default:
+		add("sidecarMode: %q is not one of native, classic", c.SidecarMode)
+	}
+	switch c.ImagePullPolicy {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		add("imagePullPolicy: %q is not one of Always, IfNotPresent, Never", c.ImagePullPolicy)
+	}
+	names := make([]string, 0, len(c.Components))
+	for name := range c.Components {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !IsComponent(name) {
+			add("components.%s: unknown component; accepted: %s", name, strings.Join(Components, ", "))
+			continue
+		}
+		if err := validateImage(c.Components[name].Image); err != nil {
+			add("components.%s.image: %v", name, err)
+		}
+	}
+	for _, name := range Components {
+		if _, ok := c.Components[name]; !ok {
+			add("components.%s: missing", name)
+		}
+	}
+	switch c.SpireSocket.Type {
+	case SocketCSI:
+		if c.SpireSocket.CSIDriver == "" {
+			add("spireSocket.csiDriver: required for type csi")
+		}
+	case SocketHostPath:
+		if !strings.HasPrefix(c.SpireSocket.HostPath, "/") {
+			add("spireSocket.hostPath: %q must be an absolute path", c.SpireSocket.HostPath)
+		}
+	default:
+		add("spireSocket.type: %q is not one of csi, hostPath", c.SpireSocket.Type)
+	}
+	id := c.Identity
+	for field, v := range map[string]string{
+		"identity.trustDomain": id.TrustDomain, "identity.socketPath": id.SocketPath,
+		"identity.jwtAudience": id.JWTAudience, "identity.idpURL": id.IdPURL, "identity.realm": id.Realm,
+		"identity.defaultAudience": id.DefaultAudience,
+	} {
+		if v == "" {
+			add("%s: required", field)
+		}
+	}
+	for field, p := range map[string]int32{
+		"identity.inboundPort": id.InboundPort, "identity.targetPort": id.TargetPort, "identity.outboundPort": id.OutboundPort,
+	} {
+		if p < 1 || p > 65535 {
+			add("%s: %d is not a port (1-65535)", field, p)
+		}
+	}
+	if id.ProxyUID < 1 {
+		add("identity.proxyUID: %d must be a non-root UID", id.ProxyUID)
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errors.Join(errs...)
+}
+
+// validateImage accepts a reference pinned by digest or by a tag other than latest.
+func validateImage(image string) error {
+	if image == "" {
+		return errors.New("required")
+	}
+	if strings.ContainsAny(image, " \t\n") {
+		return fmt.Errorf("%q is not an image reference", image)
+	}
+	if strings.Contains(image, "@sha256:") {
+		return nil
+	}
+	// The tag follows the last ':' after the last '/' (a ':' before it is a registry port).
+	last := image[strings.LastIndex(image, "/")+1:]
+	i := strings.LastIndex(last, ":")
+	if i < 0 {
+		return fmt.Errorf("%q is not pinned: add a tag or a digest", image)
+	}
+	if tag := last[i+1:]; tag == "" || tag == "latest" {
+		return fmt.Errorf("%q is not pinned: use a version tag or a digest, not %q", image, tag)
+	}
+	return nil
+}
+
+// Hash identifies the configuration's content; it is recorded in the injection status so a changed
+// configuration re-injects on the next update.
+func (c *Config) Hash() string {
+	b, _ := json.Marshal(c) // map keys are sorted by encoding/json: deterministic.
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}

@@ -1,0 +1,183 @@
+package inject
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kagenti/platform/injector/internal/config"
+)
+
+// Labels and annotations read from the workload (ARCHITECTURE.md §4).
+const (
+	LabelInject                 = "kagenti.io/inject"
+	LabelSpiffe                 = "kagenti.io/spiffe"
+	AnnotationStatus            = "kagenti.io/injection-status"
+	AnnotationExcludeComponents = "kagenti.io/exclude-components"
+	AnnotationOutboundExclude   = "kagenti.io/outbound-ports-exclude"
+	AnnotationInboundExclude    = "kagenti.io/inbound-ports-exclude"
+
+	InjectEnabled  = "enabled"
+	InjectDisabled = "disabled"
+)
+
+// Per-component resource annotations, Istio style (sidecar.istio.io/proxyCPU):
+// kagenti.io/<component>-cpu, -cpu-limit, -memory, -memory-limit, e.g.
+// kagenti.io/envoy-proxy-memory-limit: 512Mi.
+var resourceSuffixes = []struct {
+	suffix string
+	limit  bool
+	name   corev1.ResourceName
+}{
+	// Longest suffixes first so "-cpu-limit" is not read as "-cpu".
+	{"-memory-limit", true, corev1.ResourceMemory},
+	{"-cpu-limit", true, corev1.ResourceCPU},
+	{"-memory", false, corev1.ResourceMemory},
+	{"-cpu", false, corev1.ResourceCPU},
+}
+
+// Options is what the workload asks for through its labels and annotations.
+type Options struct {
+	// Workload is the workload's name: the ConfigMap names of §5 derive from it.
+	Workload string
+	// Spiffe includes spiffe-helper and the SPIRE socket (label kagenti.io/spiffe=enabled).
+	Spiffe bool
+	// Exclude lists the components not to inject.
+	Exclude map[string]bool
+	// OutboundPortsExclude and InboundPortsExclude are passed to proxy-init (sorted, unique).
+	OutboundPortsExclude []int32
+	InboundPortsExclude  []int32
+	// Resources overrides per component, from the resource annotations.
+	Resources map[string]corev1.ResourceRequirements
+}
+
+// InvalidError is a bad label or annotation value; the webhook denies the request with its message.
+type InvalidError struct {
+	Key, Value, Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("%s: invalid value %q: %s", e.Key, e.Value, e.Reason)
+}
+
+func invalid(key, value, format string, args ...any) error {
+	return &InvalidError{Key: key, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ParseOptions reads the workload's labels and annotations. Every invalid value is an *InvalidError
+// naming the key and the accepted values; nothing is guessed.
+func ParseOptions(workload string, labels, annotations map[string]string) (Options, error) {
+	o := Options{Workload: workload, Exclude: map[string]bool{}}
+	if v, ok := labels[LabelSpiffe]; ok {
+		switch v {
+		case "enabled":
+			o.Spiffe = true
+		case "disabled":
+		default:
+			return o, invalid(LabelSpiffe, v, "accepted values: enabled, disabled")
+		}
+	}
+	if v, ok := annotations[AnnotationExcludeComponents]; ok {
+		for _, name := range splitList(v) {
+			if !config.IsComponent(name) {
+				return o, invalid(AnnotationExcludeComponents, v, "unknown component %q; accepted values (comma list): %s",
+					name, strings.Join(config.Components, ", "))
+			}
+			o.Exclude[name] = true
+		}
+	}
+	var err error
+	if o.OutboundPortsExclude, err = parsePorts(AnnotationOutboundExclude, annotations); err != nil {
+		return o, err
+	}
+	if o.InboundPortsExclude, err = parsePorts(AnnotationInboundExclude, annotations); err != nil {
+		return o, err
+	}
+	if o.Resources, err = parseResources(annotations); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func parsePorts(key string, annotations map[string]string) ([]int32, error) {
+	v, ok := annotations[key]
+	if !ok {
+		return nil, nil
+	}
+	seen := map[int32]bool{}
+	var out []int32
+	for _, s := range splitList(v) {
+		p, err := strconv.ParseInt(s, 10, 32)
+		if err != nil || p < 1 || p > 65535 {
+			return nil, invalid(key, v, "%q is not a port; accepted values: comma list of ports 1-65535", s)
+		}
+		if !seen[int32(p)] {
+			seen[int32(p)] = true
+			out = append(out, int32(p))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+func parseResources(annotations map[string]string) (map[string]corev1.ResourceRequirements, error) {
+	var out map[string]corev1.ResourceRequirements
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // deterministic: the first bad key is always the same one
+	for _, key := range keys {
+		name, ok := strings.CutPrefix(key, "kagenti.io/")
+		if !ok {
+			continue
+		}
+		for _, rs := range resourceSuffixes {
+			component, ok := strings.CutSuffix(name, rs.suffix)
+			if !ok {
+				continue
+			}
+			v := annotations[key]
+			if !config.IsComponent(component) {
+				return nil, invalid(key, v, "unknown component %q; accepted keys: kagenti.io/<component>%s with component one of %s",
+					component, rs.suffix, strings.Join(config.Components, ", "))
+			}
+			q, err := resource.ParseQuantity(v)
+			if err != nil || q.Sign() <= 0 {
+				return nil, invalid(key, v, "accepted values: a positive quantity such as 100m (cpu) or 128Mi (memory)")
+			}
+			if out == nil {
+				out = map[string]corev1.ResourceRequirements{}
+			}
+			r := out[component]
+			if rs.limit {
+				if r.Limits == nil {
+					r.Limits = corev1.ResourceList{}
+				}
+				r.Limits[rs.name] = q
+			} else {
+				if r.Requests == nil {
+					r.Requests = corev1.ResourceList{}
+				}
+				r.Requests[rs.name] = q
+			}
+			out[component] = r
+			break
+		}
+	}
+	return out, nil
+}
