@@ -18,7 +18,7 @@ generate() {
     rm -rf "${root}/deploy/crds/${p}"
     (cd "${root}/${p}" && "${CONTROLLER_GEN}" object paths=./api/... \
       crd:maxDescLen=400 paths=./api/... output:crd:dir="${root}/deploy/crds/${p}")
-    write_kustomization "${root}/deploy/crds/${p}"
+    [[ -d "${root}/deploy/crds/${p}" ]] && write_kustomization "${root}/deploy/crds/${p}"
   done
   for p in "${RBAC_PILLARS[@]}"; do
     rm -rf "${root}/deploy/rbac/${p}"
