@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
@@ -187,8 +188,9 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 	assert.Equal(t, "parentbased_always_on", cm.Data["sampler"])
 
 	at := getAT(t, ns, "trace")
-	at.Spec.Sampling = &v1alpha1.Sampling{Type: "parent_based_probabilistic", Rate: "0.5"}
-	require.NoError(t, k8s.Update(ctx, at))
+	require.NoError(t, updateRetrying(ctx, at, func() {
+		at.Spec.Sampling = &v1alpha1.Sampling{Type: "parent_based_probabilistic", Rate: "0.5"}
+	}))
 	after := waitStatus(t, ns, "trace", v1alpha1.PhaseActive, ReasonActive)
 	cm, err = getCM(t, ns, "agent-trace")
 	require.NoError(t, err)
@@ -289,8 +291,7 @@ func TestConfigMapRestored(t *testing.T) {
 	require.NoError(t, err)
 	want := cm.Data[resources.KeyOTelEnv]
 
-	cm.Data[resources.KeyOTelEnv] = "OTEL_SDK_DISABLED=true\n"
-	require.NoError(t, k8s.Update(ctx, cm))
+	require.NoError(t, updateRetrying(ctx, cm, func() { cm.Data[resources.KeyOTelEnv] = "OTEL_SDK_DISABLED=true\n" }))
 	eventually(t, "edit reverted", func() string {
 		cm, err := getCM(t, ns, "agent-trace")
 		if err != nil || cm.Data[resources.KeyOTelEnv] != want {
@@ -397,4 +398,16 @@ func TestValidationRejections(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, ok))
 	got := getAT(t, ns, "good")
 	assert.True(t, strings.HasPrefix(string(got.Spec.Sampling.Rate), "1"))
+}
+
+// updateRetrying applies mutate to the latest version of obj and updates it, retrying on conflicts:
+// the controller writes the same objects (status, reverted edits) while a test changes them.
+func updateRetrying(ctx context.Context, obj client.Object, mutate func()) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return k8s.Update(ctx, obj)
+	})
 }

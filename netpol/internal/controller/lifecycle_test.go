@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,10 +66,16 @@ func TestLifecycle(t *testing.T) {
 	playAgentcard(t, k8s, ns, "weather-card", false, ptr.To(true))
 	np = waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
 
-	// A hand edit of the policy is undone.
-	np.Spec.Ingress = nil
-	np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
-	require.NoError(t, k8s.Update(ctx, np))
+	// A hand edit of the policy is undone. The controller may still be writing its last change, so
+	// the edit is retried on the latest version like any other writer's would be.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(np), np); err != nil {
+			return err
+		}
+		np.Spec.Ingress = nil
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+		return k8s.Update(ctx, np)
+	}))
 	eventually(t, "tampered policy restored", func() (bool, string) {
 		cur := &networkingv1.NetworkPolicy{}
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(np), cur)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -139,10 +140,11 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(d), d))
 	gen, template := d.Generation, d.Spec.Template.DeepCopy()
 
-	te.Spec.Outbound = &v1alpha1.OutboundSpec{TokenExchange: &v1alpha1.OutboundTokenExchangeSpec{
-		DestinationRules: []v1alpha1.DestinationRule{{Match: v1alpha1.DestinationMatch{Host: "api.example.com"},
-			Target: &v1alpha1.ExchangeTarget{Audience: "api"}}}}}
-	must(t, k8s.Update(ctx, te))
+	must(t, updateRetrying(ctx, te, func() {
+		te.Spec.Outbound = &v1alpha1.OutboundSpec{TokenExchange: &v1alpha1.OutboundTokenExchangeSpec{
+			DestinationRules: []v1alpha1.DestinationRule{{Match: v1alpha1.DestinationMatch{Host: "api.example.com"},
+				Target: &v1alpha1.ExchangeTarget{Audience: "api"}}}}}
+	}))
 	eventually(t, "ConfigMap has the new rule", func(ctx context.Context) (bool, string) {
 		cm, err := getCM(ctx, ns, "agent-token-exchange")
 		if err != nil {
@@ -175,8 +177,7 @@ func TestConfigMapOwnership(t *testing.T) {
 	assert.NotEmpty(t, cm.Annotations[configmap.ContentHashAnnotation])
 
 	// A user edit is reverted.
-	cm.Data[resources.ConfigKey] = "tampered"
-	must(t, k8s.Update(ctx, cm))
+	must(t, updateRetrying(ctx, cm, func() { cm.Data[resources.ConfigKey] = "tampered" }))
 	eventually(t, "ConfigMap restored", func(ctx context.Context) (bool, string) {
 		cm, err := getCM(ctx, ns, "agent-token-exchange")
 		if err != nil {
@@ -217,8 +218,7 @@ func TestInvalidTemplateReportedByReconciler(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "nothing is written for an invalid spec")
 
 	// Fixing it recovers.
-	got.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "agent-{{.PodName}}"
-	must(t, k8s.Update(ctx, got))
+	must(t, updateRetrying(ctx, got, func() { got.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "agent-{{.PodName}}" }))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 }
 
@@ -319,4 +319,16 @@ func TestOtherWorkloadKinds(t *testing.T) {
 	cm, err := getCM(ctx, ns, "db-agent-token-exchange")
 	require.NoError(t, err)
 	assert.Contains(t, cm.Data[resources.ConfigKey], "kind: StatefulSet")
+}
+
+// updateRetrying applies mutate to the latest version of obj and updates it, retrying on conflicts:
+// the controller writes the same objects (status, reverted edits) while a test changes them.
+func updateRetrying(ctx context.Context, obj client.Object, mutate func()) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return k8s.Update(ctx, obj)
+	})
 }
