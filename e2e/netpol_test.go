@@ -47,7 +47,7 @@ func TestNetpolFollowsVerification(t *testing.T) {
 	framework.Create(t, c, card)
 
 	// Nothing verified the card's signature (no signed card is served here): restrictive.
-	np := waitNetpol(t, c, ns, "np-agent-policy", "restrictive")
+	np := waitNetpol(t, c, ns, "np-agent-agent-policy", "restrictive")
 	owner := metav1.GetControllerOf(np)
 	if owner == nil || owner.Kind != "AgentCard" || owner.UID != card.GetUID() {
 		t.Fatalf("policy is not controlled by the AgentCard: %+v", np.OwnerReferences)
@@ -67,10 +67,10 @@ func TestNetpolFollowsVerification(t *testing.T) {
 		}
 	}
 	setSignature(t, c, card, true)
-	waitNetpol(t, c, ns, "np-agent-policy", "permissive")
+	waitNetpol(t, c, ns, "np-agent-agent-policy", "permissive")
 	waitNetpolCondition(t, c, card, "True", "PermissivePolicyApplied")
 	setSignature(t, c, card, false)
-	waitNetpol(t, c, ns, "np-agent-policy", "restrictive")
+	waitNetpol(t, c, ns, "np-agent-agent-policy", "restrictive")
 	deleteCardAndWait(t, c, card, np)
 }
 
