@@ -381,6 +381,9 @@ up() {
   create_cluster
   create_node
   install_crds
+  # The e2e render check runs on the fresh cluster, before the local webhook registration (by URL)
+  # exists: applying the manifests' service-based registration over it would merge into an invalid object.
+  if ((RENDER_CHECK)); then render_check || RENDER_FAILED=1; fi
   source_hooks "${pillars[@]}"
   start_pillars "${pillars[@]}"
   summary_up "$((SECONDS - t0))" "${pillars[@]}"
@@ -514,6 +517,9 @@ on_exit_up() {
   exit "${rc}"
 }
 
+RENDER_CHECK=0
+RENDER_FAILED=0
+
 render_check() {
   local overlay="${ROOT}/deploy/kustomize/overlays/all"
   [[ -f "${overlay}/kustomization.yaml" ]] || {
@@ -554,9 +560,9 @@ cmd_e2e() {
   trap on_exit_down EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
+  RENDER_CHECK=1
   up
-  local rc=0 render=0
-  render_check || render=1
+  local rc=0 render=${RENDER_FAILED}
   log "go test -count=1 -v ./e2e/... $*"
   (cd "${ROOT}" && KAGENTI_E2E_KUBECONFIG="${KUBECONFIG}" KAGENTI_E2E_CLUSTER=local \
     go test -count=1 -v ./e2e/... "$@") || rc=$?
