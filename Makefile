@@ -24,7 +24,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Development
 
@@ -76,7 +76,7 @@ e2e-kind: build ## End-to-end suite on kind (needs a Docker engine; skips cleanl
 	@hack/kind.sh
 
 .PHONY: bench
-bench: ## Go benchmarks of every module, and the load scripts against the local cluster.
+bench: ## Go benchmarks of every module (the env-guarded load tests and their commands: docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 ##@ Local cluster
