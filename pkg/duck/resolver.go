@@ -7,8 +7,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 )
 
 // Resolver turns a TargetRef into a Workload. Reader may be a cached client (the manager's) or a
@@ -18,8 +20,36 @@ type Resolver struct {
 	Mapper meta.RESTMapper
 }
 
-// NewResolver returns a Resolver reading through c and mapping kinds with c's RESTMapper.
+// NewResolver returns a Resolver reading through c and mapping kinds with c's RESTMapper. Note that
+// a manager's default client reads unstructured objects from the API server, not its cache: a
+// controller should use NewManagerResolver.
 func NewResolver(c client.Client) *Resolver { return &Resolver{Reader: c, Mapper: c.RESTMapper()} }
+
+// NewManagerResolver returns the Resolver a controller run by mgr wants on its hot path: the built-in
+// kinds, which a referrer controller watches anyway (EnqueueReferrers), are read from mgr's
+// informer cache; any other kind straight from the API server, so a custom kind never starts an
+// informer the controller may have no RBAC to list and watch.
+func NewManagerResolver(mgr cluster.Cluster) *Resolver {
+	return &Resolver{Reader: &builtinCachedReader{cached: mgr.GetCache(), live: mgr.GetAPIReader()}, Mapper: mgr.GetRESTMapper()}
+}
+
+type builtinCachedReader struct{ cached, live client.Reader }
+
+func (r *builtinCachedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if isBuiltin(obj.GetObjectKind().GroupVersionKind()) {
+		return r.cached.Get(ctx, key, obj, opts...)
+	}
+	return r.live.Get(ctx, key, obj, opts...)
+}
+
+func (r *builtinCachedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return r.live.List(ctx, list, opts...)
+}
+
+func isBuiltin(gvk schema.GroupVersionKind) bool {
+	gv, ok := builtinKinds[gvk.Kind]
+	return ok && gv == gvk.GroupVersion()
+}
 
 // Resolve reads the workload ref names in namespace. Errors are *Error with reason
 // TargetNotFound, UnsupportedKind or InvalidTargetRef; other errors are transient API failures.

@@ -77,7 +77,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	metrics.SetBundleClock(trust.LoadedAt)
 	r := &CardReconciler{
 		Client:           mgr.GetClient(),
-		Resolver:         duck.NewResolver(mgr.GetClient()),
+		Resolver:         duck.NewManagerResolver(mgr),
 		Fetcher:          fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
 		Trust:            trust,
 		Recorder:         mgr.GetEventRecorder(FieldManager),

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -74,7 +73,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	r := &Reconciler{
 		Client:     mgr.GetClient(),
-		Resolver:   &duck.Resolver{Reader: &workloadReader{cached: mgr.GetClient(), live: mgr.GetAPIReader()}, Mapper: mgr.GetRESTMapper()},
+		Resolver:   duck.NewManagerResolver(mgr),
 		Applier:    &configmap.Applier{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Recorder:   mgr.GetEventRecorderFor(Name),
 		LiveReader: mgr.GetAPIReader(),
@@ -173,32 +172,4 @@ func stripPod(obj any) (any, error) {
 	slim.Spec.InitContainers = slimContainers(pod.Spec.InitContainers)
 	slim.Status.Phase = pod.Status.Phase
 	return slim, nil
-}
-
-// workloadReader reads the built-in workload kinds from the cache (they are watched anyway) and
-// any other kind straight from the API server, so an unwatched custom kind never starts an informer
-// the controller has no RBAC for.
-type workloadReader struct {
-	cached client.Reader
-	live   client.Reader
-}
-
-func (w *workloadReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if isBuiltin(obj.GetObjectKind().GroupVersionKind()) {
-		return w.cached.Get(ctx, key, obj, opts...)
-	}
-	return w.live.Get(ctx, key, obj, opts...)
-}
-
-func (w *workloadReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return w.live.List(ctx, list, opts...)
-}
-
-func isBuiltin(gvk schema.GroupVersionKind) bool {
-	for _, b := range duck.BuiltinKinds() {
-		if b == gvk {
-			return true
-		}
-	}
-	return false
 }

@@ -151,7 +151,7 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 	r := &Reconciler{
 		Client:    c,
 		APIReader: mgr.GetAPIReader(),
-		Resolver:  &duck.Resolver{Reader: c, Mapper: mgr.GetRESTMapper()},
+		Resolver:  duck.NewManagerResolver(mgr),
 		Recorder:  mgr.GetEventRecorder(FieldManager),
 		Mode:      opts.Mode,
 		Policy:    opts.Policy,

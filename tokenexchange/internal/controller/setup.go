@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -57,7 +57,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Resolver:  duck.NewResolver(mgr.GetClient()),
+		Resolver:  duck.NewManagerResolver(mgr),
 		Applier:   &configmap.Applier{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Recorder:  mgr.GetEventRecorder(Name),
 		Defaults:  resources.DefaultIdentity(),
@@ -88,9 +88,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.Selectors.mapPod)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	for _, gvk := range duck.BuiltinKinds() {
-		// Metadata is enough to notice a workload appearing, changing (e.g. being injected) or
-		// going away; the reconciler reads the workload itself through the duck resolver.
-		b = b.Watches(metadataObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList), builder.OnlyMetadata)
+		// The resolver reads these kinds from the same informers (duck.NewManagerResolver), so a
+		// reconcile costs no API read of its workload.
+		w := &unstructured.Unstructured{}
+		w.SetGroupVersionKind(gvk)
+		b = b.Watches(w, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList))
 	}
 	if err := b.Complete(r); err != nil {
 		return err
@@ -99,10 +101,4 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return webhook.Setup(mgr)
 	}
 	return nil
-}
-
-func metadataObject(gvk schema.GroupVersionKind) client.Object {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(gvk)
-	return m
 }
