@@ -51,16 +51,19 @@ func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.AgentBuild) error {
 	return nil
 }
 
+// deleteRun deletes a pruned run's Pipeline first, then the run: should the controller stop between
+// the two, the run is still listed and the next prune finishes the job, so a Pipeline is never left
+// behind by a run that is gone.
 func (r *Reconciler) deleteRun(ctx context.Context, run *pipelinev1.PipelineRun) error {
 	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
-	if err := r.Client.Delete(ctx, run, bg); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("pruning PipelineRun %s: %w", run.Name, err)
-	}
 	if run.Spec.PipelineRef != nil {
 		p := &pipelinev1.Pipeline{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: run.Spec.PipelineRef.Name}}
 		if err := r.Client.Delete(ctx, p, bg); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("pruning Pipeline %s: %w", p.Name, err)
 		}
+	}
+	if err := r.Client.Delete(ctx, run, bg); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("pruning PipelineRun %s: %w", run.Name, err)
 	}
 	return nil
 }
