@@ -45,7 +45,7 @@ STOP_GRACE="${KAGENTI_LOCAL_STOP_GRACE:-10}"        # seconds between TERM and K
 PILLARS=(injector tokenexchange agenttrace agentcard agentbuild netpol)
 declare -A HEALTH_PORT=([injector]=18081 [tokenexchange]=18082 [agenttrace]=18083 [agentcard]=18084 [agentbuild]=18085 [netpol]=18086)
 declare -A METRICS_PORT=([injector]=18091 [tokenexchange]=18092 [agenttrace]=18093 [agentcard]=18094 [agentbuild]=18095 [netpol]=18096)
-declare -A OTHER_PORTS=([injector]="19443" [agentcard]="18100") # webhook, discovery API
+declare -A OTHER_PORTS=([injector]="19443" [tokenexchange]="19444" [agentcard]="18100") # webhooks, discovery API
 
 CLUSTER_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl kubectl)
 

@@ -1,7 +1,36 @@
 # Local-cluster hooks for kagenti-tokenexchange (sourced by hack/local.sh; see docs/development.md).
+# The validating webhook runs in the local process on 127.0.0.1:19444 with a local certificate
+# (written by the injector's gen-certs) and is registered by URL, as the injector's is. In a cluster
+# the built-in rotator provides the certificate instead.
+
+tokenexchange_certs() { echo "${LOCAL}/tokenexchange-certs"; }
+
+# The webhook needs a certificate; without the injector binary to write one, the controller runs
+# without it (it applies the same checks itself: Ready=False, reason InvalidSpec).
+tokenexchange_webhook() { [[ -x "${BIN}/kagenti-injector" ]]; }
+
+tokenexchange_pre_start() {
+  if tokenexchange_webhook; then
+    "${BIN}/kagenti-injector" gen-certs --out-dir "$(tokenexchange_certs)" --host 127.0.0.1 >/dev/null
+  else
+    warn "bin/kagenti-injector missing: kagenti-tokenexchange runs without its validating webhook"
+  fi
+}
 
 tokenexchange_args() {
   echo "--zap-log-level=info"
+  if tokenexchange_webhook; then
+    printf '%s\n' --webhook --webhook-host 127.0.0.1 --webhook-port 19444 --cert-dir "$(tokenexchange_certs)"
+  fi
+}
+
+tokenexchange_post_start() {
+  tokenexchange_webhook || return 0
+  local ca; ca="$(base64 -w0 < "$(tokenexchange_certs)/ca.crt")"
+  # The shipped configuration, registered by URL instead of through the in-cluster Service.
+  sed -e '/^    service:$/,/^      port: 443$/d' \
+      -e "s|^  clientConfig:$|  clientConfig:\n    url: https://127.0.0.1:19444/validate-kagenti-io-v1alpha1-tokenexchange\n    caBundle: ${ca}|" \
+      "${ROOT}/deploy/kustomize/tokenexchange/validatingwebhookconfiguration.yaml" | kubectl apply -f - >/dev/null
 }
 
 # tokenexchange_summary: what the controller did for the sample weather-agent.
@@ -17,5 +46,8 @@ tokenexchange_summary() {
     echo "  ConfigMap ${ns}/${cm}: $(kubectl get configmap -n "${ns}" "${cm}" -o jsonpath='{.data}' | wc -c) bytes (config.yaml, routes.yaml, helper.conf)"
   else
     echo "  ConfigMap ${ns}/${cm}: missing"
+  fi
+  if kubectl get validatingwebhookconfiguration kagenti-tokenexchange >/dev/null 2>&1; then
+    echo "  validating webhook: registered (clientNameTemplate checks at admission)"
   fi
 }

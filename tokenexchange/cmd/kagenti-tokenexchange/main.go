@@ -20,6 +20,7 @@ import (
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
+	txwebhook "github.com/kagenti/platform/tokenexchange/internal/webhook"
 )
 
 const name = "kagenti-tokenexchange"
@@ -33,10 +34,8 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	var (
-		metricsAddr, probeAddr, namespaces string
-		leaderElect                        bool
-		opts                               controller.Options
-		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		fl      flags
+		zapOpts = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
 		Use:           name,
@@ -46,18 +45,24 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsAddr, probeAddr, namespaces, leaderElect, opts)
+			return run(fl)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
-	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
-	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
-	f.BoolVar(&opts.Webhook, "webhook", false, "serve the validating webhook for TokenExchange (clientNameTemplate checks) on --webhook-port")
-	f.IntVar(&opts.WebhookPort, "webhook-port", 9443, "port the validating webhook listens on when --webhook is set")
-	f.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook; empty uses controller-runtime's default")
-	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
+	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.StringVar(&fl.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	f.BoolVar(&fl.leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles (the webhook serves on every replica)")
+	f.StringVar(&fl.namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	f.IntVar(&fl.opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
+	f.BoolVar(&fl.webhook, "webhook", false, "serve the validating webhook for TokenExchange (the clientNameTemplate checks the CRD schema cannot express)")
+	f.StringVar(&fl.webhookHost, "webhook-host", "", "address the webhook server binds to; empty binds all")
+	f.IntVar(&fl.webhookPort, "webhook-port", 9443, "port of the webhook server")
+	f.StringVar(&fl.wh.CertDir, "cert-dir", "", "directory with tls.crt and tls.key provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
+	f.StringVar(&fl.wh.RotatorCertDir, "rotator-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "where the rotator's certificate Secret is mounted (without --cert-dir)")
+	f.StringVar(&fl.wh.CertSecret, "cert-secret", "kagenti-tokenexchange-cert", "Secret (in --namespace) holding the CA and serving certificate managed by the rotator")
+	f.StringVar(&fl.wh.WebhookConfig, "webhook-config-name", "kagenti-tokenexchange", "ValidatingWebhookConfiguration whose caBundle the rotator keeps current")
+	f.StringVar(&fl.wh.ServiceName, "service-name", "kagenti-tokenexchange-webhook", "Service in front of the webhook (the certificate is issued for <service>.<namespace>.svc)")
+	f.StringVar(&fl.wh.Namespace, "namespace", envOr("POD_NAMESPACE", "kagenti-system"), "the controller's own namespace: holds the certificate Secret")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -66,7 +71,25 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+// flags are the command-line settings of the controller.
+type flags struct {
+	metricsAddr, probeAddr, namespaces string
+	leaderElect                        bool
+	opts                               controller.Options
+	webhook                            bool
+	webhookHost                        string
+	webhookPort                        int
+	wh                                 txwebhook.Options
+}
+
+func envOr(key, fallback string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func run(fl flags) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -78,24 +101,32 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 	if err != nil {
 		return err
 	}
+	certDir := fl.wh.CertDir
+	if certDir == "" {
+		certDir = fl.wh.RotatorCertDir
+	}
+	srv := webhook.NewServer(webhook.Options{Host: fl.webhookHost, Port: fl.webhookPort, CertDir: certDir})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElect,
+		Metrics:                       metricsserver.Options{BindAddress: fl.metricsAddr},
+		HealthProbeBindAddress:        fl.probeAddr,
+		LeaderElection:                fl.leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
-			DefaultNamespaces: namespaceSet(namespaces),
+			DefaultNamespaces: namespaceSet(fl.namespaces),
 			DefaultTransform:  cache.TransformStripManagedFields(),
 			ByObject:          controller.CacheByObject(),
 		},
-		WebhookServer: webhook.NewServer(webhook.Options{Port: opts.WebhookPort, CertDir: opts.WebhookCertDir}),
+		WebhookServer: srv,
 	})
 	if err != nil {
 		return err
 	}
-	if err := controller.Setup(mgr, opts); err != nil {
+	if fl.webhook {
+		fl.opts.Webhook = &fl.wh
+	}
+	if err := controller.Setup(mgr, fl.opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -103,6 +134,12 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
+	}
+	if fl.webhook {
+		// Ready only once the webhook serves TLS, i.e. once its certificate is loaded.
+		if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+			return err
+		}
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

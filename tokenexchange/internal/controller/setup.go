@@ -30,11 +30,8 @@ const Name = "kagenti-tokenexchange"
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
-	// Webhook serves the validating webhook on the manager's webhook server.
-	Webhook bool
-	// WebhookPort and WebhookCertDir configure the manager's webhook server (used with Webhook).
-	WebhookPort    int
-	WebhookCertDir string
+	// Webhook, when set, serves the validating webhook on the manager's webhook server.
+	Webhook *webhook.Options
 	// MaxConcurrentReconciles is the number of TokenExchanges reconciled in parallel.
 	MaxConcurrentReconciles int
 }
@@ -97,8 +94,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := b.Complete(r); err != nil {
 		return err
 	}
-	if opts.Webhook {
-		return webhook.Setup(mgr)
+	if opts.Webhook != nil {
+		return webhook.Setup(mgr, *opts.Webhook, mgr.GetLogger().WithName("webhook"))
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
@@ -67,10 +68,15 @@ func run(m *testing.M) int {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
 
+	wh, err := webhookConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: reading the webhook configuration: %v\n", err)
+		return 1
+	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "deploy", "crds", "tokenexchange")},
 		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionv1.ValidatingWebhookConfiguration{webhookConfig()}},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionv1.ValidatingWebhookConfiguration{wh}},
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -96,7 +102,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)
 		return 1
 	}
-	if err := controller.Setup(mgr, controller.Options{Webhook: true}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Webhook: &txwebhook.Options{CertDir: wo.LocalServingCertDir}}); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
 	}
@@ -106,6 +112,14 @@ func run(m *testing.M) int {
 	defer func() { cancel(); <-done }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		fmt.Fprintln(os.Stderr, "FAIL: cache did not sync")
+		return 1
+	}
+	// failurePolicy is Ignore: a test must not reach the API server before the webhook serves.
+	started := mgr.GetWebhookServer().StartedChecker()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return started(nil) == nil, nil
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: the webhook server did not start")
 		return 1
 	}
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -127,24 +141,22 @@ func zapLevel() zapcore.Level {
 	return zapcore.DPanicLevel // quiet: expected reconcile errors are asserted through status
 }
 
-func webhookConfig() *admissionv1.ValidatingWebhookConfiguration {
-	return &admissionv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "kagenti-tokenexchange"},
-		Webhooks: []admissionv1.ValidatingWebhook{{
-			Name:                    "tokenexchange.kagenti.io",
-			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(admissionv1.Fail),
-			ClientConfig:            admissionv1.WebhookClientConfig{Service: &admissionv1.ServiceReference{Name: "kagenti-tokenexchange", Namespace: "kagenti-system", Path: ptr.To(txwebhook.Path)}},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: SkipWebhookLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
-			Rules: []admissionv1.RuleWithOperations{{
-				Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-				Rule: admissionv1.Rule{APIGroups: []string{"kagenti.io"}, APIVersions: []string{"v1alpha1"},
-					Resources: []string{"tokenexchanges"}, Scope: ptr.To(admissionv1.NamespacedScope)},
-			}},
-		}},
+// webhookConfig is the shipped ValidatingWebhookConfiguration (so the tests exercise its rules),
+// with one addition: objects labelled SkipWebhookLabel bypass it, to reach the reconciler's checks.
+func webhookConfig() (*admissionv1.ValidatingWebhookConfiguration, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "kustomize", "tokenexchange", "validatingwebhookconfiguration.yaml"))
+	if err != nil {
+		return nil, err
 	}
+	var wh admissionv1.ValidatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(b, &wh); err != nil {
+		return nil, err
+	}
+	for i := range wh.Webhooks {
+		wh.Webhooks[i].ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: SkipWebhookLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
+	}
+	return &wh, nil
 }
 
 // ---- helpers ----

@@ -7,7 +7,6 @@ import (
 	"context"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
@@ -20,11 +19,6 @@ const Path = "/validate-kagenti-io-v1alpha1-tokenexchange"
 type Validator struct{}
 
 var _ admission.Validator[*v1alpha1.TokenExchange] = Validator{}
-
-// Setup registers the webhook with the manager's webhook server.
-func Setup(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.TokenExchange{}).WithValidator(Validator{}).Complete()
-}
 
 func (Validator) ValidateCreate(_ context.Context, te *v1alpha1.TokenExchange) (admission.Warnings, error) {
 	return nil, validate(te)
