@@ -122,6 +122,7 @@ func (a *Applier) Apply(ctx context.Context, desired *corev1.ConfigMap, owner cl
 		merged.Data, merged.BinaryData = want.Data, want.BinaryData
 		mergeStrings(&merged.Labels, want.Labels)
 		mergeStrings(&merged.Annotations, want.Annotations)
+		delete(merged.Annotations, digestAnnotation)
 		merged.OwnerReferences = want.OwnerReferences
 		if err := a.Client.Update(ctx, merged); err != nil {
 			return err
@@ -148,7 +149,7 @@ func (a *Applier) checkOwnership(have *corev1.ConfigMap, owner client.Object) er
 
 func upToDate(have, want *corev1.ConfigMap) bool {
 	if have.Annotations[ContentHashAnnotation] != want.Annotations[ContentHashAnnotation] ||
-		ContentHash(have) != want.Annotations[ContentHashAnnotation] {
+		observedHash(have) != want.Annotations[ContentHashAnnotation] {
 		return false
 	}
 	for k, v := range want.Labels {

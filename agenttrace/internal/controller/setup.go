@@ -38,12 +38,13 @@ type Options struct {
 }
 
 // CacheOptions restricts what the manager caches to what this controller reads: only its own
-// ConfigMaps, and pods stripped to the fields configuredPods needs. main and the tests use it.
+// ConfigMaps, as metadata and a hash of their content (configmap.DigestTransform), and pods
+// stripped to the fields configuredPods needs. main and the tests use it.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name})},
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform},
 			&corev1.Pod{}:       {Transform: stripPod},
 		},
 	}

@@ -51,6 +51,7 @@ func newRootCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	f.StringVar(&fl.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	f.StringVar(&fl.pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
 	f.BoolVar(&fl.leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles (the webhook serves on every replica)")
 	f.StringVar(&fl.namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.IntVar(&fl.opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
@@ -73,13 +74,14 @@ func newRootCommand() *cobra.Command {
 
 // flags are the command-line settings of the controller.
 type flags struct {
-	metricsAddr, probeAddr, namespaces string
-	leaderElect                        bool
-	opts                               controller.Options
-	webhook                            bool
-	webhookHost                        string
-	webhookPort                        int
-	wh                                 txwebhook.Options
+	metricsAddr, probeAddr, pprofAddr string
+	namespaces                        string
+	leaderElect                       bool
+	opts                              controller.Options
+	webhook                           bool
+	webhookHost                       string
+	webhookPort                       int
+	wh                                txwebhook.Options
 }
 
 func envOr(key, fallback string) string {
@@ -110,6 +112,7 @@ func run(fl flags) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: fl.metricsAddr},
 		HealthProbeBindAddress:        fl.probeAddr,
+		PprofBindAddress:              fl.pprofAddr,
 		LeaderElection:                fl.leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,

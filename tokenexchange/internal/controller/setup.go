@@ -8,10 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -34,15 +32,6 @@ type Options struct {
 	Webhook *webhook.Options
 	// MaxConcurrentReconciles is the number of TokenExchanges reconciled in parallel.
 	MaxConcurrentReconciles int
-}
-
-// CacheByObject restricts what the manager caches for this controller: only its own ConfigMaps
-// (not every ConfigMap in the cluster) and a trimmed view of pods.
-func CacheByObject() map[client.Object]cache.ByObject {
-	return map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name})},
-		&corev1.Pod{}:       {Transform: TrimPod},
-	}
 }
 
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.

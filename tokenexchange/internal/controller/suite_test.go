@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -127,12 +126,8 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: client: %v\n", err)
 		return 1
 	}
-	restConfig = cfg
 	return m.Run()
 }
-
-// restConfig is the envtest API server, for clients the benchmark builds.
-var restConfig *rest.Config
 
 func zapLevel() zapcore.Level {
 	if os.Getenv("TEST_VERBOSE") == "1" {

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/controller"
+	"github.com/kagenti/platform/tokenexchange/internal/resources"
+)
+
+// TestLoad runs the kagenti-tokenexchange binary, as deployed (validating webhook included), as its
+// own process against an envtest API server, and measures: N Deployments, each with one injected
+// pod, and N TokenExchanges → time until all are Active; then U spec updates, one at a time →
+// latency from the update call to the ConfigMap change arriving on a watch; the controller's RSS
+// (VmRSS, peak VmHWM) and Go heap (from its /metrics). It reports, never asserts on time or memory.
+//
+//	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./tokenexchange/cmd/kagenti-tokenexchange/
+//
+// KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
+// (e.g. "--max-concurrent-reconciles=8"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB").
+func TestLoad(t *testing.T) {
+	if os.Getenv("KAGENTI_LOAD") != "1" {
+		t.Skip("load test: set KAGENTI_LOAD=1")
+	}
+	n, updates := envInt("KAGENTI_LOAD_N", 1000), envInt("KAGENTI_LOAD_UPDATES", 200)
+	ctx := context.Background()
+	root := repoRoot()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
+	}
+
+	wh := &admissionv1.ValidatingWebhookConfiguration{}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "kustomize", "tokenexchange", "validatingwebhookconfiguration.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, wh))
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "crds", "tokenexchange")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionv1.ValidatingWebhookConfiguration{wh}},
+	}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "kagenti-tokenexchange", Groups: []string{"system:masters"}}, nil)
+	require.NoError(t, err)
+	kubeconfig, err := user.KubeConfig()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600))
+
+	bin := filepath.Join(dir, "kagenti-tokenexchange")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, build.Run(), "building the binary")
+	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	wo := env.WebhookInstallOptions
+	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"),
+		"--metrics-bind-address", metricsAddr, "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error",
+		"--webhook", "--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(wo.LocalServingPort), "--cert-dir", wo.LocalServingCertDir}
+	args = append(args, strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Logf("controller: pid %d, %s %s", cmd.Process.Pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(args[len(args)-len(strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))):], " "))
+
+	scheme := k8sruntime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	cfg.QPS, cfg.Burst = -1, 0
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	ns := "load"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+
+	start := time.Now()
+	parallel(t, n, 16, func(i int) error {
+		name := fmt.Sprintf("agent-%d", i)
+		if err := c.Create(ctx, deployment(ns, name)); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, pod(ns, name)); err != nil {
+			return err
+		}
+		return c.Create(ctx, &v1alpha1.TokenExchange{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("tx-%d", i)},
+			Spec:       v1alpha1.TokenExchangeSpec{TargetRef: duck.TargetRef{Kind: "Deployment", Name: name}},
+		})
+	})
+	created := time.Since(start)
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.TokenExchangeList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		active := 0
+		for _, te := range list.Items {
+			if te.Status.Phase == v1alpha1.PhaseActive && te.Status.ObservedGeneration == te.Generation {
+				active++
+			}
+		}
+		return active == n, nil
+	}), "not all TokenExchanges became Active")
+	allActive := time.Since(start)
+	type rss struct{ rss, anon, file float64 }
+	rssActive := rss{procStatus(cmd.Process.Pid, "VmRSS"), procStatus(cmd.Process.Pid, "RssAnon"), procStatus(cmd.Process.Pid, "RssFile")}
+	memActive := memStats(t, metricsAddr)
+
+	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	require.NoError(t, err)
+	defer w.Stop()
+	var mu sync.Mutex
+	seen := map[string]time.Time{}
+	go func() {
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || ev.Type != watch.Modified {
+				continue
+			}
+			if i := strings.Index(cm.Data[resources.ConfigKey], "audience: upd-"); i >= 0 {
+				marker := strings.Fields(cm.Data[resources.ConfigKey][i+len("audience: "):])[0]
+				mu.Lock()
+				if _, ok := seen[marker]; !ok {
+					seen[marker] = time.Now()
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	lat := make([]time.Duration, 0, updates)
+	for u := range updates {
+		marker := fmt.Sprintf("upd-%d", u)
+		te := &v1alpha1.TokenExchange{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("tx-%d", (u*7)%n)}, te))
+		te.Spec.Outbound = &v1alpha1.OutboundSpec{TokenExchange: &v1alpha1.OutboundTokenExchangeSpec{
+			DefaultTarget: &v1alpha1.ExchangeTarget{Audience: marker}}}
+		t0 := time.Now()
+		require.NoError(t, c.Update(ctx, te))
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			at, ok := seen[marker]
+			if ok {
+				lat = append(lat, at.Sub(t0))
+			}
+			return ok, nil
+		}), "update %s never reached its ConfigMap", marker)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
+
+	t.Logf("LOAD n=%d (Deployments, pods, TokenExchanges): created in %v; all Active after %v (from the first create)",
+		n, created.Round(time.Millisecond), allActive.Round(time.Millisecond))
+	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1))
+	memEnd := memStats(t, metricsAddr)
+	pid := cmd.Process.Pid
+	t.Logf("LOAD controller RSS: %.1f MiB when all Active (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
+		rssActive.rss, rssActive.anon, rssActive.file, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
+	for _, m := range []struct {
+		when string
+		s    map[string]float64
+	}{{"all Active", memActive}, {"end", memEnd}} {
+		t.Logf("LOAD controller Go memory (%s), MiB: heap in use %.1f, heap idle %.1f (released %.1f), next GC at %.1f, stacks %.1f, runtime (mspan+mcache+gc+other) %.1f, total from the OS %.1f",
+			m.when, m.s["heap_inuse"], m.s["heap_idle"], m.s["heap_released"], m.s["next_gc"], m.s["stack_inuse"],
+			m.s["mspan_inuse"]+m.s["mcache_inuse"]+m.s["gc_sys"]+m.s["other_sys"]+m.s["buck_hash_sys"], m.s["sys"])
+	}
+	saveHeapProfile(t, pprofAddr)
+}
+
+func deployment(ns, name string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"kagenti.io/inject": "enabled"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels: map[string]string{"app": name},
+					// As the injector leaves it (the controller only reads that the annotation exists).
+					Annotations: map[string]string{controller.InjectionStatusAnnotation: `{"version":"load","injected":["spiffe-helper","client-registration","auth-proxy","envoy-proxy"]}`},
+				},
+				Spec: corev1.PodSpec{ServiceAccountName: name, Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}}},
+			},
+		},
+	}
+}
+
+// pod is the Deployment's one replica as the injector shapes it: four native sidecars and the
+// token-exchange volume (envtest runs no controllers, so the test creates it).
+func pod(ns, app string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: app + "-0", Namespace: ns, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: app,
+			Containers:         []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}},
+			Volumes: []corev1.Volume{{Name: controller.TokenExchangeVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}}}},
+		},
+	}
+	for _, s := range []string{controller.SpiffeHelper, controller.ClientRegistration, controller.AuthProxy, controller.EnvoyProxy} {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: s, Image: "example.com/" + s + ":v1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
+	}
+	return p
+}
+
+// procStatus reads a memory line (VmRSS, RssAnon, RssFile, VmHWM) of /proc/<pid>/status, in MiB.
+func procStatus(pid int, key string) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), key+":"); ok {
+			var kb float64
+			_, _ = fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+// memStats scrapes the go_memstats_* gauges from the controller's metrics endpoint, in MiB.
+func memStats(t *testing.T, addr string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Logf("metrics: %v", err)
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		name, v, ok := strings.Cut(strings.TrimPrefix(s.Text(), "go_memstats_"), "_bytes ")
+		if ok && !strings.HasPrefix(s.Text(), "#") && strings.HasPrefix(s.Text(), "go_memstats_") {
+			f, _ := strconv.ParseFloat(v, 64)
+			out[name] = f / (1 << 20)
+		}
+	}
+	return out
+}
+
+// saveHeapProfile writes the controller's heap profile next to the test binary's output, for
+// `go tool pprof -sample_index=inuse_space <file>`, when KAGENTI_LOAD_PROFILE names a file.
+func saveHeapProfile(t *testing.T, addr string) {
+	path := os.Getenv("KAGENTI_LOAD_PROFILE")
+	if path == "" {
+		return
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(t, err)
+	t.Logf("heap profile: %s", path)
+}
+
+func parallel(t *testing.T, n, workers int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}

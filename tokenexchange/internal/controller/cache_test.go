@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+func podTemplate() corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{InjectionStatusAnnotation: "{}"}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "agent-sa",
+			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
+				Env: []corev1.EnvVar{{Name: "A", Value: "a long value the controller never reads"}}}},
+		},
+	}
+}
+
+func toUnstructured(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	require.NoError(t, err)
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
+	meta := metav1.ObjectMeta{
+		Name: "agent", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 3,
+		Labels:        map[string]string{"team": "a"},
+		Annotations:   map[string]string{lastApplied: `{"huge":"copy"}`, "keep": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+	}
+	cases := map[string]struct {
+		obj runtime.Object
+		gvk schema.GroupVersionKind
+	}{
+		"Deployment": {&appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}, Template: podTemplate()}},
+			appsv1.SchemeGroupVersion.WithKind("Deployment")},
+		"CronJob (template under jobTemplate)": {&batchv1.CronJob{ObjectMeta: meta, Spec: batchv1.CronJobSpec{Schedule: "* * * * *",
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: podTemplate()}}}},
+			batchv1.SchemeGroupVersion.WithKind("CronJob")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			out, err := TrimWorkload(toUnstructured(t, tc.obj, tc.gvk))
+			require.NoError(t, err)
+			u := out.(*unstructured.Unstructured)
+			w, err := duck.NewWorkload(u)
+			require.NoError(t, err)
+			assert.Equal(t, tc.gvk.Kind, w.Kind())
+			assert.Equal(t, "agent", w.Name())
+			assert.Equal(t, "7", u.GetResourceVersion())
+			assert.Equal(t, map[string]string{"keep": "me"}, u.GetAnnotations(), "kubectl's last-applied copy is dropped")
+			assert.Empty(t, u.GetManagedFields())
+			tmpl, err := w.PodTemplate()
+			require.NoError(t, err)
+			assert.Equal(t, "agent-sa", tmpl.Spec.ServiceAccountName)
+			assert.Contains(t, tmpl.Annotations, InjectionStatusAnnotation)
+			assert.Empty(t, tmpl.Spec.Containers, "the pod spec is not cached")
+			sel, err := w.Selector()
+			require.NoError(t, err)
+			assert.Equal(t, "app=agent", sel.String())
+		})
+	}
+}
+
+func TestTrimWorkloadLeavesOtherShapesAlone(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "x"}}}
+	out, err := TrimWorkload(u)
+	require.NoError(t, err)
+	assert.Same(t, u, out)
+	p := &corev1.Pod{}
+	out, err = TrimWorkload(p)
+	require.NoError(t, err)
+	assert.Same(t, p, out)
+}
+
+func TestTrimPod(t *testing.T) {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{"a": "b"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "agent", Image: "x"}},
+			Volumes: []corev1.Volume{
+				{Name: TokenExchangeVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, InitContainerStatuses: []corev1.ContainerStatus{{Name: SpiffeHelper, Ready: true, Image: "x", ImageID: "y"}}},
+	}
+	out, err := TrimPod(p)
+	require.NoError(t, err)
+	got := out.(*corev1.Pod)
+	assert.True(t, mountsTokenExchange(got, "agent-token-exchange"))
+	assert.Len(t, got.Spec.Volumes, 1)
+	assert.Empty(t, got.Spec.Containers)
+	assert.Empty(t, got.Annotations)
+	assert.Equal(t, map[string]string{"app": "agent"}, got.Labels)
+	assert.True(t, allReady([]*corev1.Pod{got}, SpiffeHelper))
+}
