@@ -1,6 +1,7 @@
-// Package webhook is the admission side of the injector: it decodes any of the five workload kinds
-// through pkg/duck, runs the pure inject package on its pod template and answers with a JSON Patch
-// computed as the diff of the pod template before and after injection. It makes no API calls.
+// Package webhook is the admission side of the injector: it decodes the metadata and pod template of
+// any of the five workload kinds, runs the pure inject package on the template and answers with a
+// JSON Patch computed as the diff of the pod template before and after injection. It makes no API
+// calls.
 package webhook
 
 import (
@@ -15,7 +16,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -23,7 +23,6 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
-	"github.com/kagenti/platform/pkg/duck"
 )
 
 // Path is where the handler is served.
@@ -77,15 +76,11 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	if len(req.Object.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, errors.New("the request carries no object")), ResultError
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+	var obj workload
+	if err := decode(req.Object.Raw, &obj); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s: %w", gk.Kind, err)), ResultError
 	}
-	u := &unstructured.Unstructured{Object: obj}
-	if u.GroupVersionKind().Empty() {
-		u.SetGroupVersionKind(schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind})
-	}
-	mode, ok := u.GetLabels()[inject.LabelInject]
+	mode, ok := obj.Labels[inject.LabelInject]
 	switch {
 	case !ok:
 		return admission.Allowed("not labelled " + inject.LabelInject), ResultSkipped
@@ -96,15 +91,8 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		// spec.template of a Job is immutable: an update must never touch it.
 		return admission.Allowed("the pod template of a Job is immutable; left as is"), ResultUnchanged
 	}
-	w, err := duck.NewWorkload(u)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), ResultError
-	}
-	before, err := templateJSON(w)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), ResultError
-	}
-	tmpl, err := w.PodTemplate()
+	before, path := obj.podTemplate(gk.Kind)
+	tmpl, err := readPodTemplate(before, gk.Kind, obj.Name, path)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err), ResultError
 	}
@@ -117,20 +105,20 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	if mode == inject.InjectDisabled {
 		out, changed, err = inject.Remove(tmpl)
 	} else {
-		if injectedByOwner(u, tmpl) {
+		if injectedByOwner(&obj, tmpl) {
 			// e.g. a Job created by a CronJob: its template was injected at the CronJob, with the
 			// CronJob's ConfigMaps; re-injecting would rename them after the Job.
 			return admission.Allowed("pod template already injected at the owner"), ResultUnchanged
 		}
-		name := u.GetName()
+		name := obj.Name
 		if name == "" {
 			// The API server generates the name after admission: the ConfigMaps of §5 are named
 			// after the prefix (documented in docs/injector.md).
-			name = strings.TrimSuffix(u.GetGenerateName(), "-")
+			name = strings.TrimSuffix(obj.GenerateName, "-")
 			warnings = append(warnings, fmt.Sprintf("kagenti-injector: %s created with generateName: the optional ConfigMaps mounted are named after %q, not after the generated name", gk.Kind, name))
 		}
 		var opts inject.Options
-		opts, err = inject.ParseOptions(name, u.GetLabels(), u.GetAnnotations())
+		opts, err = inject.ParseOptions(name, obj.Labels, obj.Annotations)
 		if err == nil {
 			var r *inject.Rendered
 			if r, err = inject.Render(h.Config(), opts); err == nil {
@@ -147,35 +135,23 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	case !changed:
 		return admission.Allowed("").WithWarnings(warnings...), ResultUnchanged
 	}
-	if err := w.SetPodTemplate(out); err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), ResultError
-	}
-	after, err := templateJSON(w)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), ResultError
-	}
-	resp, err := templatePatch(w.TemplatePath(), before, after)
+	resp, err := templatePatch(path, before, out)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), ResultError
 	}
 	return resp.WithWarnings(warnings...), ResultMutated
 }
 
-// templateJSON encodes the pod template of w as it is in the object. Only the template is diffed:
-// nothing else of the object (metadata.managedFields included) can ever be part of the patch, and
-// the diff does not pay for the rest of the object.
-func templateJSON(w *duck.Workload) ([]byte, error) {
-	t, _, err := unstructured.NestedFieldNoCopy(w.Object().Object, w.TemplatePath()...)
+// templatePatch is the JSON Patch from the pod template before (as in the request) to after, with
+// the operations' paths rooted at the object. Only the template is diffed: nothing else of the object
+// (metadata.managedFields included) can ever be part of the patch, and the diff does not pay for the
+// rest of the object.
+func templatePatch(path []string, before json.RawMessage, after *corev1.PodTemplateSpec) (admission.Response, error) {
+	b, err := json.Marshal(after)
 	if err != nil {
-		return nil, err
+		return admission.Response{}, err
 	}
-	return json.Marshal(t)
-}
-
-// templatePatch is the JSON Patch from before to after (both the pod template at path), with the
-// operations' paths rooted at the object.
-func templatePatch(path []string, before, after []byte) (admission.Response, error) {
-	ops, err := jsonpatch.CreatePatch(before, after)
+	ops, err := jsonpatch.CreatePatch(before, b)
 	if err != nil {
 		return admission.Response{}, err
 	}
@@ -194,11 +170,11 @@ func templatePatch(path []string, before, after []byte) (admission.Response, err
 
 // injectedByOwner reports whether the template already carries an injection and the object is
 // controlled by another object (which was injected itself).
-func injectedByOwner(u *unstructured.Unstructured, t *corev1.PodTemplateSpec) bool {
+func injectedByOwner(w *workload, t *corev1.PodTemplateSpec) bool {
 	if _, ok := t.Annotations[inject.AnnotationStatus]; !ok {
 		return false
 	}
-	return metav1.GetControllerOfNoCopy(u) != nil
+	return metav1.GetControllerOfNoCopy(w) != nil
 }
 
 func served(gk schema.GroupKind) bool {

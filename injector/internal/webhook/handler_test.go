@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -86,6 +87,30 @@ func TestHandlerPatchNeverTouchesManagedFields(t *testing.T) {
 	for _, op := range decodePatch(t, resp.Patch) {
 		require.True(t, strings.HasPrefix(op["path"].(string), "/spec/template/"), "unexpected patch path %v", op["path"])
 	}
+}
+
+// The API server applies the patch to the object exactly as it sent it, which need not be the typed
+// encoding of it (an API server of another version): the patch is a diff from the request's bytes.
+func TestHandlerPatchAppliesToTheRequestObject(t *testing.T) {
+	// The typed encoding of this init container has "resources": {}; the request's has none. The
+	// injected init containers go first, so the patch rewrites the one at index 0 field by field.
+	obj := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "agent", "labels": map[string]any{inject.LabelInject: "enabled"}},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"initContainers": []any{map[string]any{"name": "setup", "image": "busybox:1.37"}},
+			"containers":     []any{map[string]any{"name": "agent", "image": "example.com/agent:1"}},
+		}}}}
+	_, resp := post(t, injectorwebhook.HTTPHandler(newHandler()), reviewOf(t, obj))
+	require.NotNil(t, resp)
+	require.True(t, resp.Allowed)
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	require.NoError(t, err)
+	patched, err := patch.Apply(mustJSON(t, obj))
+	require.NoError(t, err, "the patch must apply to the object as sent")
+	var d appsv1.Deployment
+	require.NoError(t, json.Unmarshal(patched, &d))
+	require.Equal(t, []string{config.ProxyInit, config.ClientRegistration, config.AuthProxy, config.EnvoyProxy, "setup"}, containerNames(d.Spec.Template.Spec.InitContainers))
+	require.Equal(t, "busybox:1.37", d.Spec.Template.Spec.InitContainers[4].Image)
 }
 
 func decodePatch(t testing.TB, b []byte) []map[string]any {
