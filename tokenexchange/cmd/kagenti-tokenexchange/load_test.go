@@ -79,7 +79,9 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600))
 
 	bin := filepath.Join(dir, "kagenti-tokenexchange")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	// Built as the Dockerfile builds it.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, build.Run(), "building the binary")
 	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))

@@ -74,6 +74,10 @@ spec:
         imagePullPolicy: {{ .root.Values.global.image.pullPolicy }}
         args:
         {{- toYaml .args | nindent 8 }}
+        {{- with .root.Values.env }}
+        env:
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
         ports:
         - name: metrics
           containerPort: 8080
