@@ -37,6 +37,8 @@ type Options struct {
 	CertSecret     string
 	WebhookConfig  string
 	ServiceName    string
+	// ExtraDNSNames are added to the rotator's serving certificate (tests reach it as localhost).
+	ExtraDNSNames []string
 }
 
 // Setup loads the configuration, and registers the webhook with the manager's webhook server once
@@ -64,10 +66,10 @@ func Setup(ctx context.Context, mgr manager.Manager, srv webhook.Server, o Optio
 		CAName:         "kagenti-injector-ca",
 		CAOrganization: "kagenti",
 		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
-		ExtraDNSNames: []string{
+		ExtraDNSNames: append([]string{
 			o.ServiceName, fmt.Sprintf("%s.%s", o.ServiceName, o.Namespace),
 			fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
-		},
+		}, o.ExtraDNSNames...),
 		IsReady:    ready,
 		Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
 		FieldOwner: "kagenti-injector",
