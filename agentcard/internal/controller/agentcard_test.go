@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,6 +245,69 @@ func TestPerPodFailures(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A pod that misses one fetch (a timeout under load) and answers the next one has not changed:
+// nothing is written. A pod that stops answering is still reported after a few syncs.
+func TestUnansweredFetchWritesNothingUntilItPersists(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	body := testcards.Weather("1.0.0")
+	var hangOnce, hangAll atomic.Bool
+	var hung, notModified, notModifiedAtHang atomic.Int32
+	serveOn(t, "127.42.7.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hangOnce.CompareAndSwap(true, false) || hangAll.Load() {
+			notModifiedAtHang.Store(notModified.Load())
+			hung.Add(1)
+			<-r.Context().Done() // until the controller's fetch timeout gives up
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			notModified.Add(1)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = w.Write(body)
+	}))
+	labels := map[string]string{"app": "flaky"}
+	makePod(t, ns, "flaky", "127.42.7.1", "", labels)
+	require.NoError(t, k8s.Create(ctx, selectorCard(ns, "flaky", labels)))
+	eventually(t, 20*time.Second, func() string {
+		if n := notModified.Load(); n < 1 {
+			return "no idle sync yet"
+		}
+		c := getCard(t, ns, "flaky")
+		if got := cond(c, "Ready") + " " + cond(c, "Synced"); got != "True/CardAvailable True/Fetched" {
+			return got
+		}
+		return ""
+	})
+	rv := getCard(t, ns, "flaky").ResourceVersion
+
+	// The sync after the unanswered one got a 304 and the one after that proves it has finished,
+	// so any write about the miss or the recovery has happened by then.
+	hangOnce.Store(true)
+	eventually(t, 30*time.Second, func() string {
+		if hung.Load() == 0 || notModified.Load() < notModifiedAtHang.Load()+2 {
+			return fmt.Sprintf("unanswered %d, 304s since %d", hung.Load(), notModified.Load()-notModifiedAtHang.Load())
+		}
+		return ""
+	})
+	c := getCard(t, ns, "flaky")
+	assert.Equal(t, rv, c.ResourceVersion, "one unanswered fetch must not write the status (Synced=%s)", cond(c, "Synced"))
+
+	hangAll.Store(true)
+	eventually(t, 60*time.Second, func() string {
+		c := getCard(t, ns, "flaky")
+		e := entry(c, "flaky")
+		if e == nil || e.FetchStatus != v1alpha1.FetchFailed || cond(c, "Synced") != "False/FetchFailed" {
+			return fmt.Sprintf("Synced=%s entry=%+v", cond(c, "Synced"), e)
+		}
+		assert.Contains(t, e.Error, "no answer within 1s")
+		return ""
+	})
+	assert.GreaterOrEqual(t, hung.Load(), int32(1+3), "reported only after failureThreshold unanswered fetches in a row")
+}
 
 // targetRef mode: a Deployment's pods, the default port from the "a2a" container port, scale-down,
 // recovery from TargetNotFound, identity binding on the pod's service account, and the label on

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,22 +17,34 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
+// failureThreshold is how many syncs in a row a pod that served a good card may go unanswered
+// before its entry reports the failure, like a probe's failureThreshold. A single slow answer
+// (a busy node, a GC pause) would otherwise flip the entry, Synced and possibly Ready and back on
+// the next sync: two status writes and two Events about nothing that changed. A pod that stops
+// answering for good is still reported, and a pod that answers badly (404, 5xx, an invalid card)
+// at once.
+const failureThreshold = 3
+
 // podState is what the controller remembers about one pod between syncs: the ETag and body of
 // its last good answer (so a 304 costs no parsing) and the verification made for it.
 type podState struct {
-	uid  types.UID
-	ip   string
-	etag string
-	path string
-	url  string
-	card *card.Card
+	uid      types.UID
+	ip       string
+	endpoint string
+	etag     string
+	path     string
+	url      string
+	card     *card.Card
 
 	// The verification is reused while the card, the expected identity and the bundle are the same.
 	verifiedFor string
 	verify      signature.Result
 	binding     signature.BindingResult
 
-	// result of the last sync
+	// misses counts the unanswered fetches in a row that are not reported yet (see failureThreshold).
+	misses int
+
+	// result of the last reported sync
 	fetchStatus string
 	errMsg      string
 	changedAt   time.Time
@@ -57,8 +70,11 @@ type syncInput struct {
 // every failure is recorded as the pod's fetchStatus.
 func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput) {
 	p := in.pod
-	if st.uid != p.UID || st.ip != p.Status.PodIP {
-		*st = podState{uid: p.UID, ip: p.Status.PodIP, createdAt: p.CreationTimestamp.Time}
+	scheme, port, paths := endpointFor(in.card, p)
+	// The last good answer only stands in for the same pod at the same endpoint.
+	endpoint := fmt.Sprint(scheme, port, paths)
+	if st.uid != p.UID || st.ip != p.Status.PodIP || st.endpoint != endpoint {
+		*st = podState{uid: p.UID, ip: p.Status.PodIP, endpoint: endpoint, createdAt: p.CreationTimestamp.Time}
 	}
 	prevStatus, prevErr, prevHash := st.fetchStatus, st.errMsg, hashOf(st.card)
 	defer func() {
@@ -67,11 +83,14 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		}
 	}()
 
-	scheme, port, paths := endpointFor(in.card, p)
 	start := time.Now()
 	resp, err := r.Fetcher.Fetch(ctx, fetch.Request{Scheme: scheme, PodIP: p.Status.PodIP, Port: port, Paths: paths, ETag: st.etag, ETagPath: st.path})
 	if err != nil {
 		metrics.ObserveFetch(fetch.KindOf(err), time.Since(start))
+		if st.card != nil && fetch.NoAnswer(err) && st.misses+1 < failureThreshold {
+			st.misses++
+			return
+		}
 		var fe *fetch.Error
 		if errors.As(err, &fe) {
 			st.url = fe.URL
@@ -79,6 +98,7 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		st.fetchStatus, st.errMsg, st.card, st.etag = v1alpha1.FetchFailed, err.Error(), nil, ""
 		return
 	}
+	st.misses = 0
 	st.url = resp.URL
 	if resp.NotModified && st.card != nil {
 		metrics.ObserveFetch("NotModified", time.Since(start))

@@ -169,6 +169,14 @@ func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) 
 	return &Response{URL: url, Body: body, ETag: resp.Header.Get("ETag")}, nil
 }
 
+// NoAnswer reports whether err means the pod did not answer at all (a timeout, a refused or reset
+// connection), as opposed to an answer the controller did not like (404, 5xx, a redirect, a body
+// too large).
+func NoAnswer(err error) bool {
+	k := KindOf(err)
+	return k == "Timeout" || k == "Unreachable"
+}
+
 // KindOf returns the failure kind of a fetch error.
 func KindOf(err error) string {
 	var fe *Error
