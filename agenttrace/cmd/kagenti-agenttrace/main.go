@@ -33,10 +33,11 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	var (
-		metricsAddr, probeAddr, namespaces string
-		leaderElect                        bool
-		opts                               controller.Options
-		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		metricsAddr, probeAddr, pprofAddr string
+		namespaces                        string
+		leaderElect                       bool
+		opts                              controller.Options
+		zapOpts                           = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
 		Use:           name,
@@ -46,12 +47,13 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsAddr, probeAddr, namespaces, leaderElect, opts)
+			return run(metricsAddr, probeAddr, pprofAddr, namespaces, leaderElect, opts)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	f.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "AgentTraces reconciled in parallel")
@@ -64,7 +66,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func run(metricsAddr, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -80,6 +82,7 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,

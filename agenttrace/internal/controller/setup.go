@@ -38,16 +38,23 @@ type Options struct {
 }
 
 // CacheOptions restricts what the manager caches to what this controller reads: only its own
-// ConfigMaps, as metadata and a hash of their content (configmap.DigestTransform), and pods
-// stripped to the fields configuredPods needs. main and the tests use it.
+// ConfigMaps, as metadata and a hash of their content (configmap.DigestTransform), pods stripped to
+// the fields configuredPods needs, and the built-in workloads stripped to what templateWired and
+// the pod selector need. main and the tests use it.
 func CacheOptions() cache.Options {
-	return cache.Options{
+	o := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform},
 			&corev1.Pod{}:       {Transform: stripPod},
 		},
 	}
+	for _, gvk := range duck.BuiltinKinds() {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		o.ByObject[u] = cache.ByObject{Transform: trimWorkload}
+	}
+	return o
 }
 
 // ClientOptions make unstructured reads (the workloads, through duck.Resolver) come from the cache.
@@ -144,33 +151,4 @@ func (r *Reconciler) podReferrers(ctx context.Context, o client.Object) []reconc
 		}
 	}
 	return reqs
-}
-
-// stripPod keeps what configuredPods reads (labels, phase, volumes, mounts), which keeps the pod
-// cache small on large clusters.
-func stripPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	slim := &corev1.Pod{ObjectMeta: pod.ObjectMeta}
-	slim.ManagedFields, slim.Annotations = nil, nil
-	for _, v := range pod.Spec.Volumes {
-		if v.ConfigMap != nil {
-			slim.Spec.Volumes = append(slim.Spec.Volumes, corev1.Volume{Name: v.Name,
-				VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: v.ConfigMap.LocalObjectReference}}})
-		}
-	}
-	slimContainers := func(cs []corev1.Container) []corev1.Container {
-		out := make([]corev1.Container, 0, len(cs))
-		for _, c := range cs {
-			out = append(out, corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts})
-		}
-		return out
-	}
-	slim.Spec.Containers = slimContainers(pod.Spec.Containers)
-	slim.Spec.InitContainers = slimContainers(pod.Spec.InitContainers)
-	slim.Status.Phase = pod.Status.Phase
-	return slim, nil
 }

@@ -140,8 +140,6 @@ func deployment(t testing.TB, ns, name string, injected bool) *appsv1.Deployment
 	return d
 }
 
-type appsDeployment = appsv1.Deployment
-
 func newDeploymentObj(ns, name string) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},

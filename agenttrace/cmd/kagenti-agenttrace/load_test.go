@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
+	"github.com/kagenti/platform/agenttrace/internal/controller"
+	"github.com/kagenti/platform/agenttrace/internal/resources"
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+// TestLoad runs the kagenti-agenttrace binary as its own process against an envtest API server, and
+// measures: N Deployments, each with one pod that mounts the trace ConfigMap, and N AgentTraces →
+// time until all are Active; then U spec updates, one at a time → latency from the update call to
+// the ConfigMap change arriving on a watch; the controller's RSS (VmRSS, peak VmHWM) and Go heap
+// (from its /metrics). It reports, never asserts on time or memory.
+//
+//	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./agenttrace/cmd/kagenti-agenttrace/
+//
+// KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
+// (e.g. "--max-concurrent-reconciles=8"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB").
+func TestLoad(t *testing.T) {
+	if os.Getenv("KAGENTI_LOAD") != "1" {
+		t.Skip("load test: set KAGENTI_LOAD=1")
+	}
+	n, updates := envInt("KAGENTI_LOAD_N", 1000), envInt("KAGENTI_LOAD_UPDATES", 200)
+	ctx := context.Background()
+	root := repoRoot()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
+	}
+
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "crds", "agenttrace")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "kagenti-agenttrace", Groups: []string{"system:masters"}}, nil)
+	require.NoError(t, err)
+	kubeconfig, err := user.KubeConfig()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600))
+
+	bin := filepath.Join(dir, "kagenti-agenttrace")
+	// Built as the Dockerfile builds it.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, build.Run(), "building the binary")
+	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"),
+		"--metrics-bind-address", metricsAddr, "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error"}
+	args = append(args, strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	scheme := k8sruntime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	cfg.QPS, cfg.Burst = -1, 0
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	ns := "load"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+
+	start := time.Now()
+	parallel(t, n, 16, func(i int) error {
+		name := fmt.Sprintf("agent-%d", i)
+		if err := c.Create(ctx, deployment(ns, name)); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, pod(ns, name)); err != nil {
+			return err
+		}
+		return c.Create(ctx, &v1alpha1.AgentTrace{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("trace-%d", i)},
+			Spec: v1alpha1.AgentTraceSpec{
+				TargetRef: duck.TargetRef{Kind: "Deployment", Name: name},
+				Exporters: []v1alpha1.Exporter{{Type: v1alpha1.ExporterOTLP, Endpoint: "otel-collector.observability:4317", Insecure: true}},
+			},
+		})
+	})
+	created := time.Since(start)
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.AgentTraceList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		active := 0
+		for _, te := range list.Items {
+			if te.Status.Phase == v1alpha1.PhaseActive && te.Status.ObservedGeneration == te.Generation {
+				active++
+			}
+		}
+		return active == n, nil
+	}), "not all AgentTraces became Active")
+	allActive := time.Since(start)
+	type rss struct{ rss, anon, file float64 }
+	rssActive := rss{procStatus(cmd.Process.Pid, "VmRSS"), procStatus(cmd.Process.Pid, "RssAnon"), procStatus(cmd.Process.Pid, "RssFile")}
+	memActive := memStats(t, metricsAddr)
+
+	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	require.NoError(t, err)
+	defer w.Stop()
+	var mu sync.Mutex
+	seen := map[string]time.Time{} // "<ConfigMap>/<sampler_arg>" → when first seen
+	go func() {
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || ev.Type != watch.Modified {
+				continue
+			}
+			key := cm.Name + "/" + cm.Data[resources.KeySamplerArg]
+			mu.Lock()
+			if _, ok := seen[key]; !ok {
+				seen[key] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	lat := make([]time.Duration, 0, updates)
+	for u := range updates {
+		i := (u * 7) % n
+		rate := fmt.Sprintf("0.%03d", u+1)
+		at := &v1alpha1.AgentTrace{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("trace-%d", i)}, at))
+		at.Spec.Sampling = &v1alpha1.Sampling{Type: v1alpha1.SamplingProbabilistic, Rate: v1alpha1.Rate(rate)}
+		key := fmt.Sprintf("agent-%d-trace/%s", i, strings.TrimRight(rate, "0"))
+		t0 := time.Now()
+		require.NoError(t, c.Update(ctx, at))
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			at, ok := seen[key]
+			if ok {
+				lat = append(lat, at.Sub(t0))
+			}
+			return ok, nil
+		}), "update %s never reached its ConfigMap", key)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
+
+	t.Logf("LOAD n=%d (Deployments, pods, AgentTraces): created in %v; all Active after %v (from the first create)",
+		n, created.Round(time.Millisecond), allActive.Round(time.Millisecond))
+	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1))
+	memEnd := memStats(t, metricsAddr)
+	pid := cmd.Process.Pid
+	t.Logf("LOAD controller RSS: %.1f MiB when all Active (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
+		rssActive.rss, rssActive.anon, rssActive.file, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
+	for _, m := range []struct {
+		when string
+		s    map[string]float64
+	}{{"all Active", memActive}, {"end", memEnd}} {
+		t.Logf("LOAD controller Go memory (%s), MiB: heap in use %.1f, heap idle %.1f (released %.1f), next GC at %.1f, stacks %.1f, runtime (mspan+mcache+gc+other) %.1f, total from the OS %.1f",
+			m.when, m.s["heap_inuse"], m.s["heap_idle"], m.s["heap_released"], m.s["next_gc"], m.s["stack_inuse"],
+			m.s["mspan_inuse"]+m.s["mcache_inuse"]+m.s["gc_sys"]+m.s["other_sys"]+m.s["buck_hash_sys"], m.s["sys"])
+	}
+	saveHeapProfile(t, pprofAddr)
+}
+
+func deployment(ns, name string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels: map[string]string{"app": name},
+					// As the injector leaves it (the controller only reads that the annotation exists).
+					Annotations: map[string]string{controller.InjectionStatusAnnotation: `{"version":"load"}`},
+				},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}}},
+			},
+		},
+	}
+}
+
+// pod is the Deployment's one replica as the injector shapes it: the trace ConfigMap mounted
+// (envtest runs no controllers, so the test creates it).
+func pod(ns, app string) *corev1.Pod {
+	cm := app + "-trace"
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: app + "-0", Namespace: ns, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
+				VolumeMounts: []corev1.VolumeMount{{Name: controller.TraceVolumeName, MountPath: "/etc/kagenti/trace"}}}},
+			Volumes: []corev1.Volume{{Name: controller.TraceVolumeName, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Optional: ptr.To(true)}}}},
+		},
+	}
+}
+
+// procStatus reads a memory line (VmRSS, RssAnon, RssFile, VmHWM) of /proc/<pid>/status, in MiB.
+func procStatus(pid int, key string) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), key+":"); ok {
+			var kb float64
+			_, _ = fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+// memStats scrapes the go_memstats_* gauges from the controller's metrics endpoint, in MiB.
+func memStats(t *testing.T, addr string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Logf("metrics: %v", err)
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		name, v, ok := strings.Cut(strings.TrimPrefix(s.Text(), "go_memstats_"), "_bytes ")
+		if ok && !strings.HasPrefix(s.Text(), "#") && strings.HasPrefix(s.Text(), "go_memstats_") {
+			f, _ := strconv.ParseFloat(v, 64)
+			out[name] = f / (1 << 20)
+		}
+	}
+	return out
+}
+
+// saveHeapProfile writes the controller's heap profile next to the test binary's output, for
+// `go tool pprof -sample_index=inuse_space <file>`, when KAGENTI_LOAD_PROFILE names a file.
+func saveHeapProfile(t *testing.T, addr string) {
+	path := os.Getenv("KAGENTI_LOAD_PROFILE")
+	if path == "" {
+		return
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(t, err)
+	t.Logf("heap profile: %s", path)
+}
+
+func parallel(t *testing.T, n, workers int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}

@@ -1,0 +1,77 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kagenti/platform/pkg/duck"
+)
+
+func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
+	meta := metav1.ObjectMeta{
+		Name: "agent", Namespace: "ns", ResourceVersion: "7",
+		Annotations:   map[string]string{lastApplied: `{"huge":"copy"}`, "keep": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+	}
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{InjectionStatusAnnotation: "{}"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
+				Env:          []corev1.EnvVar{{Name: "A", Value: "never read here"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "trace", MountPath: "/etc/kagenti/trace"}}}},
+			Volumes: []corev1.Volume{
+				{Name: "trace", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-trace"}}}},
+				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+	}
+	cases := map[string]struct {
+		obj runtime.Object
+		gvk schema.GroupVersionKind
+	}{
+		"Deployment": {&appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}, Template: tmpl}},
+			appsv1.SchemeGroupVersion.WithKind("Deployment")},
+		"CronJob (template under jobTemplate)": {&batchv1.CronJob{ObjectMeta: meta, Spec: batchv1.CronJobSpec{Schedule: "* * * * *",
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: tmpl}}}},
+			batchv1.SchemeGroupVersion.WithKind("CronJob")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.obj)
+			require.NoError(t, err)
+			in := &unstructured.Unstructured{Object: m}
+			in.SetGroupVersionKind(tc.gvk)
+			out, err := trimWorkload(in)
+			require.NoError(t, err)
+			u := out.(*unstructured.Unstructured)
+			w, err := duck.NewWorkload(u)
+			require.NoError(t, err)
+			assert.Equal(t, "agent", w.Name())
+			assert.Equal(t, "7", u.GetResourceVersion())
+			assert.Equal(t, map[string]string{"keep": "me"}, u.GetAnnotations())
+			assert.Empty(t, u.GetManagedFields())
+			wired, err := templateWired(w, "agent-trace")
+			require.NoError(t, err)
+			assert.True(t, wired)
+			got, err := w.PodTemplate()
+			require.NoError(t, err)
+			assert.True(t, mountsConfigMap(&got.Spec, "agent-trace"), "the trace mount survives")
+			assert.Len(t, got.Spec.Volumes, 1, "only ConfigMap volumes are kept")
+			assert.Empty(t, got.Spec.Containers[0].Env)
+			assert.Empty(t, got.Spec.Containers[0].Image)
+			sel, err := w.Selector()
+			require.NoError(t, err)
+			assert.Equal(t, "app=agent", sel.String())
+		})
+	}
+}
