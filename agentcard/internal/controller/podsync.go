@@ -3,7 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,13 +28,17 @@ const failureThreshold = 3
 // podState is what the controller remembers about one pod between syncs: the ETag and body of
 // its last good answer (so a 304 costs no parsing) and the verification made for it.
 type podState struct {
-	uid      types.UID
-	ip       string
-	endpoint string
-	etag     string
-	path     string
-	url      string
-	card     *card.Card
+	uid  types.UID
+	ip   string
+	etag string
+	path string
+	url  string
+	card *card.Card
+
+	// The endpoint fetched: the last good answer only stands in for the same pod at the same one.
+	scheme string
+	port   int32
+	paths  []string
 
 	// The verification is reused while the card, the expected identity and the bundle are the same.
 	verifiedFor string
@@ -71,10 +75,8 @@ type syncInput struct {
 func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput) {
 	p := in.pod
 	scheme, port, paths := endpointFor(in.card, p)
-	// The last good answer only stands in for the same pod at the same endpoint.
-	endpoint := fmt.Sprint(scheme, port, paths)
-	if st.uid != p.UID || st.ip != p.Status.PodIP || st.endpoint != endpoint {
-		*st = podState{uid: p.UID, ip: p.Status.PodIP, endpoint: endpoint, createdAt: p.CreationTimestamp.Time}
+	if st.uid != p.UID || st.ip != p.Status.PodIP || st.scheme != scheme || st.port != port || !slices.Equal(st.paths, paths) {
+		*st = podState{uid: p.UID, ip: p.Status.PodIP, scheme: scheme, port: port, paths: paths, createdAt: p.CreationTimestamp.Time}
 	}
 	prevStatus, prevErr, prevHash := st.fetchStatus, st.errMsg, hashOf(st.card)
 	defer func() {

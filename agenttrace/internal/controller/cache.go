@@ -1,11 +1,6 @@
 package controller
 
-import (
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/kagenti/platform/pkg/duck"
-)
+import corev1 "k8s.io/api/core/v1"
 
 // stripPod keeps what configuredPods reads (labels, phase, volumes, mounts), which keeps the pod
 // cache small on large clusters.
@@ -42,49 +37,8 @@ func slimPodSpec(spec *corev1.PodSpec) corev1.PodSpec {
 	return out
 }
 
-// lastApplied is kubectl's copy of the whole object as last applied: often the largest field of a
-// workload, and never read here.
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
-
-// trimWorkload is the cache transform for the built-in workload kinds, which the controller watches
-// and resolves its targets from: it keeps the metadata (without managedFields and kubectl's
-// last-applied copy), spec.selector, and of the pod template its metadata and what mountsConfigMap
-// reads. The cache holds every workload of the cluster; this is a fraction of a real one.
-func trimWorkload(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	w, err := duck.NewWorkload(u)
-	if err != nil {
-		return obj, nil // not a workload shape: keep it as it is
-	}
-	tmpl, err := w.PodTemplate()
-	if err != nil {
-		return obj, nil
-	}
-	trimmed := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": u.GetAPIVersion(),
-		"kind":       u.GetKind(),
-		"metadata":   u.Object["metadata"],
-	}}
-	trimmed.SetManagedFields(nil)
-	if a := trimmed.GetAnnotations(); a[lastApplied] != "" {
-		delete(a, lastApplied)
-		trimmed.SetAnnotations(a)
-	}
-	if sel, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "selector"); found {
-		_ = unstructured.SetNestedField(trimmed.Object, sel, "spec", "selector")
-	}
-	if err := unstructured.SetNestedMap(trimmed.Object, map[string]any{}, w.TemplatePath()...); err != nil {
-		return obj, nil
-	}
-	tw, err := duck.NewWorkload(trimmed)
-	if err != nil {
-		return obj, nil
-	}
-	if err := tw.SetPodTemplate(&corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: slimPodSpec(&tmpl.Spec)}); err != nil {
-		return obj, nil
-	}
-	return trimmed, nil
+// slimTemplate keeps of a workload's pod template what templateWired reads: its metadata (the
+// injection-status annotation, the labels), the ConfigMap volumes and the containers' mounts.
+func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: t.ObjectMeta, Spec: slimPodSpec(&t.Spec)}
 }

@@ -19,7 +19,7 @@ import (
 func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 	meta := metav1.ObjectMeta{
 		Name: "agent", Namespace: "ns", ResourceVersion: "7",
-		Annotations:   map[string]string{lastApplied: `{"huge":"copy"}`, "keep": "me"},
+		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"huge":"copy"}`, "keep": "me"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}
 	tmpl := corev1.PodTemplateSpec{
@@ -51,7 +51,7 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 			require.NoError(t, err)
 			in := &unstructured.Unstructured{Object: m}
 			in.SetGroupVersionKind(tc.gvk)
-			out, err := trimWorkload(in)
+			out, err := duck.TrimWorkload(slimTemplate)(in)
 			require.NoError(t, err)
 			u := out.(*unstructured.Unstructured)
 			w, err := duck.NewWorkload(u)

@@ -49,10 +49,8 @@ func CacheOptions() cache.Options {
 			&corev1.Pod{}:       {Transform: stripPod},
 		},
 	}
-	for _, gvk := range duck.BuiltinKinds() {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(gvk)
-		o.ByObject[u] = cache.ByObject{Transform: trimWorkload}
+	for w, by := range duck.TrimmedWorkloads(slimTemplate) {
+		o.ByObject[w] = by
 	}
 	return o
 }

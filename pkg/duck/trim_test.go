@@ -1,0 +1,72 @@
+package duck
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+func TestTrimWorkloadEveryBuiltinKind(t *testing.T) {
+	keepMetadata := func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: t.ObjectMeta}
+	}
+	trim := TrimWorkload(keepMetadata)
+	for kind, obj := range builtinObjects() {
+		t.Run(kind, func(t *testing.T) {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+			require.NoError(t, err)
+			in := &unstructured.Unstructured{Object: m}
+			in.SetGroupVersionKind(gvkOf(kind))
+			in.SetAnnotations(map[string]string{lastApplied: `{"a":"copy"}`, "keep": "me"})
+			in.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+			before, err := NewWorkload(in.DeepCopy())
+			require.NoError(t, err)
+			wantSel, err := before.Selector()
+			require.NoError(t, err)
+
+			out, err := trim(in)
+			require.NoError(t, err)
+			w, err := NewWorkload(out.(*unstructured.Unstructured))
+			require.NoError(t, err)
+			assert.Equal(t, gvkOf(kind), w.GroupVersionKind())
+			assert.Equal(t, "agent", w.Name())
+			assert.Equal(t, map[string]string{"keep": "me"}, w.Object().GetAnnotations(), "kubectl's last-applied copy is dropped")
+			assert.Empty(t, w.Object().GetManagedFields())
+			sel, err := w.Selector()
+			require.NoError(t, err)
+			assert.Equal(t, wantSel.String(), sel.String())
+			tmpl, err := w.PodTemplate()
+			require.NoError(t, err)
+			assert.Equal(t, podLabels, tmpl.Labels)
+			assert.Empty(t, tmpl.Spec.Containers, "slim decides what of the template stays")
+			_, hasStatus := w.Object().Object["status"]
+			assert.False(t, hasStatus)
+		})
+	}
+}
+
+func TestTrimWorkloadLeavesOtherObjectsAlone(t *testing.T) {
+	trim := TrimWorkload(func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec { return t })
+	noTemplate := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "x"}}}
+	out, err := trim(noTemplate)
+	require.NoError(t, err)
+	assert.Same(t, noTemplate, out)
+	p := &corev1.Pod{}
+	out, err = trim(p)
+	require.NoError(t, err)
+	assert.Same(t, p, out)
+}
+
+func TestTrimmedWorkloadsCoversTheBuiltinKinds(t *testing.T) {
+	by := TrimmedWorkloads(func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec { return t })
+	assert.Len(t, by, len(BuiltinKinds()))
+	for o, b := range by {
+		assert.Contains(t, BuiltinKinds(), o.GetObjectKind().GroupVersionKind())
+		assert.NotNil(t, b.Transform)
+	}
+}
