@@ -122,7 +122,7 @@ func run(fl flags) error {
 	if fl.opts.CertDir == "" {
 		srvOpts.CertDir = fl.opts.RotatorCertDir
 	}
-	srv := webhook.NewServer(srvOpts)
+	srv := injectorwebhook.NewServer(srvOpts)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: fl.metricsAddr},
@@ -134,7 +134,7 @@ func run(fl flags) error {
 		return err
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := injectorwebhook.Setup(ctx, mgr, srv, fl.opts, ctrl.Log.WithName("injector")); err != nil {
+	if err := injectorwebhook.Setup(mgr, fl.opts, ctrl.Log.WithName("injector")); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

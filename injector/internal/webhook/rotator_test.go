@@ -67,11 +67,11 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	require.NoError(t, c.Create(ctx, wh))
 
 	certDir := t.TempDir()
-	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
+	srv := injectorwebhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: clientgoscheme.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: srv})
 	require.NoError(t, err)
 	mgrCtx, stop := context.WithCancel(ctx)
-	require.NoError(t, injectorwebhook.Setup(mgrCtx, mgr, srv, injectorwebhook.Options{
+	require.NoError(t, injectorwebhook.Setup(mgr, injectorwebhook.Options{
 		Namespace: systemNS, RotatorCertDir: certDir, CertSecret: secret, WebhookConfig: wh.Name,
 		ServiceName: service, ExtraDNSNames: []string{"localhost"},
 	}, logr.Discard()))

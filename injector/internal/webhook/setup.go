@@ -1,13 +1,13 @@
 package webhook
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -39,27 +39,34 @@ type Options struct {
 	ServiceName    string
 	// ExtraDNSNames are added to the rotator's serving certificate (tests reach it as localhost).
 	ExtraDNSNames []string
+	// Registry receives the webhook's metrics; nil means controller-runtime's registry, which the
+	// manager serves on /metrics.
+	Registry prometheus.Registerer
 }
 
-// Setup loads the configuration, and registers the webhook with the manager's webhook server once
-// a certificate is available: right away with --cert-dir, after the rotator has written one
-// otherwise. srv must be the manager's webhook server (not yet added: GetWebhookServer adds it).
-func Setup(ctx context.Context, mgr manager.Manager, srv webhook.Server, o Options, log logr.Logger) error {
-	metrics := NewMetrics(ctrlmetrics.Registry)
-	current, err := loadConfig(ctx, mgr, o.ConfigPath, metrics, log)
+// Setup loads the configuration and registers the webhook on the manager's webhook server, which
+// must come from NewServer, before the manager starts; it opens that server once a certificate is
+// available: right away with --cert-dir, once the rotator has written one otherwise.
+func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
+	srv, ok := mgr.GetWebhookServer().(*Server)
+	if !ok {
+		return fmt.Errorf("the manager's webhook server is a %T; it must come from webhook.NewServer so that it serves only with a certificate", mgr.GetWebhookServer())
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	metrics := NewMetrics(reg)
+	current, err := loadConfig(mgr, o.ConfigPath, metrics, log)
 	if err != nil {
 		return err
 	}
 	h := &Handler{Config: current, ExcludedNamespaces: []string{"kube-system", o.Namespace}, Metrics: metrics}
-	register := func() {
-		srv.Register(Path, HTTPHandler(h))
-		mgr.GetWebhookServer() // adds the server to the manager, which starts it
-	}
+	srv.Register(Path, HTTPHandler(h))
 	if o.CertDir != "" {
-		register()
+		close(srv.certReady)
 		return nil
 	}
-	ready := make(chan struct{})
 	err = rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
 		CertDir:        o.RotatorCertDir,
@@ -70,7 +77,8 @@ func Setup(ctx context.Context, mgr manager.Manager, srv webhook.Server, o Optio
 			o.ServiceName, fmt.Sprintf("%s.%s", o.ServiceName, o.Namespace),
 			fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
 		}, o.ExtraDNSNames...),
-		IsReady:    ready,
+		// The rotator closes it once the certificate is mounted.
+		IsReady:    srv.certReady,
 		Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
 		FieldOwner: "kagenti-injector",
 		// Every replica serves, so every replica needs the certificate: no leader election.
@@ -79,20 +87,13 @@ func Setup(ctx context.Context, mgr manager.Manager, srv webhook.Server, o Optio
 	if err != nil {
 		return fmt.Errorf("setting up the certificate rotator: %w", err)
 	}
-	go func() {
-		select {
-		case <-ready:
-			log.Info("serving certificate ready; starting the webhook server")
-			register()
-		case <-ctx.Done():
-		}
-	}()
+	log.Info("the webhook serves once the rotator has provisioned its certificate")
 	return nil
 }
 
 // loadConfig returns the current configuration: followed with a Watcher when the file exists, the
 // built-in defaults otherwise.
-func loadConfig(ctx context.Context, mgr manager.Manager, path string, m *Metrics, log logr.Logger) (func() *config.Config, error) {
+func loadConfig(mgr manager.Manager, path string, m *Metrics, log logr.Logger) (func() *config.Config, error) {
 	if path == "" {
 		log.Info("no --config given: using the built-in defaults")
 		return staticConfig(config.Default()), nil

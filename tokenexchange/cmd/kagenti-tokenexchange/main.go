@@ -107,7 +107,7 @@ func run(fl flags) error {
 	if certDir == "" {
 		certDir = fl.wh.RotatorCertDir
 	}
-	srv := webhook.NewServer(webhook.Options{Host: fl.webhookHost, Port: fl.webhookPort, CertDir: certDir})
+	srv := txwebhook.NewServer(webhook.Options{Host: fl.webhookHost, Port: fl.webhookPort, CertDir: certDir})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: fl.metricsAddr},

@@ -95,7 +95,7 @@ func run(m *testing.M) int {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject:         controller.CacheByObject(),
 		},
-		WebhookServer: webhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir}),
+		WebhookServer: txwebhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir}),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)

@@ -87,7 +87,7 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:        scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
+		WebhookServer: webhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
 	})
 	require.NoError(t, err)
 	require.NoError(t, webhook.Setup(mgr, webhook.Options{

@@ -1,14 +1,12 @@
 package webhook
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
@@ -35,18 +33,23 @@ type Options struct {
 	ExtraDNSNames  []string
 }
 
-// Setup registers the validating webhook with mgr's webhook server once a serving certificate is
-// available: right away with CertDir, after the rotator has provisioned one otherwise (the server
-// cannot start without its certificate files). Every replica serves, leader or not.
+// Setup registers the validating webhook on the manager's webhook server, which must come from
+// NewServer, before the manager starts, and opens that server once a serving certificate is
+// available: right away with CertDir, once the rotator has provisioned one otherwise. Every
+// replica serves, leader or not.
 func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
-	register := func() error {
-		return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.TokenExchange{}).WithValidator(Validator{}).Complete()
+	srv, ok := mgr.GetWebhookServer().(*Server)
+	if !ok {
+		return fmt.Errorf("the manager's webhook server is a %T; it must come from webhook.NewServer so that it serves only with a certificate", mgr.GetWebhookServer())
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &v1alpha1.TokenExchange{}).WithValidator(Validator{}).Complete(); err != nil {
+		return err
 	}
 	if o.CertDir != "" {
-		return register()
+		close(srv.certReady)
+		return nil
 	}
 	svc := o.ServiceName
-	ready := make(chan struct{})
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
 		CertDir:        o.RotatorCertDir,
@@ -56,7 +59,8 @@ func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
 		ExtraDNSNames: append([]string{
 			svc, fmt.Sprintf("%s.%s", svc, o.Namespace), fmt.Sprintf("%s.%s.svc.cluster.local", svc, o.Namespace),
 		}, o.ExtraDNSNames...),
-		IsReady:               ready,
+		// The rotator closes it once the certificate is mounted.
+		IsReady:               srv.certReady,
 		Webhooks:              []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Validating}},
 		FieldOwner:            "kagenti-tokenexchange",
 		RequireLeaderElection: false,
@@ -64,21 +68,6 @@ func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("setting up the certificate rotator: %w", err)
 	}
-	return mgr.Add(everyReplica(func(ctx context.Context) error {
-		select {
-		case <-ready:
-			log.Info("serving certificate ready; starting the validating webhook")
-			return register()
-		case <-ctx.Done():
-			return nil
-		}
-	}))
+	log.Info("the validating webhook serves once the rotator has provisioned its certificate")
+	return nil
 }
-
-// everyReplica is a runnable that runs whether or not this replica is the leader.
-type everyReplica func(context.Context) error
-
-func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
-func (everyReplica) NeedLeaderElection() bool          { return false }
-
-var _ manager.LeaderElectionRunnable = everyReplica(nil)
