@@ -17,6 +17,9 @@ API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 
 export PATH              := $(BIN):$(PATH)
 export KUBEBUILDER_ASSETS := $(BIN)
+# envtest gives the API server 20 s to start by default; under CPU contention (a 2-core CI machine
+# running several packages' suites at once) it needs more.
+export KUBEBUILDER_CONTROLPLANE_START_TIMEOUT ?= 2m
 GOTEST_FLAGS ?= -race -count=1
 CONTROLLER_GEN := $(BIN)/controller-gen
 

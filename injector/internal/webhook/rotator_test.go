@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -73,6 +74,7 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	mgrCtx, stop := context.WithCancel(ctx)
 	require.NoError(t, injectorwebhook.Setup(mgr, injectorwebhook.Options{
 		Namespace: systemNS, RotatorCertDir: certDir, CertSecret: secret, WebhookConfig: wh.Name,
+		RotatorName: uniqueName(), Registry: prometheus.NewRegistry(),
 		ServiceName: service, ExtraDNSNames: []string{"localhost"},
 	}, logr.Discard()))
 	done := make(chan error, 1)

@@ -2,7 +2,9 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/rand"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ import (
 // missing files).
 func TestSetupRegistersBeforeStart(t *testing.T) {
 	for name, o := range map[string]webhook.Options{
-		"rotator":  {Namespace: "kagenti-system", CertSecret: "s", WebhookConfig: "c", ServiceName: "svc", RotatorCertDir: t.TempDir(), Registry: prometheus.NewRegistry()},
+		"rotator":  {Namespace: "kagenti-system", CertSecret: "s", WebhookConfig: "c", ServiceName: "svc", RotatorCertDir: t.TempDir(), Registry: prometheus.NewRegistry(), RotatorName: uniqueName()},
 		"cert-dir": {CertDir: t.TempDir(), Registry: prometheus.NewRegistry()},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -59,3 +61,7 @@ func TestSetupRefusesAPlainServer(t *testing.T) {
 	err = webhook.Setup(mgr, webhook.Options{CertDir: t.TempDir()}, logr.Discard())
 	assert.ErrorContains(t, err, "webhook.NewServer")
 }
+
+// uniqueName names a test's rotator: controller names are unique per process, and tests (and
+// -count repetitions) each add one.
+func uniqueName() string { return "test-rotator-" + strings.ToLower(rand.Text()) }

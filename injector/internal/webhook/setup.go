@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,6 +40,9 @@ type Options struct {
 	ServiceName    string
 	// ExtraDNSNames are added to the rotator's serving certificate (tests reach it as localhost).
 	ExtraDNSNames []string
+	// RotatorName names the rotator's controller (unique per process; its metrics carry it).
+	// Default: kagenti-injector-cert-rotator.
+	RotatorName string
 	// Registry receives the webhook's metrics; nil means controller-runtime's registry, which the
 	// manager serves on /metrics.
 	Registry prometheus.Registerer
@@ -72,6 +76,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 		CertDir:        o.RotatorCertDir,
 		CAName:         "kagenti-injector-ca",
 		CAOrganization: "kagenti",
+		ControllerName: cmp.Or(o.RotatorName, "kagenti-injector-cert-rotator"),
 		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
 		ExtraDNSNames: append([]string{
 			o.ServiceName, fmt.Sprintf("%s.%s", o.ServiceName, o.Namespace),

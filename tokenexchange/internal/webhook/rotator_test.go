@@ -91,7 +91,7 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, webhook.Setup(mgr, webhook.Options{
-		Namespace: systemNS, CertSecret: certSecret, RotatorCertDir: certDir,
+		Namespace: systemNS, CertSecret: certSecret, RotatorCertDir: certDir, RotatorName: uniqueName(),
 		WebhookConfig: configName, ServiceName: service, ExtraDNSNames: []string{"localhost"},
 	}, mgr.GetLogger()))
 	mgrCtx, stop := context.WithCancel(ctx)

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/go-logr/logr"
@@ -31,6 +32,9 @@ type Options struct {
 	WebhookConfig  string
 	ServiceName    string
 	ExtraDNSNames  []string
+	// RotatorName names the rotator's controller (unique per process; its metrics carry it).
+	// Default: kagenti-tokenexchange-cert-rotator.
+	RotatorName string
 }
 
 // Setup registers the validating webhook on the manager's webhook server, which must come from
@@ -55,6 +59,7 @@ func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
 		CertDir:        o.RotatorCertDir,
 		CAName:         "kagenti-tokenexchange-ca",
 		CAOrganization: "kagenti",
+		ControllerName: cmp.Or(o.RotatorName, "kagenti-tokenexchange-cert-rotator"),
 		DNSName:        fmt.Sprintf("%s.%s.svc", svc, o.Namespace),
 		ExtraDNSNames: append([]string{
 			svc, fmt.Sprintf("%s.%s", svc, o.Namespace), fmt.Sprintf("%s.%s.svc.cluster.local", svc, o.Namespace),
