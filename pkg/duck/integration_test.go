@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	_ = clientgoscheme.AddToScheme(testScheme)
 	_ = addTestReferrer(testScheme)
+	_ = addGadget(testScheme)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("testdata", "crds")}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {

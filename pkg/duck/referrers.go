@@ -75,3 +75,29 @@ func ReferrerRequests(ctx context.Context, c client.Reader, gk schema.GroupKind,
 	}
 	return reqs
 }
+
+// ReferrerInEffect decides which of several objects that reference the same workload is in effect:
+// the oldest by creation time, then by name. The others report a conflict and write nothing, so
+// exactly one configures the workload whatever order they are reconciled in. self is always a
+// candidate, even when a lagging cache has not listed it yet; other referrers being deleted are
+// not. It returns self when self is in effect.
+func ReferrerInEffect(self client.Object, referrers []client.Object) client.Object {
+	winner := self
+	for _, o := range referrers {
+		if o.GetUID() == self.GetUID() || o.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if older(o, winner) {
+			winner = o
+		}
+	}
+	return winner
+}
+
+func older(a, b client.Object) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	return a.GetName() < b.GetName()
+}

@@ -1,0 +1,127 @@
+package duck
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+)
+
+// Object is a Kagenti resource: its status embeds Status.
+type Object interface {
+	client.Object
+	// GetStatus returns the embedded Status, for the StatusApplier to read and pillars to mark.
+	GetStatus() *Status
+}
+
+// StatusApplier writes the status of a pillar's resources: by server-side apply under the pillar's
+// field owner, of only the status fields and condition types the pillar owns, so that two
+// controllers can share one status (netpol owns NetworkPolicyReady on AgentCards) and a user's or
+// another controller's fields are never overwritten. Nothing is written when the owned part of the
+// status is unchanged.
+type StatusApplier struct {
+	// Client writes the status; its scheme must know the resource's type.
+	Client client.Client
+	// FieldOwner is the pillar's field manager, kagenti-<pillar>.
+	FieldOwner string
+	// Recorder, when set, records an Event when Ready changes (see Apply).
+	Recorder recorder.EventRecorder
+	// Conditions are the condition types the pillar owns, besides Ready, Reconciling and Stalled.
+	Conditions []string
+}
+
+// Apply writes desired's status when its owned part differs from current's (the resource as read
+// at the start of the reconcile). After a successful write it records an Event when Ready changed
+// its status or reason: Warning when it is not True, Normal when it became True after having been
+// something else. A Ready condition's first value is an Event only when it is not True, so a
+// thousand resources becoming ready at start-up record no Events, and every failure does.
+func (a *StatusApplier) Apply(ctx context.Context, current, desired Object) error {
+	have, err := a.ownedStatus(current)
+	if err != nil {
+		return err
+	}
+	want, err := a.ownedStatus(desired)
+	if err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(have, want) {
+		return nil
+	}
+	gvk, err := apiutil.GVKForObject(desired, a.Client.Scheme())
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": want}}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(desired.GetNamespace())
+	u.SetName(desired.GetName())
+	if err := a.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(a.FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying the status of %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
+	}
+	a.recordReadyChange(current.GetStatus().Condition(ConditionReady), desired)
+	return nil
+}
+
+// ownedStatus is obj's status as an unstructured map with only the owned condition types.
+func (a *StatusApplier) ownedStatus(obj Object) (map[string]any, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	status, _ := m["status"].(map[string]any)
+	if status == nil {
+		return map[string]any{}, nil
+	}
+	conds, _ := status["conditions"].([]any)
+	owned := make([]any, 0, len(conds))
+	for _, c := range conds {
+		if t, _ := c.(map[string]any)["type"].(string); a.owns(t) {
+			owned = append(owned, c)
+		}
+	}
+	if len(owned) == 0 {
+		delete(status, "conditions")
+	} else {
+		status["conditions"] = owned
+	}
+	return status, nil
+}
+
+func (a *StatusApplier) owns(condType string) bool {
+	switch condType {
+	case ConditionReady, ConditionReconciling, ConditionStalled:
+		return true
+	}
+	for _, t := range a.Conditions {
+		if t == condType {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *StatusApplier) recordReadyChange(before *metav1.Condition, obj Object) {
+	now := obj.GetStatus().Condition(ConditionReady)
+	if a.Recorder == nil || now == nil {
+		return
+	}
+	switch {
+	case before == nil && now.Status == metav1.ConditionTrue:
+		return
+	case before != nil && before.Status == now.Status && before.Reason == now.Reason:
+		return
+	}
+	eventType := corev1.EventTypeWarning
+	if now.Status == metav1.ConditionTrue {
+		eventType = corev1.EventTypeNormal
+	}
+	a.Recorder.Eventf(obj, nil, eventType, now.Reason, "Reconcile", "%s", now.Message)
+}

@@ -1,0 +1,284 @@
+package duck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	lua "github.com/yuin/gopher-lua"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+func TestMarkKeepsTransitionTimeAndPairsConditions(t *testing.T) {
+	var s Status
+	s.Observe(3)
+	s.MarkReconciling("Waiting", "pods are starting")
+	require.Len(t, s.Conditions, 2)
+	for _, c := range s.Conditions {
+		assert.Equal(t, int64(3), c.ObservedGeneration)
+	}
+	assert.Equal(t, metav1.ConditionTrue, s.Condition(ConditionReconciling).Status)
+
+	s.MarkStalled("InvalidSpec", "bad")
+	assert.Nil(t, s.Condition(ConditionReconciling), "Reconciling is present only while True")
+	assert.Equal(t, metav1.ConditionTrue, s.Condition(ConditionStalled).Status)
+	assert.False(t, s.IsReady())
+
+	s.MarkReady("Configured", "ok")
+	assert.Nil(t, s.Condition(ConditionStalled))
+	assert.True(t, s.IsReady())
+	first := s.Condition(ConditionReady).LastTransitionTime
+	first.Time = first.Add(-time.Hour) // as if stored an hour ago
+	s.Condition(ConditionReady).LastTransitionTime = first
+	s.MarkReady("Configured", "ok, again")
+	assert.Equal(t, first, s.Condition(ConditionReady).LastTransitionTime, "same status: lastTransitionTime stays")
+	assert.Equal(t, "ok, again", s.Condition(ConditionReady).Message)
+}
+
+func TestReferrerInEffect(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(time.Second))
+	now := metav1.Now()
+	obj := func(name string, created metav1.Time, deleting bool) client.Object {
+		g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: name, UID: k8stypes.UID("uid-" + name), CreationTimestamp: created}}
+		if deleting {
+			g.DeletionTimestamp = &now
+		}
+		return g
+	}
+	a, b, c := obj("a", t1, false), obj("b", t0, false), obj("c", t1, false)
+	cases := []struct {
+		name      string
+		self      client.Object
+		referrers []client.Object
+		want      string
+	}{
+		{"alone", a, nil, "a"},
+		{"listed with itself only", a, []client.Object{a}, "a"},
+		{"older wins", a, []client.Object{a, b}, "b"},
+		{"the oldest is self", b, []client.Object{a, b, c}, "b"},
+		{"same time: name decides", c, []client.Object{a, c}, "a"},
+		{"self missing from a lagging cache but oldest", b, []client.Object{a, c}, "b"},
+		{"an older referrer being deleted does not win", a, []client.Object{a, obj("b", t0, true)}, "a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, ReferrerInEffect(tc.self, tc.referrers).GetName())
+		})
+	}
+}
+
+// TestStatusVerdicts applies every state of the status model to a real object on the API server
+// and checks the verdict of kstatus (Flux, kubectl wait tooling) and of the shipped Argo CD health
+// script for it, over one table.
+func TestStatusVerdicts(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	ns := namespace(t, c, "status-verdicts")
+	rec := &eventLog{}
+	a := &StatusApplier{Client: c, FieldOwner: "kagenti-test", Recorder: rec, Conditions: []string{"TargetResolved"}}
+
+	g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}, Spec: gadgetSpec{Size: 1}}
+	require.NoError(t, c.Create(ctx, g))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.Equal(t, int64(0), g.Status.ObservedGeneration)
+	assertVerdict(t, c, g, status.InProgressStatus, "Progressing", "right after create, before the controller has seen it")
+
+	states := []struct {
+		name  string
+		mark  func(*Status)
+		kstat status.Status
+		argo  string
+	}{
+		{"reconciling", func(s *Status) { s.MarkReconciling("TargetNotFound", "Deployment web not found") }, status.InProgressStatus, "Progressing"},
+		{"ready", func(s *Status) { s.MarkReady("Configured", "all pods configured") }, status.CurrentStatus, "Healthy"},
+		{"stalled", func(s *Status) { s.MarkStalled("InvalidSpec", "spec.x: bad") }, status.FailedStatus, "Degraded"},
+		{"ready again", func(s *Status) { s.MarkReady("Configured", "all pods configured") }, status.CurrentStatus, "Healthy"},
+	}
+	for _, st := range states {
+		desired := g.DeepCopyObject().(*gadget)
+		desired.Status.Observe(desired.Generation)
+		st.mark(desired.GetStatus())
+		desired.Status.Set("TargetResolved", metav1.ConditionTrue, "Resolved", "Deployment web")
+		require.NoError(t, a.Apply(ctx, g, desired), st.name)
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+		assertVerdict(t, c, g, st.kstat, st.argo, st.name)
+	}
+	assert.Equal(t, []string{
+		"Warning TargetNotFound", // first value, not True: an Event
+		"Normal Configured",      // became True
+		"Warning InvalidSpec",
+		"Normal Configured",
+	}, rec.lines())
+
+	// A new generation the controller has not observed reads as in progress again.
+	g.Spec.Size = 2
+	require.NoError(t, c.Update(ctx, g))
+	assertVerdict(t, c, g, status.InProgressStatus, "Progressing", "new generation")
+}
+
+func TestStatusApplierWritesOnlyChangesAndOwnedConditions(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	ns := namespace(t, c, "status-apply")
+	rec := &eventLog{}
+	a := &StatusApplier{Client: c, FieldOwner: "kagenti-test", Recorder: rec}
+
+	g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}}
+	require.NoError(t, c.Create(ctx, g))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+
+	// Another controller owns a condition of its own on the same status.
+	foreign := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.kagenti.io/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g", "namespace": ns},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": "NetworkPolicyReady", "status": "True", "reason": "Applied", "message": "policy",
+			"lastTransitionTime": "2026-01-01T00:00:00Z",
+		}}},
+	}}
+	require.NoError(t, c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(foreign), client.FieldOwner("kagenti-netpol")))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+
+	desired := g.DeepCopyObject().(*gadget)
+	desired.Status.Observe(g.Generation)
+	desired.Status.MarkReady("Configured", "ok")
+	desired.Status.Phase = "Active"
+	require.NoError(t, a.Apply(ctx, g, desired))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.NotNil(t, g.Status.Condition("NetworkPolicyReady"), "another owner's condition survives")
+	assert.True(t, g.Status.IsReady())
+	assert.Equal(t, "Active", g.Status.Phase)
+	assert.Empty(t, rec.lines(), "a Ready condition whose first value is True is no Event")
+
+	// The same verdict again, computed afresh: nothing is written.
+	rv := g.ResourceVersion
+	again := g.DeepCopyObject().(*gadget)
+	again.Status.Observe(g.Generation)
+	again.Status.MarkReady("Configured", "ok")
+	again.Status.Phase = "Active"
+	require.NoError(t, a.Apply(ctx, g, again))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.Equal(t, rv, g.ResourceVersion, "an unchanged status is not written")
+
+	// Dropping an owned condition removes it; the foreign one stays.
+	fewer := g.DeepCopyObject().(*gadget)
+	fewer.Status.MarkStalled("Conflict", "another Gadget configures web")
+	fewer.Status.Remove(ConditionStalled)
+	require.NoError(t, a.Apply(ctx, g, fewer))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.Nil(t, g.Status.Condition(ConditionStalled))
+	assert.NotNil(t, g.Status.Condition("NetworkPolicyReady"))
+	assert.Equal(t, []string{"Warning Conflict"}, rec.lines())
+}
+
+// assertVerdict reads obj back as the tools do (unstructured) and checks both verdicts.
+func assertVerdict(t *testing.T, c client.Client, obj client.Object, want status.Status, wantArgo, state string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(testReferrerGV.WithKind("Gadget"))
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(obj), u))
+	res, err := status.Compute(u)
+	require.NoError(t, err)
+	assert.Equal(t, want, res.Status, "kstatus, %s: %s", state, res.Message)
+	health, msg := argoHealth(t, u.Object)
+	assert.Equal(t, wantArgo, health, "Argo CD health, %s: %s", state, msg)
+}
+
+// argoHealth runs the shipped Argo CD health script (deploy/gitops/argocd) with gopher-lua, the
+// Lua implementation Argo CD itself embeds, and checks every kind's key in the shipped ConfigMap
+// carries that script.
+func argoHealth(t *testing.T, obj map[string]any) (string, string) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "deploy", "gitops", "argocd")
+	script, err := os.ReadFile(filepath.Join(dir, "health.lua"))
+	require.NoError(t, err)
+	var kust struct {
+		ConfigMapGenerator []struct {
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(raw, &kust))
+	var kinds []string
+	for _, f := range kust.ConfigMapGenerator[0].Files {
+		key, file, _ := strings.Cut(f, "=")
+		require.Equal(t, "health.lua", file)
+		kinds = append(kinds, strings.TrimPrefix(key, "resource.customizations.health.kagenti.io_"))
+	}
+	assert.ElementsMatch(t, []string{"TokenExchange", "AgentTrace", "AgentCard", "AgentBuild"}, kinds)
+
+	L := lua.NewState()
+	defer L.Close()
+	L.SetGlobal("obj", toLua(L, obj))
+	require.NoError(t, L.DoString(string(script)))
+	ret, ok := L.Get(-1).(*lua.LTable)
+	require.True(t, ok, "the script returns a table")
+	return ret.RawGetString("status").String(), ret.RawGetString("message").String()
+}
+
+func toLua(L *lua.LState, v any) lua.LValue {
+	switch v := v.(type) {
+	case map[string]any:
+		t := L.NewTable()
+		for k, e := range v {
+			t.RawSetString(k, toLua(L, e))
+		}
+		return t
+	case []any:
+		t := L.NewTable()
+		for _, e := range v {
+			t.Append(toLua(L, e))
+		}
+		return t
+	case string:
+		return lua.LString(v)
+	case bool:
+		return lua.LBool(v)
+	case int64:
+		return lua.LNumber(v)
+	case float64:
+		return lua.LNumber(v)
+	case nil:
+		return lua.LNil
+	}
+	panic(fmt.Sprintf("unexpected %T", v))
+}
+
+// eventLog is an EventRecorder that keeps "type reason" of every Event.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (e *eventLog) Eventf(_ runtime.Object, _ runtime.Object, eventType, reason, _, _ string, _ ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, eventType+" "+reason)
+}
+
+func (e *eventLog) AnnotatedEventf(_ runtime.Object, _ runtime.Object, _ map[string]string, eventType, reason, _, _ string, _ ...any) {
+	e.Eventf(nil, nil, eventType, reason, "", "")
+}
+
+func (e *eventLog) lines() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.events
+	e.events = nil
+	return out
+}
