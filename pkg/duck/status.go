@@ -21,7 +21,7 @@ const (
 )
 
 // Status is the duck type of a Kagenti resource's status, as Knative's duckv1.Status is of a
-// Knative resource's: every pillar's status embeds it inline (`duck.Status \`json:",inline"\``)
+// Knative resource's: every pillar's status embeds it inline (duck.Status with json:",inline")
 // and adds its own fields, and the resource's Status field carries
 // `+kubebuilder:default={observedGeneration:0}`, so that the API server defaults a new resource's
 // status and tools read a resource the controller has not seen yet as in progress (generation 1,
