@@ -3,6 +3,7 @@ module github.com/kagenti/platform/agentcard
 go 1.26.0
 
 require (
+	github.com/a2aproject/a2a-go v0.3.3
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/gowebpki/jcs v1.0.2
 	github.com/kagenti/platform/pkg/configmap v0.0.0-00010101000000-000000000000
