@@ -195,6 +195,7 @@ func TestRotatorCertificate(t *testing.T) {
 	secret := &corev1.Secret{}
 	readShipped(t, "deploy/kustomize/agentcard/secret.yaml", secret)
 	secret.Namespace = ns
+	secret.Name += "-" + ns // the rotator's controller is named after it, and names are unique per process
 	require.NoError(t, k8s.Create(ctx, secret))
 
 	certDir := t.TempDir()

@@ -16,9 +16,13 @@ import (
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 )
 
 // The rotator keeps the serving certificate in a Secret of the controller's namespace, and the CA
@@ -82,7 +86,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		handler.Authorizer = &KubeAuthorizer{Client: cs, Audiences: o.Audiences, TTL: o.AuthCacheTTL, NegativeTTL: o.AuthNegativeCacheTTL}
 	}
-	srv := &tlsServer{address: o.BindAddress, handler: handler, certDir: o.CertDir, certReady: make(chan struct{}), serving: make(chan struct{}), anonymous: o.AllowAnonymous}
+	srv := &tlsServer{
+		address: o.BindAddress, handler: handler, certDir: o.CertDir, anonymous: o.AllowAnonymous,
+		certReady: make(chan struct{}), serving: make(chan struct{}),
+		warmUp: func(ctx context.Context) error { return waitForAgentCards(ctx, mgr.GetCache()) },
+	}
 	if o.CertDir != "" {
 		close(srv.certReady)
 	} else {
@@ -119,9 +127,10 @@ func addRotator(mgr ctrl.Manager, o Options, ready chan struct{}) error {
 		DNSName:        svc + ".svc",
 		ExtraDNSNames:  append([]string{o.ServiceName, svc, svc + ".svc.cluster.local"}, o.ExtraDNSNames...),
 		// The rotator closes it once the certificate files are mounted.
-		IsReady:        ready,
-		FieldOwner:     "kagenti-agentcard",
-		ControllerName: "discovery-cert-rotator",
+		IsReady:    ready,
+		FieldOwner: "kagenti-agentcard",
+		// Named after its Secret: controller names are unique in a process.
+		ControllerName: "cert-rotator-" + o.CertSecret,
 		// Every replica serves, so every replica needs the certificate: no leader election.
 		RequireLeaderElection: false,
 	})
@@ -138,6 +147,8 @@ type tlsServer struct {
 	handler   http.Handler
 	certDir   string
 	anonymous bool
+	// warmUp runs before the server listens (the cache it answers from must be in sync).
+	warmUp func(context.Context) error
 	// certReady is closed once the certificate files exist; serving once the server listens.
 	certReady chan struct{}
 	serving   chan struct{}
@@ -160,6 +171,9 @@ func (s *tlsServer) Start(ctx context.Context) error {
 	case <-s.certReady:
 	case <-ctx.Done():
 		return nil
+	}
+	if err := s.warmUp(ctx); err != nil {
+		return err
 	}
 	watcher, err := certwatcher.New(filepath.Join(s.certDir, CertFile), filepath.Join(s.certDir, KeyFile))
 	if err != nil {
@@ -195,6 +209,19 @@ func (s *tlsServer) Start(ctx context.Context) error {
 	close(s.serving)
 	if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// waitForAgentCards starts the cache's AgentCard informer (the controller's own watch starts it
+// too, but the API must not answer from an empty cache before then) and waits until it is in sync.
+func waitForAgentCards(ctx context.Context, c cache.Cache) error {
+	inf, err := c.GetInformer(ctx, &v1alpha1.AgentCard{})
+	if err != nil {
+		return fmt.Errorf("discovery API: AgentCard informer: %w", err)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
 	}
 	return nil
 }

@@ -72,6 +72,8 @@ func run(m *testing.M) int {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/crds/agentcard")},
 		ErrorIfCRDPathMissing: true,
+		// The machines these tests run on can be very loaded.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -164,7 +166,8 @@ func httpsClient(t *testing.T, caPEM []byte) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(caPEM))
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	// Generous: the machines these tests run on can be very loaded (the race detector too).
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
 // get sends GET path with the token (when not empty) and returns the response with its body read.
