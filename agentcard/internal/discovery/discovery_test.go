@@ -188,7 +188,8 @@ func TestTLSWithTheCAFromTheConfigMap(t *testing.T) {
 
 // Without a certificate directory, the rotator issues the certificate for the Service into the
 // shipped Secret; the API serves once it is mounted (readiness follows), clients verify it by the
-// Service's name with the published CA.
+// Service's name with the published CA. It all runs as the controller's ServiceAccount with the
+// shipped RBAC.
 func TestRotatorCertificate(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -199,10 +200,10 @@ func TestRotatorCertificate(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, secret))
 
 	certDir := t.TempDir()
-	a := startAPI(t, discovery.Options{
+	a := startAPIAs(t, discovery.Options{
 		Namespace: ns, RotatorCertDir: certDir, CertSecret: secret.Name,
 		ServiceName: "kagenti-agentcard-discovery", CAConfigMap: "kagenti-agentcard-discovery-ca",
-	})
+	}, grantShippedRBAC(t, ns))
 	assert.Equal(t, http.StatusInternalServerError, a.readyz(t), "not ready before the certificate is mounted")
 	go mountSecret(t.Context(), client.ObjectKeyFromObject(secret), certDir)
 

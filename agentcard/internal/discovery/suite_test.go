@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/discovery"
@@ -128,8 +129,15 @@ type api struct {
 // free port; without o.CertDir it gets a certificate for 127.0.0.1 made for the test.
 func startAPI(t *testing.T, o discovery.Options) *api {
 	t.Helper()
+	return startAPIAs(t, o, rest.ImpersonationConfig{})
+}
+
+// startAPIAs is startAPI with the manager's requests made as user (when set).
+func startAPIAs(t *testing.T, o discovery.Options, user rest.ImpersonationConfig) *api {
+	t.Helper()
 	a := &api{reviews: &reviewCounter{}}
 	cfg := rest.CopyConfig(restCfg)
+	cfg.Impersonate = user
 	cfg.QPS, cfg.Burst = 500, 1000
 	cfg.WrapTransport = a.reviews.wrap
 	port := freePort(t)
@@ -242,6 +250,60 @@ func newNamespace(t *testing.T) string {
 		return err == nil && sar.Status.Allowed, err
 	}))
 	return ns.Name
+}
+
+// grantShippedRBAC creates the ServiceAccount kagenti-agentcard in ns with the RBAC the project
+// ships for it (deploy/rbac/agentcard/role.yaml, generated from the code's markers: a ClusterRole,
+// here renamed per test, and a Role for the controller's own namespace, here ns) and returns the
+// identity to act as.
+func grantShippedRBAC(t *testing.T, ns string) rest.ImpersonationConfig {
+	t.Helper()
+	ctx := context.Background()
+	_, file, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "../../../deploy/rbac/agentcard/role.yaml"))
+	require.NoError(t, err)
+	const sa = "kagenti-agentcard"
+	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: ns}
+	require.NoError(t, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}}))
+	kinds := 0
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta metav1.TypeMeta
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
+		switch meta.Kind {
+		case "ClusterRole":
+			var cr rbacv1.ClusterRole
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &cr))
+			cr.Name += "-" + ns
+			require.NoError(t, k8s.Create(ctx, &cr))
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), &cr) })
+			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name},
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name}, Subjects: []rbacv1.Subject{subject}}
+			require.NoError(t, k8s.Create(ctx, crb))
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), crb) })
+			kinds++
+		case "Role":
+			var r rbacv1.Role
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &r))
+			r.Namespace = ns
+			require.NoError(t, k8s.Create(ctx, &r))
+			require.NoError(t, k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: r.Name},
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: r.Name}, Subjects: []rbacv1.Subject{subject}}))
+			kinds++
+		}
+	}
+	require.Equal(t, 2, kinds, "role.yaml holds a ClusterRole and a Role")
+	user := rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: user.UserName, Groups: user.Groups,
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "update", Resource: "secrets", Namespace: ns},
+		}}, metav1.CreateOptions{})
+		return err == nil && sar.Status.Allowed, err
+	}))
+	return user
 }
 
 // token mints a service-account token with the TokenRequest API.
