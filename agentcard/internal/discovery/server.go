@@ -274,7 +274,7 @@ func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 
 // bounded returns a with as many skills and then tags as fit in MaxSummaryBytes.
 func bounded(a Agent) Agent {
-	if a.Card != nil || jsonSize(a) <= MaxSummaryBytes {
+	if jsonSize(a) <= MaxSummaryBytes {
 		return a
 	}
 	skills, tags := a.Skills, a.Tags
