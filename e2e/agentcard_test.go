@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,10 +15,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -122,6 +128,83 @@ func TestAgentCard(t *testing.T) {
 	agentcardMust(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &d))
 	if _, ok := d.Spec.Template.Labels["kagenti.io/signature-verified"]; ok {
 		t.Fatal("the pod template must never carry kagenti.io/signature-verified")
+	}
+}
+
+// TestAgentCardDiscoveryAPI: the local discovery API (127.0.0.1:18100) answers over TLS only; a
+// client verifies it with the CA the controller published in the ConfigMap
+// kagenti-system/kagenti-agentcard-discovery-ca and authenticates with a service-account token
+// minted with the TokenRequest API; RBAC on agentcards decides what it may list.
+func TestAgentCardDiscoveryAPI(t *testing.T) {
+	if framework.ClusterKind() != "local" {
+		t.Skipf("the discovery API is reached on 127.0.0.1:18100 on the local cluster only (this is %s)", framework.ClusterKind())
+	}
+	c := framework.Client(t)
+	framework.RequirePillar(t, c, "agentcard")
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(framework.Config(t))
+	const base = "https://127.0.0.1:18100"
+
+	var ca corev1.ConfigMap
+	framework.Eventually(t, 30*time.Second, "the discovery API's CA published", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-ca"}, &ca)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return ca.Data["ca.crt"] != "", "no ca.crt", nil
+	})
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(ca.Data["ca.crt"])) {
+		t.Fatalf("ConfigMap kagenti-agentcard-discovery-ca: ca.crt holds no certificate")
+	}
+	https := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+
+	ns := framework.Namespace(t, c, "discovery", nil)
+	framework.Create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"}})
+	framework.Create(t, c, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cards"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"kagenti.io"}, Resources: []string{"agentcards"}, Verbs: []string{"get", "list"}}}})
+	framework.Create(t, c, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cards"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "cards"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "reader", Namespace: ns}}})
+	card := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "nothing"}}}}}
+	card.SetGroupVersionKind(agentcardE2EGVK)
+	card.SetNamespace(ns)
+	card.SetName("listed")
+	framework.Create(t, c, card)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "reader", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	agentcardMust(t, err)
+
+	get := func(cl *http.Client, url, token string) (int, string, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	var page struct {
+		Items []struct{ Namespace, Name string }
+	}
+	framework.Eventually(t, 30*time.Second, "the reader lists the namespace's AgentCards over verified TLS", func(context.Context) (bool, string, error) {
+		code, body, err := get(https, base+"/v1/agents?namespace="+ns, tr.Status.Token)
+		if err != nil || code != http.StatusOK {
+			return false, framework.Sprintf("%d %s %v", code, body, err), nil
+		}
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			return false, "", err
+		}
+		return len(page.Items) == 1 && page.Items[0].Name == "listed", body, nil
+	})
+	if code, body, _ := get(https, base+"/v1/agents?namespace="+ns, ""); code != http.StatusUnauthorized {
+		t.Errorf("without a token: %d %s, want 401", code, body)
+	}
+	if code, _, _ := get(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:18100/v1/agents?namespace="+ns, tr.Status.Token); code != http.StatusBadRequest {
+		t.Errorf("plain HTTP: %d, want 400 (the API serves TLS only)", code)
 	}
 }
 

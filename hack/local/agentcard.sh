@@ -5,11 +5,19 @@
 # spiffe://cluster.local/ns/agents/sa/weather-agent (issued by a dev CA made in pre_start) on each
 # weather-agent pod's loopback IP, port 8081. It exits on its own when the controller stops (it
 # follows the controller's PID), so `make down` stops it too; its PID is in .local/pids/agentcard-sample.pid.
+#
+# The discovery API serves HTTPS on 127.0.0.1:18100 with a certificate for 127.0.0.1 and localhost
+# from `kagenti-injector gen-certs` (the local cluster has no Service network for the rotator's
+# certificate to name), given with --discovery-cert-dir; the controller publishes its CA in the
+# ConfigMap kagenti-system/kagenti-agentcard-discovery-ca, as in a cluster.
 
 AGENTCARD_DIR="${LOCAL}/agentcard"
+AGENTCARD_DISCOVERY_CERTS="${AGENTCARD_DIR}/discovery-certs"
 
 agentcard_args() {
   echo "--discovery-bind-address=127.0.0.1:18100"
+  echo "--discovery-cert-dir=${AGENTCARD_DISCOVERY_CERTS}"
+  echo "--discovery-namespace=kagenti-system"
   echo "--trust-bundle-configmap=kagenti-system/spire-bundle"
   echo "--trust-bundle-key=bundle.crt"
   echo "--trust-domain=cluster.local"
@@ -22,6 +30,9 @@ agentcard_pre_start() {
   if [[ ! -s "${AGENTCARD_DIR}/ca.crt" ]]; then
     "${BIN}/kagenti-agentcard" dev-ca --trust-domain cluster.local --out-dir "${AGENTCARD_DIR}"
   fi
+  [[ -x "${BIN}/kagenti-injector" ]] ||
+    die "the agentcard discovery API's local certificate is made with bin/kagenti-injector gen-certs: build it with 'make build'"
+  "${BIN}/kagenti-injector" gen-certs --out-dir "${AGENTCARD_DISCOVERY_CERTS}" --host 127.0.0.1 --host localhost >/dev/null
   kubectl create namespace kagenti-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n kagenti-system create configmap spire-bundle --from-file=bundle.crt="${AGENTCARD_DIR}/ca.crt" \
     --dry-run=client -o yaml | kubectl apply --server-side --field-manager hack-local --force-conflicts -f - >/dev/null
@@ -56,5 +67,5 @@ agentcard_summary() {
     echo "AgentCard agents/${name}: \"${agent}\" ${version}, ${pods:-0} pod(s), ${verified}, ${bound}"
     echo "  skills: ${skills}"
   done <<<"${rows}"
-  echo "discovery API: curl -H \"Authorization: Bearer \$(kubectl create token default -n agents)\" 'http://127.0.0.1:18100/v1/agents?namespace=agents'"
+  echo "discovery API: curl --cacert $(rel "${AGENTCARD_DISCOVERY_CERTS}")/ca.crt -H \"Authorization: Bearer \$(kubectl create token default -n agents)\" 'https://127.0.0.1:18100/v1/agents?namespace=agents'"
 }

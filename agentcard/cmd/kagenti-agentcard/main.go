@@ -65,10 +65,19 @@ func newRootCommand() *cobra.Command {
 	f.DurationVar(&opts.FetchTimeout, "fetch-timeout", 5*time.Second, "timeout of one card fetch")
 	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
 	f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
-	f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (GET /v1/agents); 0 disables it")
+	f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (HTTPS, GET /v1/agents); 0 disables it")
 	f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
-	f.StringVar(&disc.CertFile, "discovery-tls-cert-file", "", "TLS certificate of the discovery API; empty serves plain HTTP")
-	f.StringVar(&disc.KeyFile, "discovery-tls-key-file", "", "TLS key of the discovery API")
+	f.StringSliceVar(&disc.Audiences, "discovery-audience", nil, "audience the discovery API's bearer tokens must be issued for (repeatable; TokenReview spec.audiences); empty accepts tokens for the API server's own audiences")
+	f.StringVar(&disc.CertDir, "discovery-cert-dir", "", "directory with tls.crt and tls.key (and ca.crt) of the discovery API provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
+	f.StringVar(&disc.RotatorCertDir, "discovery-rotator-cert-dir", "/tmp/kagenti-agentcard/discovery-certs", "where the rotator's certificate Secret is mounted (without --discovery-cert-dir)")
+	f.StringVar(&disc.CertSecret, "discovery-cert-secret", "kagenti-agentcard-discovery-cert", "Secret (in --discovery-namespace) holding the CA and serving certificate managed by the rotator")
+	f.StringVar(&disc.ServiceName, "discovery-service-name", "kagenti-agentcard-discovery", "Service in front of the discovery API (the certificate is issued for <service>.<namespace>.svc)")
+	f.StringVar(&disc.Namespace, "discovery-namespace", envOr("POD_NAMESPACE", "kagenti-system"), "the controller's own namespace: holds the discovery API's certificate Secret and CA ConfigMap")
+	f.StringVar(&disc.CAConfigMap, "discovery-ca-configmap", "kagenti-agentcard-discovery-ca", "ConfigMap (in --discovery-namespace) the discovery API's CA is published in (key ca.crt) for clients; empty does not publish it")
+	f.Float64Var(&disc.RateLimit, "discovery-rate-limit", 20, "requests per second each client address may make to the discovery API (429 with Retry-After beyond); 0 disables the limit")
+	f.IntVar(&disc.RateBurst, "discovery-rate-burst", 40, "burst of requests above --discovery-rate-limit a client address may make")
+	f.DurationVar(&disc.AuthCacheTTL, "discovery-auth-cache-ttl", discovery.DefaultAuthCacheTTL, "how long a valid token and an allowed access are cached (never past the token's expiry)")
+	f.DurationVar(&disc.AuthNegativeCacheTTL, "discovery-auth-negative-cache-ttl", discovery.DefaultAuthNegativeCacheTTL, "how long an invalid token and a denied access are cached")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -117,6 +126,13 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 		return err
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // namespaceSet turns "a,b" into the cache's per-namespace configuration; nil watches all namespaces.

@@ -8,10 +8,25 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
+)
+
+// Size bounds. A card larger than MaxBytes is rejected; the free-form text Card copies out of it
+// (for status messages and summaries) is cut to these sizes, so no single field of a card can
+// make a status write or an API answer grow with it.
+const (
+	// MaxBytes is the largest card accepted (the fetcher reads no more either).
+	MaxBytes = 1 << 20
+	// MaxNameBytes bounds names, versions, skill ids and tags copied out of a card.
+	MaxNameBytes = 256
+	// MaxDescriptionBytes bounds descriptions copied out of a card.
+	MaxDescriptionBytes = 1024
 )
 
 // Card is a parsed agent card: the raw JSON object plus the few fields the controller reads.
@@ -20,9 +35,11 @@ type Card struct {
 	Raw json.RawMessage
 	// Object is Raw decoded.
 	Object map[string]any
-	// Name, Version and Description are copied from the card.
+	// Name, Version and Description are copied from the card, cut to MaxNameBytes and
+	// MaxDescriptionBytes; unset ones are "".
 	Name, Version, Description string
-	// Skills are the skill ids and names; SkillTags the union of skill tags.
+	// Skills are the skill ids, names and tags (each cut to MaxNameBytes); SkillTags the union of
+	// skill tags.
 	Skills []Skill
 	// Signatures are the card's A2A signatures[] entries.
 	Signatures []Signature
@@ -68,6 +85,9 @@ func invalid(field, format string, args ...any) *InvalidError {
 
 // Parse decodes and validates raw as an A2A agent card. Errors are *InvalidError.
 func Parse(raw []byte) (*Card, error) {
+	if len(raw) > MaxBytes {
+		return nil, invalid("", "the card is %d bytes, more than the limit of %d", len(raw), MaxBytes)
+	}
 	var obj map[string]any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -84,22 +104,18 @@ func Parse(raw []byte) (*Card, error) {
 		return nil, err
 	}
 	c := &Card{Raw: append(json.RawMessage(nil), raw...), Object: obj}
-	c.Name, _ = obj["name"].(string)
-	c.Version, _ = obj["version"].(string)
-	c.Description, _ = obj["description"].(string)
-	for _, s := range obj["skills"].([]any) {
+	c.Name = Truncate(str(obj["name"]), MaxNameBytes)
+	c.Version = Truncate(str(obj["version"]), MaxNameBytes)
+	c.Description = Truncate(str(obj["description"]), MaxDescriptionBytes)
+	for _, s := range asSlice(obj["skills"]) {
 		m := s.(map[string]any)
-		sk := Skill{}
-		sk.ID, _ = m["id"].(string)
-		sk.Name, _ = m["name"].(string)
+		sk := Skill{ID: Truncate(str(m["id"]), MaxNameBytes), Name: Truncate(str(m["name"]), MaxNameBytes)}
 		for _, t := range asSlice(m["tags"]) {
-			if ts, ok := t.(string); ok {
-				sk.Tags = append(sk.Tags, ts)
-			}
+			sk.Tags = append(sk.Tags, Truncate(t.(string), MaxNameBytes))
 		}
 		c.Skills = append(c.Skills, sk)
 	}
-	if sigs, ok := obj["signatures"]; ok {
+	if sigs := asSlice(obj["signatures"]); sigs != nil {
 		b, _ := json.Marshal(sigs)
 		if err := json.Unmarshal(b, &c.Signatures); err != nil {
 			return nil, invalid("signatures", "not a list of JWS signatures: %v", err)
@@ -131,56 +147,99 @@ func CanonicalPayload(obj map[string]any) ([]byte, error) {
 	return jcs.Transform(b)
 }
 
-// Validate checks the fields the A2A specification requires. A card with supportedInterfaces is
-// read as v1.0 (interfaces carry url and protocolBinding); otherwise as v0.3 (top-level url).
+// Validate checks a decoded card against the A2A AgentCard definition (protocol v0.3 with a
+// top-level url, or v1.0 with supportedInterfaces[]), never more strictly than the specification.
+//
+// Fields are read as ProtoJSON reads them, the serialization the A2A specification prescribes: a
+// string or list that is absent, null, "" or [] is unset, and the specification itself shows
+// unset REQUIRED fields (an empty description, no skills) in valid cards, so the SDKs write them
+// ("version": "" and "protocolVersion": "" from a2a-go). Unset is an error only where the card
+// would be unusable: name, the endpoint (url, or each interface's url and transport) and each
+// skill's id. capabilities, a message with presence, must be an object. A field of the wrong JSON
+// type is always an error. URLs must fit their transport: an absolute URL, or for GRPC also a gRPC
+// target such as host:port.
 func Validate(obj map[string]any) error {
-	for _, f := range []string{"name", "description", "version"} {
-		if err := requireString(obj, f, f == "name" || f == "version"); err != nil {
+	if err := requireText(obj, "name"); err != nil {
+		return err
+	}
+	for _, f := range []string{"description", "version", "protocolVersion"} {
+		if _, err := optionalString(obj, f); err != nil {
 			return err
 		}
 	}
-	if _, ok := obj["capabilities"].(map[string]any); !ok {
-		if _, present := obj["capabilities"]; !present {
-			return invalid("capabilities", "required")
-		}
+	if c, present := obj["capabilities"]; !present || c == nil {
+		return invalid("capabilities", "required")
+	} else if _, ok := c.(map[string]any); !ok {
 		return invalid("capabilities", "must be an object")
 	}
 	for _, f := range []string{"defaultInputModes", "defaultOutputModes"} {
-		if err := requireStringList(obj, f); err != nil {
+		if err := optionalStringList(obj, f); err != nil {
 			return err
 		}
 	}
-	if ifaces, present := obj["supportedInterfaces"]; present {
+	if err := validateEndpoints(obj); err != nil {
+		return err
+	}
+	if err := validateSkills(obj); err != nil {
+		return err
+	}
+	return validateSignatures(obj)
+}
+
+// validateEndpoints checks where the agent is reached: v1.0 supportedInterfaces[] when present,
+// otherwise the v0.3 url with preferredTransport (default JSONRPC) and additionalInterfaces[].
+func validateEndpoints(obj map[string]any) error {
+	if ifaces, present := obj["supportedInterfaces"]; present && ifaces != nil {
 		list, ok := ifaces.([]any)
 		if !ok || len(list) == 0 {
 			return invalid("supportedInterfaces", "must be a non-empty list")
 		}
-		for i, it := range list {
-			m, ok := it.(map[string]any)
-			field := fmt.Sprintf("supportedInterfaces[%d]", i)
-			if !ok {
-				return invalid(field, "must be an object")
-			}
-			if err := requireURL(m, field+".url"); err != nil {
-				return err
-			}
-			if err := requireString(m, "protocolBinding", true); err != nil {
-				return prefix(field, err)
-			}
+		return validateInterfaces("supportedInterfaces", list, "protocolBinding")
+	}
+	transport, err := optionalString(obj, "preferredTransport")
+	if err != nil {
+		return err
+	}
+	if transport == "" {
+		transport = TransportJSONRPC
+	}
+	if err := requireEndpointURL(obj, "url", transport); err != nil {
+		return err
+	}
+	if ifaces, present := obj["additionalInterfaces"]; present && ifaces != nil {
+		list, ok := ifaces.([]any)
+		if !ok {
+			return invalid("additionalInterfaces", "must be a list")
 		}
-	} else {
-		if err := requireURL(obj, "url"); err != nil {
-			return err
+		return validateInterfaces("additionalInterfaces", list, "transport")
+	}
+	return nil
+}
+
+func validateInterfaces(field string, list []any, transportKey string) error {
+	for i, it := range list {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		m, ok := it.(map[string]any)
+		if !ok {
+			return invalid(f, "must be an object")
 		}
-		if _, present := obj["protocolVersion"]; present {
-			if err := requireString(obj, "protocolVersion", true); err != nil {
-				return err
-			}
+		if err := requireText(m, transportKey); err != nil {
+			return prefix(f, err)
+		}
+		if err := requireEndpointURL(m, "url", m[transportKey].(string)); err != nil {
+			return prefix(f, err)
+		}
+		if _, err := optionalString(m, "protocolVersion"); err != nil {
+			return prefix(f, err)
 		}
 	}
+	return nil
+}
+
+func validateSkills(obj map[string]any) error {
 	skills, present := obj["skills"]
-	if !present {
-		return invalid("skills", "required")
+	if !present || skills == nil {
+		return nil
 	}
 	list, ok := skills.([]any)
 	if !ok {
@@ -192,30 +251,46 @@ func Validate(obj map[string]any) error {
 		if !ok {
 			return invalid(field, "must be an object")
 		}
-		for _, f := range []string{"id", "name", "description"} {
-			if err := requireString(m, f, f != "description"); err != nil {
+		if err := requireText(m, "id"); err != nil {
+			return prefix(field, err)
+		}
+		for _, f := range []string{"name", "description"} {
+			if _, err := optionalString(m, f); err != nil {
 				return prefix(field, err)
 			}
 		}
-		if err := requireStringList(m, "tags"); err != nil {
-			return prefix(field, err)
+		for _, f := range []string{"tags", "examples", "inputModes", "outputModes"} {
+			if err := optionalStringList(m, f); err != nil {
+				return prefix(field, err)
+			}
 		}
 	}
-	if sigs, present := obj["signatures"]; present {
-		list, ok := sigs.([]any)
+	return nil
+}
+
+func validateSignatures(obj map[string]any) error {
+	sigs, present := obj["signatures"]
+	if !present || sigs == nil {
+		return nil
+	}
+	list, ok := sigs.([]any)
+	if !ok {
+		return invalid("signatures", "must be a list")
+	}
+	for i, s := range list {
+		field := fmt.Sprintf("signatures[%d]", i)
+		m, ok := s.(map[string]any)
 		if !ok {
-			return invalid("signatures", "must be a list")
+			return invalid(field, "must be an object")
 		}
-		for i, s := range list {
-			field := fmt.Sprintf("signatures[%d]", i)
-			m, ok := s.(map[string]any)
-			if !ok {
-				return invalid(field, "must be an object")
+		for _, f := range []string{"protected", "signature"} {
+			if err := requireText(m, f); err != nil {
+				return prefix(field, err)
 			}
-			for _, f := range []string{"protected", "signature"} {
-				if err := requireString(m, f, true); err != nil {
-					return prefix(field, err)
-				}
+		}
+		if h, present := m["header"]; present && h != nil {
+			if _, ok := h.(map[string]any); !ok {
+				return prefix(field, invalid("header", "must be an object"))
 			}
 		}
 	}
@@ -229,25 +304,36 @@ func prefix(p string, err error) error {
 	return err
 }
 
-func requireString(obj map[string]any, field string, nonEmpty bool) error {
+// optionalString returns the string at field; absent or null is "".
+func optionalString(obj map[string]any, field string) (string, error) {
 	v, present := obj[field]
-	if !present {
-		return invalid(field, "required")
+	if !present || v == nil {
+		return "", nil
 	}
 	s, ok := v.(string)
 	if !ok {
-		return invalid(field, "must be a string")
+		return "", invalid(field, "must be a string")
 	}
-	if nonEmpty && strings.TrimSpace(s) == "" {
-		return invalid(field, "must not be empty")
+	return s, nil
+}
+
+// requireText fails unless field is a string with more than white space.
+func requireText(obj map[string]any, field string) error {
+	s, err := optionalString(obj, field)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(s) == "" {
+		return invalid(field, "required")
 	}
 	return nil
 }
 
-func requireStringList(obj map[string]any, field string) error {
+// optionalStringList fails when field is set to anything but a list of strings.
+func optionalStringList(obj map[string]any, field string) error {
 	v, present := obj[field]
-	if !present {
-		return invalid(field, "required")
+	if !present || v == nil {
+		return nil
 	}
 	list, ok := v.([]any)
 	if !ok {
@@ -261,21 +347,68 @@ func requireStringList(obj map[string]any, field string) error {
 	return nil
 }
 
-func requireURL(obj map[string]any, field string) error {
-	key := field[strings.LastIndex(field, ".")+1:]
-	v, present := obj[key]
-	if !present {
-		return invalid(field, "required")
+// The transports the A2A specification defines; others (custom bindings) are allowed too.
+const (
+	TransportJSONRPC  = "JSONRPC"
+	TransportGRPC     = "GRPC"
+	TransportHTTPJSON = "HTTP+JSON"
+)
+
+// requireEndpointURL checks that field holds an address a client of transport can use: an
+// absolute URL, or for gRPC also a dial target (host:port, dns:///host:port), which is what
+// gRPC clients such as a2a-go's take.
+func requireEndpointURL(obj map[string]any, field, transport string) error {
+	if err := requireText(obj, field); err != nil {
+		return err
 	}
-	s, ok := v.(string)
-	if !ok {
-		return invalid(field, "must be a string")
+	s := obj[field].(string)
+	quoted := strconv.Quote(Truncate(s, MaxNameBytes))
+	if strings.EqualFold(transport, TransportGRPC) {
+		if isGRPCTarget(s) {
+			return nil
+		}
+		return invalid(field, "must be a gRPC target (host:port) or an absolute URL for transport %s, got %s", transport, quoted)
+	}
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Host != "" {
+		return nil
+	}
+	if isGRPCTarget(s) {
+		return invalid(field, "must be an absolute URL for transport %s, got %s (host:port is a gRPC target: is the transport GRPC?)", transport, quoted)
+	}
+	return invalid(field, "must be an absolute URL for transport %s, got %s", transport, quoted)
+}
+
+// isGRPCTarget accepts what grpc.NewClient dials: host:port, or a resolver URI (dns:///host:port,
+// unix:///path) or absolute URL.
+func isGRPCTarget(s string) bool {
+	if strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	if host, port, err := net.SplitHostPort(s); err == nil && host != "" && !strings.Contains(host, "/") {
+		if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 65536 {
+			return true
+		}
 	}
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return invalid(field, "must be an absolute URL, got %q", s)
+	return err == nil && u.Scheme != "" && (u.Host != "" || strings.TrimPrefix(u.Path, "/") != "")
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// Truncate cuts s to at most max bytes on a UTF-8 boundary, marking a cut with "…".
+func Truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	return nil
+	const ellipsis = "…"
+	cut := max - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 func asSlice(v any) []any {

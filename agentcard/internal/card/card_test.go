@@ -2,6 +2,7 @@ package card_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -59,6 +60,12 @@ func TestParseValid(t *testing.T) {
 	})
 	_, err = card.Parse(v1)
 	assert.NoError(t, err, "v1.0 shape")
+
+	v1grpc := mutate(t, v1, func(m map[string]any) {
+		m["supportedInterfaces"] = []any{map[string]any{"url": "weather:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0"}}
+	})
+	_, err = card.Parse(v1grpc)
+	assert.NoError(t, err, "v1.0 gRPC interface with a host:port target")
 }
 
 func TestParseInvalid(t *testing.T) {
@@ -76,12 +83,43 @@ func TestParseInvalid(t *testing.T) {
 		{"capabilities not object", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["capabilities"] = "x" }), "capabilities"},
 		{"input modes", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["defaultInputModes"] = []any{1} }), "defaultInputModes[0]"},
 		{"skill without id", mutate(t, testcards.Weather("1"), func(m map[string]any) { delete(m["skills"].([]any)[1].(map[string]any), "id") }), "skills[1].id"},
-		{"skill tags", mutate(t, testcards.Weather("1"), func(m map[string]any) { delete(m["skills"].([]any)[0].(map[string]any), "tags") }), "skills[0].tags"},
+		{"skill tags", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["skills"].([]any)[0].(map[string]any)["tags"] = "weather" }), "skills[0].tags"},
 		{"v1 empty interfaces", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["supportedInterfaces"] = []any{} }), "supportedInterfaces"},
 		{"v1 interface binding", mutate(t, testcards.Weather("1"), func(m map[string]any) {
 			m["supportedInterfaces"] = []any{map[string]any{"url": "http://x"}}
 		}), "supportedInterfaces[0].protocolBinding"},
 		{"signature shape", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["signatures"] = []any{map[string]any{"protected": "x"}} }), "signatures[0].signature"},
+		{"empty name", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["name"] = "  " }), "name"},
+		{"version not a string", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["version"] = 2 }), "version"},
+		{"protocolVersion not a string", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["protocolVersion"] = 0.3 }), "protocolVersion"},
+		{"description not a string", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["description"] = []any{} }), "description"},
+		{"capabilities missing", mutate(t, testcards.Weather("1"), func(m map[string]any) { delete(m, "capabilities") }), "capabilities"},
+		{"capabilities null", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["capabilities"] = nil }), "capabilities"},
+		{"skills not a list", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["skills"] = map[string]any{} }), "skills"},
+		{"skill id empty", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["skills"].([]any)[0].(map[string]any)["id"] = "" }), "skills[0].id"},
+		{"host:port for JSON-RPC", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["url"] = "weather:8080" }), "url"},
+		{"host:port for HTTP+JSON", mutate(t, testcards.Weather("1"), func(m map[string]any) {
+			m["url"], m["preferredTransport"] = "10.0.0.1:8080", "HTTP+JSON"
+		}), "url"},
+		{"not a gRPC target", mutate(t, testcards.Weather("1"), func(m map[string]any) {
+			m["url"], m["preferredTransport"] = "weather agent", "GRPC"
+		}), "url"},
+		{"gRPC port out of range", mutate(t, testcards.Weather("1"), func(m map[string]any) {
+			m["url"], m["preferredTransport"] = "weather:70000", "GRPC"
+		}), "url"},
+		{"preferredTransport not a string", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["preferredTransport"] = true }), "preferredTransport"},
+		{"additionalInterfaces not a list", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["additionalInterfaces"] = "x" }), "additionalInterfaces"},
+		{"additional interface without url", mutate(t, testcards.Weather("1"), func(m map[string]any) {
+			m["additionalInterfaces"] = []any{map[string]any{"url": "http://a", "transport": "JSONRPC"}, map[string]any{"transport": "GRPC"}}
+		}), "additionalInterfaces[1].url"},
+		{"additional interface without transport", mutate(t, testcards.Weather("1"), func(m map[string]any) {
+			m["additionalInterfaces"] = []any{map[string]any{"url": "http://a"}}
+		}), "additionalInterfaces[0].transport"},
+		{"v1 interface url relative", mutate(t, testcards.Weather("1"), func(m map[string]any) {
+			m["supportedInterfaces"] = []any{map[string]any{"url": "/a2a", "protocolBinding": "JSONRPC"}}
+		}), "supportedInterfaces[0].url"},
+		{"oversize", mutate(t, testcards.Weather("1"), func(m map[string]any) { m["description"] = strings.Repeat("x", card.MaxBytes) }), ""},
+		{"trailing data", append(testcards.Weather("1"), []byte(" {}")...), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

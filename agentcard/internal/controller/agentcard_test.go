@@ -220,7 +220,7 @@ func TestPerPodFailures(t *testing.T) {
 		"slow":     {v1alpha1.FetchFailed, "no answer within 1s"},
 		"big":      {v1alpha1.FetchFailed, "larger than 1048576 bytes"},
 		"html":     {v1alpha1.FetchInvalid, "not a JSON object"},
-		"invalid":  {v1alpha1.FetchInvalid, "description: required"},
+		"invalid":  {v1alpha1.FetchInvalid, "capabilities: required"},
 		"redirect": {v1alpha1.FetchFailed, "redirect"},
 	}
 	for pod, w := range want {

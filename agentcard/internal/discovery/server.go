@@ -1,111 +1,63 @@
-// Package discovery serves the AgentCard discovery API from the controller's cache:
+// Package discovery serves the AgentCard discovery API from the controller's cache, over TLS:
 //
 //	GET /v1/agents?namespace=&skill=&tag=&name=&verified=&limit=&continue=
 //	GET /v1/agents/{namespace}/{name}
 //
-// Callers authenticate with a Kubernetes bearer token (TokenReview) and need list (collection) or
-// get (one agent) on agentcards.kagenti.io in the namespace (SubjectAccessReview).
+// Callers authenticate with a Kubernetes bearer token (TokenReview, optionally bound to an
+// audience) and need list (collection) or get (one agent) on agentcards.kagenti.io in the namespace
+// (SubjectAccessReview). Review answers are cached briefly and every client address is rate limited.
 package discovery
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/card"
 )
 
-// Options configure the discovery API.
-type Options struct {
-	BindAddress       string
-	AllowAnonymous    bool
-	CertFile, KeyFile string
-}
-
-// Setup adds the discovery API server to mgr (on every replica: it only reads the cache).
-func Setup(mgr ctrl.Manager, o Options) error {
-	if o.BindAddress == "" || o.BindAddress == "0" {
-		return nil
-	}
-	var authz Authorizer
-	if !o.AllowAnonymous {
-		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
-		if err != nil {
-			return err
-		}
-		authz = &KubeAuthorizer{Client: cs}
-	}
-	return mgr.Add(&runnable{opts: o, handler: &Server{Reader: mgr.GetClient(), Authorizer: authz}})
-}
-
-type runnable struct {
-	opts    Options
-	handler http.Handler
-}
-
-func (r *runnable) NeedLeaderElection() bool { return false }
-
-func (r *runnable) Start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", r.opts.BindAddress)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: r.handler, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	log.FromContext(ctx).Info("discovery API listening", "address", ln.Addr().String(), "anonymous", r.opts.AllowAnonymous)
-	if r.opts.CertFile != "" {
-		err = srv.ServeTLS(ln, r.opts.CertFile, r.opts.KeyFile)
-	} else {
-		err = srv.Serve(ln)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-// Server is the HTTP handler. A nil Authorizer serves anonymously.
+// Server is the HTTP handler. A nil Authorizer serves anonymously; a nil Limiter does not limit.
 type Server struct {
 	Reader     client.Reader
 	Authorizer Authorizer
+	// Limiter answers 429 to a client over its rate before any other work (in particular before
+	// a TokenReview) is done.
+	Limiter *ClientLimiter
 }
 
 // Agent is one entry of the API.
 type Agent struct {
-	Namespace   string          `json:"namespace"`
-	Name        string          `json:"name"`
-	AgentName   string          `json:"agentName,omitempty"`
-	Version     string          `json:"version,omitempty"`
-	Description string          `json:"description,omitempty"`
-	Skills      []Skill         `json:"skills,omitempty"`
-	Tags        []string        `json:"tags,omitempty"`
-	Ready       bool            `json:"ready"`
-	Verified    bool            `json:"verified"`
-	Bound       bool            `json:"bound"`
-	SpiffeID    string          `json:"spiffeID,omitempty"`
-	Pods        int32           `json:"pods"`
-	CardHash    string          `json:"cardHash,omitempty"`
-	Card        json.RawMessage `json:"card,omitempty"`
+	Namespace   string   `json:"namespace"`
+	Name        string   `json:"name"`
+	AgentName   string   `json:"agentName,omitempty"`
+	Version     string   `json:"version,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Skills      []Skill  `json:"skills,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	Ready       bool     `json:"ready"`
+	Verified    bool     `json:"verified"`
+	Bound       bool     `json:"bound"`
+	SpiffeID    string   `json:"spiffeID,omitempty"`
+	Pods        int32    `json:"pods"`
+	CardHash    string   `json:"cardHash,omitempty"`
+	// Truncated says skills or tags were left out to keep the summary within MaxSummaryBytes;
+	// GET /v1/agents/{namespace}/{name} returns the whole card.
+	Truncated bool            `json:"truncated,omitempty"`
+	Card      json.RawMessage `json:"card,omitempty"`
 }
+
+// MaxSummaryBytes bounds the JSON of one agent's summary, so that a page of a list is bounded
+// whatever the cards hold: text copied from a card is cut (card.MaxNameBytes,
+// card.MaxDescriptionBytes) and the skills and tags that do not fit are left out.
+const MaxSummaryBytes = 16 << 10
 
 // Skill is a card skill.
 type Skill struct {
@@ -126,7 +78,16 @@ const (
 	maxLimit     = 1000
 )
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &statusRecorder{ResponseWriter: rw, code: http.StatusOK}
+	defer func() { observeRequest(w.code) }()
+	if s.Limiter != nil && r.URL.Path != "/healthz" {
+		if ok, wait := s.Limiter.Allow(clientAddress(r)); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+			writeError(w, http.StatusTooManyRequests, "too many requests from "+clientAddress(r)+"; retry after the Retry-After seconds")
+			return
+		}
+	}
 	if r.Method != http.MethodGet {
 		writeError(w, http.StatusMethodNotAllowed, "only GET is supported")
 		return
@@ -235,7 +196,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			out.Continue = base64.RawURLEncoding.EncodeToString([]byte(key(&cards.Items[i-1])))
 			break
 		}
-		out.Items = append(out.Items, a)
+		out.Items = append(out.Items, bounded(a))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -276,18 +237,24 @@ func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 			Skills      []Skill `json:"skills"`
 		}
 		if json.Unmarshal(c.Status.Card.Raw, &body) == nil {
-			a.AgentName, a.Version, a.Description, a.Skills = body.Name, body.Version, body.Description, body.Skills
+			a.AgentName = card.Truncate(body.Name, card.MaxNameBytes)
+			a.Version = card.Truncate(body.Version, card.MaxNameBytes)
+			a.Description = card.Truncate(body.Description, card.MaxDescriptionBytes)
 			for _, s := range body.Skills {
-				for _, t := range s.Tags {
-					tags[t] = true
+				s.ID, s.Name = card.Truncate(s.ID, card.MaxNameBytes), card.Truncate(s.Name, card.MaxNameBytes)
+				s.Description = card.Truncate(s.Description, card.MaxDescriptionBytes)
+				for i, t := range s.Tags {
+					s.Tags[i] = card.Truncate(t, card.MaxNameBytes)
+					tags[s.Tags[i]] = true
 				}
+				a.Skills = append(a.Skills, s)
 			}
 		}
 		if withCard {
 			a.Card = c.Status.Card.Raw
 		}
 	}
-	if m := c.Spec.Metadata; m != nil {
+	if m := c.Spec.Metadata; m != nil { // bounded by the CRD schema
 		if m.Name != "" {
 			a.AgentName = m.Name
 		}
@@ -303,6 +270,34 @@ func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 	}
 	sort.Strings(a.Tags)
 	return a
+}
+
+// bounded returns a with as many skills and then tags as fit in MaxSummaryBytes.
+func bounded(a Agent) Agent {
+	if jsonSize(a) <= MaxSummaryBytes {
+		return a
+	}
+	skills, tags := a.Skills, a.Tags
+	a.Skills, a.Tags, a.Truncated = nil, nil, true
+	budget := MaxSummaryBytes - jsonSize(a) - len(`,"skills":[],"tags":[]`)
+	for _, s := range skills {
+		if budget -= jsonSize(s) + 1; budget < 0 {
+			return a
+		}
+		a.Skills = append(a.Skills, s)
+	}
+	for _, t := range tags {
+		if budget -= jsonSize(t) + 1; budget < 0 {
+			return a
+		}
+		a.Tags = append(a.Tags, t)
+	}
+	return a
+}
+
+func jsonSize(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
 }
 
 func matches(a Agent, name, skill, tag string, verified *bool) bool {
@@ -337,6 +332,17 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// statusRecorder remembers the status code written, for the request metric.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
