@@ -8,8 +8,9 @@ SHELL        := /usr/bin/env bash
 ROOT     := $(CURDIR)
 BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
-# Modules whose packages `make test` runs (e2e runs separately against a cluster).
-MODULES  := pkg/duck pkg/configmap $(PILLARS)
+# Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
+# shipped manifests on envtest.
+MODULES  := pkg/duck pkg/configmap $(PILLARS) deploy
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.
