@@ -18,7 +18,8 @@ API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 
 export PATH              := $(BIN):$(PATH)
 export KUBEBUILDER_ASSETS := $(BIN)
-GOTEST_FLAGS ?= -race -count=1
+# -timeout: the deploy module builds and runs the six binaries (10m, go test's default, is tight on 2 cores).
+GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 CONTROLLER_GEN := $(BIN)/controller-gen
 
 ##@ General

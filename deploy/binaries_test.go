@@ -63,6 +63,8 @@ func TestBinariesRunWithShippedRBAC(t *testing.T) {
 			log := start(t, bins[p], args...)
 
 			waitFor(t, log, "/readyz", func() bool { return get(t, "http://"+health+"/readyz", "") == http.StatusOK })
+			// The metrics server listens once it has made its self-signed certificate, after /readyz.
+			waitFor(t, log, "the metrics server", func() bool { return get(t, "https://"+metrics+"/metrics", "") != 0 })
 			if p != "injector" { // controllers start their workers once their caches synced
 				waitFor(t, log, "controllers started", func() bool { return strings.Contains(log.String(), "Starting workers") })
 			}
