@@ -8,8 +8,9 @@ SHELL        := /usr/bin/env bash
 ROOT     := $(CURDIR)
 BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
-# Modules whose packages `make test` runs (e2e runs separately against a cluster).
-MODULES  := pkg/duck pkg/configmap $(PILLARS)
+# Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
+# shipped manifests on envtest.
+MODULES  := pkg/duck pkg/configmap $(PILLARS) deploy
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.
@@ -20,7 +21,8 @@ export KUBEBUILDER_ASSETS := $(BIN)
 # envtest gives the API server 20 s to start by default; under CPU contention (a 2-core CI machine
 # running several packages' suites at once) it needs more.
 export KUBEBUILDER_CONTROLPLANE_START_TIMEOUT ?= 2m
-GOTEST_FLAGS ?= -race -count=1
+# -timeout: the deploy module builds and runs the six binaries (10m, go test's default, is tight on 2 cores).
+GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 CONTROLLER_GEN := $(BIN)/controller-gen
 
 ##@ General

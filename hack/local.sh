@@ -171,7 +171,9 @@ hook() {
 start_pillar() {
   local p=$1 bin="${BIN}/kagenti-$1" logf="${LOGS}/$1.log" pidfile="${PIDS}/$1.pid" extra line pid=""
   local args=(--kubeconfig "${KUBECONFIG}"
-    --metrics-bind-address "127.0.0.1:${METRICS_PORT[$p]}"
+    # Local processes are scraped over plain HTTP on loopback; deployed binaries serve HTTPS behind
+    # the API server's authentication and authorization (docs/security.md).
+    --metrics-bind-address "127.0.0.1:${METRICS_PORT[$p]}" --metrics-secure=false
     --health-probe-bind-address "127.0.0.1:${HEALTH_PORT[$p]}")
   extra="$(hook "${p}" args)"
   while IFS= read -r line; do [[ -n "${line}" ]] && args+=("${line}"); done <<<"${extra}"

@@ -27,15 +27,16 @@ import (
 
 const fieldOwner = resources.ManagedBy
 
+// Cluster-wide: watch builds, their runs and (metadata of) deployTo targets, report status and
+// Events. What a build does inside its namespace is ClusterRole kagenti-agentbuild-builder
+// (internal/rbac/builder), bound per namespace. Default templates: the template namespace.
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentbuilds,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentbuilds/status,verbs=get;patch;update
-// +kubebuilder:rbac:groups=tekton.dev,resources=pipelines,verbs=get;create;delete
-// +kubebuilder:rbac:groups=tekton.dev,resources=pipelineruns,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
-// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=tekton.dev,resources=pipelineruns,verbs=list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=configmaps,verbs=get
 
 // Reconciler turns an AgentBuild into a Pipeline and a PipelineRun per generation and reports the
 // run's outcome. Flow: Tekton served? → run of this generation exists? else load template, render,

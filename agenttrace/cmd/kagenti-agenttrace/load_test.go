@@ -79,7 +79,7 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, build.Run(), "building the binary")
 	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"),
-		"--metrics-bind-address", metricsAddr, "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error"}
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error"}
 	args = append(args, strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
@@ -36,6 +37,7 @@ func newRootCommand() *cobra.Command {
 		metricsAddr, probeAddr, pprofAddr string
 		namespaces                        string
 		leaderElect                       bool
+		metricsSecure                     bool
 		opts                              controller.Options
 		zapOpts                           = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
@@ -47,11 +49,12 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsAddr, probeAddr, pprofAddr, namespaces, leaderElect, opts)
+			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole kagenti-metrics-reader); false serves plain HTTP to anyone")
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
@@ -66,7 +69,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metricsAddr, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -80,7 +83,7 @@ func run(metricsAddr, probeAddr, pprofAddr, namespaces string, leaderElect bool,
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                       metrics,
 		HealthProbeBindAddress:        probeAddr,
 		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
@@ -123,4 +126,19 @@ func namespaceSet(list string) map[string]cache.Config {
 		}
 	}
 	return out
+}
+
+// Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
+// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
+// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
+func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -36,6 +37,7 @@ func main() {
 type flags struct {
 	metricsAddr, probeAddr, namespaces string
 	leaderElect                        bool
+	metricsSecure                      bool
 	webhookHost                        string
 	webhookPort                        int
 	opts                               injectorwebhook.Options
@@ -58,7 +60,8 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.BoolVar(&fl.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole kagenti-metrics-reader); false serves plain HTTP to anyone")
 	f.StringVar(&fl.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.BoolVar(&fl.leaderElect, "leader-elect", false, "accepted for uniformity with the other binaries; the webhook serves on every replica and needs no leader")
 	f.StringVar(&fl.namespaces, "namespaces", "", "comma-separated namespaces the manager's cache may watch; empty watches all (the webhook itself reads nothing)")
@@ -125,7 +128,7 @@ func run(fl flags) error {
 	srv := injectorwebhook.NewServer(srvOpts)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: fl.metricsAddr},
+		Metrics:                metricsOptions(fl.metricsAddr, fl.metricsSecure),
 		HealthProbeBindAddress: fl.probeAddr,
 		WebhookServer:          srv,
 		Cache:                  cache.Options{DefaultNamespaces: namespaceSet(fl.namespaces)},
@@ -166,4 +169,19 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
+// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
+// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
+func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

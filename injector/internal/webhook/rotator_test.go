@@ -32,8 +32,9 @@ import (
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
 )
 
-// TestRotatorServesShippedWebhook installs the shipped Secret and MutatingWebhookConfiguration on a
-// real API server and runs the injector with its default certificate source, the built-in rotator:
+// TestRotatorServesShippedWebhook installs the shipped Secret, MutatingWebhookConfiguration and RBAC
+// on a real API server and runs the injector, as its ServiceAccount with only the shipped rights
+// (update of its own configuration and Secret), with its default certificate source, the rotator:
 // the rotator must issue the certificate for the Service, inject its CA into the configuration, and
 // the API server must then call the webhook over TLS and apply its patch. The kubelet's Secret mount
 // is played by copying the Secret into the cert directory.
@@ -54,6 +55,7 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 
 	port := freePort(t)
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNS}}))
+	installShippedRBAC(t, c, filepath.Join(assetsDir(t), "kubectl"))
 	s := &corev1.Secret{}
 	readShipped(t, "secret.yaml", s)
 	s.Namespace = systemNS
@@ -69,7 +71,8 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 
 	certDir := t.TempDir()
 	srv := injectorwebhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: clientgoscheme.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: srv})
+	// The injector runs as its ServiceAccount, with the shipped RBAC only.
+	mgr, err := ctrl.NewManager(asServiceAccount(cfg, systemNS, service), ctrl.Options{Scheme: clientgoscheme.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, WebhookServer: srv})
 	require.NoError(t, err)
 	mgrCtx, stop := context.WithCancel(ctx)
 	require.NoError(t, injectorwebhook.Setup(mgr, injectorwebhook.Options{

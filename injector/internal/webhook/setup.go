@@ -22,8 +22,13 @@ import (
 )
 
 // The rotator reads its Secret and updates the webhook configuration's caBundle.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,verbs=get;list;watch;update;patch
+// Its informers list and watch the kind (RBAC cannot restrict a list without a name field selector,
+// and cert-controller's cache sets none); it writes only the configuration and the Secret named by
+// the default flags. Renaming either needs the same change in the RBAC (docs/security.md).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=kagenti-injector,verbs=update
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,verbs=list;watch
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,resourceNames=kagenti-injector-cert,verbs=update
 
 // Options are the injector's own command-line settings.
 type Options struct {

@@ -87,7 +87,7 @@ func TestLoad(t *testing.T) {
 	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	wo := env.WebhookInstallOptions
 	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"),
-		"--metrics-bind-address", metricsAddr, "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error",
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error",
 		"--webhook", "--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(wo.LocalServingPort), "--cert-dir", wo.LocalServingCertDir}
 	args = append(args, strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))...)
 	cmd := exec.Command(bin, args...)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -49,7 +50,8 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.StringVar(&fl.metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.BoolVar(&fl.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole kagenti-metrics-reader); false serves plain HTTP to anyone")
 	f.StringVar(&fl.probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	f.StringVar(&fl.pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
 	f.BoolVar(&fl.leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles (the webhook serves on every replica)")
@@ -77,6 +79,7 @@ type flags struct {
 	metricsAddr, probeAddr, pprofAddr string
 	namespaces                        string
 	leaderElect                       bool
+	metricsSecure                     bool
 	opts                              controller.Options
 	webhook                           bool
 	webhookHost                       string
@@ -110,7 +113,7 @@ func run(fl flags) error {
 	srv := txwebhook.NewServer(webhook.Options{Host: fl.webhookHost, Port: fl.webhookPort, CertDir: certDir})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: fl.metricsAddr},
+		Metrics:                       metricsOptions(fl.metricsAddr, fl.metricsSecure),
 		HealthProbeBindAddress:        fl.probeAddr,
 		PprofBindAddress:              fl.pprofAddr,
 		LeaderElection:                fl.leaderElect,
@@ -159,4 +162,19 @@ func namespaceSet(list string) map[string]cache.Config {
 		}
 	}
 	return out
+}
+
+// Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
+// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
+// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
+func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

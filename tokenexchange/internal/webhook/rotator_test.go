@@ -41,9 +41,10 @@ const (
 	service    = "kagenti-tokenexchange-webhook"
 )
 
-// TestRotatorServesShippedWebhook installs the shipped Secret and ValidatingWebhookConfiguration on
-// a real API server, runs the webhook with the built-in certificate rotator (the default of the
-// deployed controller), and checks that the rotator issues the certificate for the Service, injects
+// TestRotatorServesShippedWebhook installs the shipped Secret, ValidatingWebhookConfiguration and
+// RBAC on a real API server, runs the webhook as the controller's ServiceAccount with only the
+// shipped rights and with the built-in certificate rotator (the default of the deployed
+// controller), and checks that the rotator issues the certificate for the Service, injects
 // its CA into the configuration, and that the API server then calls the webhook over TLS and relays
 // its denial. The kubelet's Secret mount is played by copying the Secret into the cert directory.
 func TestRotatorServesShippedWebhook(t *testing.T) {
@@ -71,6 +72,7 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	// (there is no Service network here) on a name the rotator adds to the certificate.
 	port := freePort(t)
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNS}}))
+	installShippedRBAC(t, c, filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"))
 	secret := &corev1.Secret{}
 	readShipped(t, "secret.yaml", secret)
 	require.NoError(t, c.Create(ctx, secret))
@@ -84,7 +86,8 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	require.NoError(t, c.Create(ctx, wh))
 
 	certDir := t.TempDir()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	// The controller runs as its ServiceAccount, with the shipped RBAC only.
+	mgr, err := ctrl.NewManager(asServiceAccount(cfg, systemNS, "kagenti-tokenexchange"), ctrl.Options{
 		Scheme:        scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),

@@ -14,8 +14,13 @@ import (
 
 // The rotator keeps the serving certificate in a Secret of the controller's own namespace and the
 // caBundle of the ValidatingWebhookConfiguration current.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,verbs=get;list;watch;update;patch
+// Its informers list and watch the kind (RBAC cannot restrict a list without a name field selector,
+// and cert-controller's cache sets none); it writes only the configuration and the Secret named by
+// the default flags. Renaming either needs the same change in the RBAC (docs/security.md).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=kagenti-tokenexchange,verbs=update
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,verbs=list;watch
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,resourceNames=kagenti-tokenexchange-cert,verbs=update
 
 // Options say where the webhook's serving certificate comes from.
 type Options struct {

@@ -45,6 +45,40 @@ subjects:
   namespace: {{ .root.Release.Namespace }}
 {{- end -}}
 
+{{/*
+Leader election: the controller's Lease lives in the release namespace, so the right to write Leases
+is a Role there, never cluster-wide.
+*/}}
+{{- define "kagenti.leaderElectionRBAC" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name }}-leader-election
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "kagenti.labels" . | nindent 4 }}
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name }}-leader-election
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "kagenti.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ .name }}-leader-election
+subjects:
+- kind: ServiceAccount
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+{{- end -}}
+
 {{- define "kagenti.deployment" -}}
 apiVersion: apps/v1
 kind: Deployment
@@ -80,7 +114,7 @@ spec:
         {{- end }}
         ports:
         - name: metrics
-          containerPort: 8080
+          containerPort: 8443
         - name: health
           containerPort: 8081
         {{- with .ports }}
@@ -120,7 +154,8 @@ spec:
   selector:
     app.kubernetes.io/name: {{ .name }}
   ports:
-  - name: metrics
-    port: 8080
+  # HTTPS behind the API server's authentication and authorization (docs/security.md).
+  - name: https
+    port: 8443
     targetPort: metrics
 {{- end -}}
