@@ -10,8 +10,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -182,4 +188,93 @@ func TestContentHashIgnoresMapOrderButNotContent(t *testing.T) {
 		ContentHash(&corev1.ConfigMap{Data: map[string]string{"a": "bc"}}))
 	assert.NotEqual(t, ContentHash(&corev1.ConfigMap{Data: map[string]string{"k": "v"}}),
 		ContentHash(&corev1.ConfigMap{BinaryData: map[string][]byte{"k": []byte("v")}}))
+}
+
+// TestApplyAsksTheAPIServerWhatTheCacheDoesNotShow: a cache filtered by label (as netpol's is)
+// never shows an object someone else made; creating it fails, and the Applier must then decide
+// ownership on the stored object (a NotOwnedError naming its kind), not retry blindly.
+func TestApplyAsksTheAPIServerWhatTheCacheDoesNotShow(t *testing.T) {
+	ctx := context.Background()
+	direct, _ := countingClient(t)
+	ns := "apply-filtered"
+	require.NoError(t, direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	blind := interceptor.NewClient(direct.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			return apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, key.Name)
+		},
+	})
+	foreign := desired(ns, map[string]string{"k": "theirs"})
+	require.NoError(t, direct.Create(ctx, foreign.DeepCopy()))
+
+	a := &Applier{Client: blind, APIReader: direct, Scheme: testScheme, ManagedBy: "kagenti-test"}
+	_, err := a.Apply(ctx, desired(ns, map[string]string{"k": "ours"}), owner(t, direct, ns, "owner"))
+	var notOwned *NotOwnedError
+	require.ErrorAs(t, err, &notOwned)
+	assert.Equal(t, "ConfigMap", notOwned.Kind)
+	assert.Contains(t, err.Error(), `ConfigMap "agent-trace" exists and is not managed by this controller`)
+
+	var have corev1.ConfigMap
+	require.NoError(t, direct.Get(ctx, client.ObjectKeyFromObject(foreign), &have))
+	assert.Equal(t, "theirs", have.Data["k"], "left alone")
+}
+
+// TestApplyObjectNetworkPolicy: the same rules for another kind, owned by an unstructured custom
+// resource (netpol owns its policies by AgentCards it reads unstructured).
+func TestApplyObjectNetworkPolicy(t *testing.T) {
+	ctx := context.Background()
+	c, writes := countingClient(t)
+	ns := "apply-netpol"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	*writes = 0
+	card := &unstructured.Unstructured{}
+	card.SetGroupVersionKind(schema.GroupVersionKind{Group: "kagenti.io", Version: "v1alpha1", Kind: "AgentCard"})
+	card.SetName("card")
+	card.SetNamespace(ns)
+	card.SetUID("5c0e7a3e-0000-4000-8000-000000000001")
+	policy := func(port int32) *networkingv1.NetworkPolicy {
+		p, tcp := intstr.FromInt32(port), corev1.ProtocolTCP
+		// As the API server defaults them: the comparison is of the spec as stored.
+		return &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-agent-policy", Namespace: ns, Annotations: map[string]string{"kagenti.io/policy": "restrictive"}},
+			Spec: networkingv1.NetworkPolicySpec{
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}}},
+			},
+		}
+	}
+	content := Content[*networkingv1.NetworkPolicy]{
+		UpToDate: func(have, want *networkingv1.NetworkPolicy) bool {
+			return equality.Semantic.DeepEqual(have.Spec, want.Spec)
+		},
+		Copy: func(dst, src *networkingv1.NetworkPolicy) { dst.Spec = src.Spec },
+	}
+	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-netpol"}
+
+	res, err := ApplyObject(ctx, a, policy(8080), card, content)
+	require.NoError(t, err)
+	assert.Equal(t, Created, res)
+	res, err = ApplyObject(ctx, a, policy(8080), card, content)
+	require.NoError(t, err)
+	assert.Equal(t, Unchanged, res)
+	res, err = ApplyObject(ctx, a, policy(9090), card, content)
+	require.NoError(t, err)
+	assert.Equal(t, Updated, res)
+	assert.Equal(t, 2, *writes)
+
+	var have networkingv1.NetworkPolicy
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-agent-policy"}, &have))
+	assert.Equal(t, int32(9090), have.Spec.Ingress[0].Ports[0].Port.IntVal)
+	assert.Equal(t, "kagenti-netpol", have.Labels[ManagedByLabel])
+	ref := metav1.GetControllerOf(&have)
+	require.NotNil(t, ref)
+	assert.Equal(t, "AgentCard", ref.Kind)
+
+	other := card.DeepCopy()
+	other.SetUID("5c0e7a3e-0000-4000-8000-000000000002")
+	other.SetName("other")
+	_, err = ApplyObject(ctx, a, policy(8080), other, content)
+	var notOwned *NotOwnedError
+	require.ErrorAs(t, err, &notOwned)
+	assert.Equal(t, "NetworkPolicy", notOwned.Kind)
+	assert.Contains(t, err.Error(), "controlled by AgentCard card")
 }

@@ -43,3 +43,36 @@ func lower(s string) string {
 	}
 	return string(b)
 }
+
+// Labels and annotations on the objects controllers derive (ARCHITECTURE.md §4, §6).
+const (
+	// PartOfLabel is app.kubernetes.io/part-of; its value on derived objects is PartOf.
+	PartOfLabel = "app.kubernetes.io/part-of"
+	PartOf      = "kagenti"
+	// InjectionStatusAnnotation is the injector's record, on a pod template, of what it injected
+	// (JSON): the injector writes it, tokenexchange and agenttrace read it to count configured pods.
+	InjectionStatusAnnotation = "kagenti.io/injection-status"
+)
+
+// What the injector adds to a pod template, by name (ARCHITECTURE.md §5). The controllers find
+// their mounts in pods by these names; users may exclude components by name.
+const (
+	// Volumes.
+	VolumeShared        = "kagenti-shared"
+	VolumeSpireSocket   = "spire-agent-socket"
+	VolumeTokenExchange = "kagenti-token-exchange"
+	VolumeTrace         = "kagenti-trace"
+
+	// Where they are mounted.
+	PathShared        = "/shared"
+	PathSpireSocket   = "/run/spire/agent-sockets"
+	PathTokenExchange = "/etc/kagenti/token-exchange"
+	PathTrace         = "/etc/kagenti/trace"
+
+	// Components (container names; the values kagenti.io/exclude-components takes).
+	ComponentProxyInit          = "proxy-init"
+	ComponentSpiffeHelper       = "spiffe-helper"
+	ComponentClientRegistration = "client-registration"
+	ComponentAuthProxy          = "auth-proxy"
+	ComponentEnvoyProxy         = "envoy-proxy"
+)
