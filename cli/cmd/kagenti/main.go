@@ -1,0 +1,7 @@
+package main
+
+import (
+	_ "github.com/kagenti/platform/cli/internal/migrate"
+)
+
+func main() {}
