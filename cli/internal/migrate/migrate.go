@@ -217,7 +217,7 @@ type migrator struct {
 	builds                  map[string]*buildInput // by namespace/name
 	passthrough             []Input
 
-	order         map[Source]int // input position of each source
+	order         map[Source]int       // input position of each source
 	workloads     map[string]*workload // by LiveKey
 	workloadOrder []string
 	selectorCards []*pillarOut[cardv1.AgentCardSpec] // cards in selector mode (no workload)
