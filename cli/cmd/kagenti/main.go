@@ -1,7 +1,11 @@
+// Command kagenti migrates to, describes, checks and removes Kagenti. Installed as kubectl-kagenti
+// it is the kubectl plugin `kubectl kagenti`.
 package main
 
 import (
-	_ "github.com/kagenti/platform/cli/internal/migrate"
+	"os"
+
+	"github.com/kagenti/platform/cli/internal/cmd"
 )
 
-func main() {}
+func main() { os.Exit(cmd.Main()) }

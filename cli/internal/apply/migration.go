@@ -31,6 +31,8 @@ const AnnotationInjectionStatus = "kagenti.io/injection-status"
 type MigrationOptions struct {
 	// DeleteOld deletes the legacy objects once the migrated ones are applied (orphaning what they own).
 	DeleteOld bool
+	// DryRunOnly stops after the server dry run, saying what applying would do.
+	DryRunOnly bool
 	// Out receives one line per object, kubectl style.
 	Out io.Writer
 }
@@ -98,6 +100,12 @@ func (a *Applier) ApplyMigration(ctx context.Context, res *migrate.Result, opts 
 	}
 	fmt.Fprintf(opts.Out, "server dry run: all %d objects accepted\n", len(plan))
 	a.warnNamespaces(ctx, opts.Out, plan)
+	if opts.DryRunOnly {
+		for _, p := range plan {
+			fmt.Fprintf(opts.Out, "%s %s (server dry run)\n", a.ref(p.obj.Unstructured), describeChange(p))
+		}
+		return nil
+	}
 
 	// 2. Adoption, then 3. the real apply.
 	for _, p := range plan {

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -50,6 +51,20 @@ func header(o *Object) []string {
 		lines = append(lines, "note: "+n)
 	}
 	return lines
+}
+
+// WriteJSON writes the objects as one v1 List, as kubectl get -o json does.
+func WriteJSON(w io.Writer, objs []*Object) error {
+	items := make([]any, 0, len(objs))
+	for _, o := range objs {
+		items = append(items, o.Object)
+	}
+	raw, err := json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "    ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(raw, '\n'))
+	return err
 }
 
 // FileName is the file an object is written to with -o DIR: "<namespace>.<kind>.<name>.yaml" in
