@@ -89,7 +89,7 @@ func NewRoot(name string, streams genericiooptions.IOStreams) *cobra.Command {
 		Use: "kagenti",
 		// Usage lines say "kubectl kagenti" when run as the kubectl plugin.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: name},
-		Short: "Migrate to, inspect, check and remove Kagenti",
+		Short:       "Migrate to, inspect, check and remove Kagenti",
 		Long: `kagenti works with the Kagenti platform in a cluster: it migrates legacy Agent objects to plain
 workloads plus pillar CRs, describes what Kagenti did to a workload, checks an installation, and
 removes Kagenti without disturbing the workloads.

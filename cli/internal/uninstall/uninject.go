@@ -114,4 +114,3 @@ func (u *uninstaller) waitUninjected(ctx context.Context, it item) error {
 	}
 	return nil
 }
-

@@ -155,7 +155,9 @@ func (u *uninstaller) plan(ctx context.Context) ([]step, error) {
 	steps = append(steps, step{
 		title: "stop the controllers that create objects (all but netpol), so that nothing comes back",
 		items: controllers, empty: "none deployed in " + u.opts.Namespace + " (controllers running outside the cluster are not stopped by this command)",
-		run: func(ctx context.Context) error { return u.deleteAll(ctx, controllers, ptr.To(metav1.DeletePropagationForeground)) },
+		run: func(ctx context.Context) error {
+			return u.deleteAll(ctx, controllers, ptr.To(metav1.DeletePropagationForeground))
+		},
 	})
 	crds, crs, kept, err := u.resources(ctx)
 	if err != nil {
@@ -186,7 +188,9 @@ func (u *uninstaller) plan(ctx context.Context) ([]step, error) {
 	steps = append(steps, step{
 		title: "stop netpol",
 		items: netpol, empty: "not deployed in " + u.opts.Namespace,
-		run: func(ctx context.Context) error { return u.deleteAll(ctx, netpol, ptr.To(metav1.DeletePropagationForeground)) },
+		run: func(ctx context.Context) error {
+			return u.deleteAll(ctx, netpol, ptr.To(metav1.DeletePropagationForeground))
+		},
 	})
 	rest, err := u.rest(ctx)
 	if err != nil {
