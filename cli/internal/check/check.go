@@ -115,6 +115,8 @@ type runner struct {
 	// URL when it is registered by URL (the webhook runs outside the cluster).
 	injectorRegistered bool
 	injectorURL        string
+	// injectorAnswers is the outcome of the webhook's dry run; nil when it was not tried.
+	injectorAnswers *bool
 }
 
 func (r *runner) pass(subject, format string, args ...any) {

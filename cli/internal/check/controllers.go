@@ -69,8 +69,13 @@ func (r *runner) injectorController(found bool, depState, install string) {
 	switch {
 	case found:
 		r.pass("kagenti-injector", "%s", depState)
+	case r.injectorURL != "" && r.injectorAnswers == nil:
+		r.skip("kagenti-injector", "registered at %s (no Deployment in %s: it runs outside the cluster); not tried", r.injectorURL, r.opts.Namespace)
+	case r.injectorURL != "" && *r.injectorAnswers:
+		r.pass("kagenti-injector", "answers at %s (no Deployment in %s: it runs outside the cluster)", r.injectorURL, r.opts.Namespace)
 	case r.injectorURL != "":
-		r.pass("kagenti-injector", "serves %s (no Deployment in %s: it runs outside the cluster)", r.injectorURL, r.opts.Namespace)
+		r.fail("kagenti-injector", "start it where its registration points, or register it where it runs",
+			"no Deployment in %s, and nothing answers at %s, where its webhook is registered", r.opts.Namespace, r.injectorURL)
 	case r.injectorRegistered:
 		r.fail("kagenti-injector", install, "its webhook is registered but no Deployment %s/kagenti-injector serves it", r.opts.Namespace)
 	default:

@@ -242,6 +242,8 @@ func (r *runner) reachable(ctx context.Context, subject, ns string, h hook) {
 	}
 	got, err := r.c.Kube.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	fix := fmt.Sprintf("the API server calls %s: the injector must be running and reachable there with the certificate the caBundle of %s names (kubectl get events -A | grep %s)", h.where(), h.config, injectorWebhook)
+	answered := err == nil
+	r.injectorAnswers = &answered
 	if err != nil {
 		r.fail(subject, fix, "the API server refused a labelled Deployment (server dry run): %v", err)
 		return

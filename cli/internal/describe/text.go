@@ -131,7 +131,7 @@ func (r *Report) WriteText(out io.Writer) error {
 			fmt.Fprintf(&b, "NetworkPolicy %s: not written (is netpol running? kagenti check)\n", p.Name)
 			continue
 		}
-		fmt.Fprintf(&b, "NetworkPolicy %s: %s (%s)\n", p.Name, p.Kind, p.Verification)
+		fmt.Fprintf(&b, "NetworkPolicy %s: %s: %s\n", p.Name, p.Kind, p.Verification)
 	}
 	if r.Build != nil {
 		line := fmt.Sprintf("AgentBuild %s: phase %s", r.Build.Name, orNone(r.Build.Phase))

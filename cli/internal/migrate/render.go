@@ -103,8 +103,8 @@ func WriteDir(dir string, objs []*Object) ([]string, error) {
 	return paths, nil
 }
 
-// WriteReport writes what was not migrated, per legacy object, with the reasons. It writes nothing
-// when everything was migrated.
+// WriteReport writes what was not migrated, per legacy object, with the reasons: the paths that
+// share a reason on one line. It writes nothing when everything was migrated.
 func WriteReport(w io.Writer, findings []Finding) error {
 	if len(findings) == 0 {
 		return nil
@@ -116,20 +116,47 @@ func WriteReport(w io.Writer, findings []Finding) error {
 		objects[f.Source] = true
 	}
 	fmt.Fprintf(&b, "Not migrated: %d %s of %d legacy %s\n", leaves, plural(leaves, "value", "values"), len(objects), plural(len(objects), "object", "objects"))
-	var last Source
-	for i, f := range findings {
-		if i == 0 || f.Source != last {
-			fmt.Fprintf(&b, "  %s\n", f.Source)
-			last = f.Source
+	for start := 0; start < len(findings); {
+		src := findings[start].Source
+		end := start
+		for end < len(findings) && findings[end].Source == src {
+			end++
 		}
-		count := ""
-		if f.Leaves > 1 {
-			count = fmt.Sprintf(" (%d values)", f.Leaves)
+		fmt.Fprintf(&b, "  %s\n", src)
+		for _, g := range byReason(findings[start:end]) {
+			count := ""
+			if g.leaves > 1 {
+				count = fmt.Sprintf(" (%d values)", g.leaves)
+			}
+			fmt.Fprintf(&b, "    %s%s: %s\n", strings.Join(g.paths, ", "), count, g.reason)
 		}
-		fmt.Fprintf(&b, "    %s%s: %s\n", f.Path, count, f.Reason)
+		start = end
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+type reasonGroup struct {
+	reason string
+	paths  []string
+	leaves int
+}
+
+// byReason groups one object's findings by reason, in the order the reasons first appear.
+func byReason(findings []Finding) []*reasonGroup {
+	var out []*reasonGroup
+	index := map[string]*reasonGroup{}
+	for _, f := range findings {
+		g, ok := index[f.Reason]
+		if !ok {
+			g = &reasonGroup{reason: f.Reason}
+			index[f.Reason] = g
+			out = append(out, g)
+		}
+		g.paths = append(g.paths, f.Path)
+		g.leaves += f.Leaves
+	}
+	return out
 }
 
 func plural(n int, one, many string) string {
