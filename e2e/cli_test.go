@@ -362,8 +362,8 @@ func checkSetup(t *testing.T, c client.Client) {
 	}}
 	driver := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
-		"metadata":   map[string]any{"name": "csi.spiffe.io"},
-		"spec":       map[string]any{"attachRequired": false, "podInfoOnMount": true, "volumeLifecycleModes": []any{"Ephemeral"}},
+		"metadata": map[string]any{"name": "csi.spiffe.io"},
+		"spec":     map[string]any{"attachRequired": false, "podInfoOnMount": true, "volumeLifecycleModes": []any{"Ephemeral"}},
 	}}
 	objs = append(objs, slice, driver)
 	for _, o := range objs {

@@ -217,7 +217,8 @@ func TestDestructiveUninstall(t *testing.T) {
 	// existing one updated.
 	fresh := user.DeepCopy()
 	fresh.Name = "after-uninstall"
-	fresh.ResourceVersion = ""
+	fresh.Spec.Selector.MatchLabels = map[string]string{"app": "after-uninstall"}
+	fresh.Spec.Template.Labels = map[string]string{"app": "after-uninstall"}
 	framework.Create(t, c, fresh)
 	if _, ok := fresh.Spec.Template.Annotations["kagenti.io/injection-status"]; ok {
 		t.Error("a workload created after uninstall was injected")

@@ -67,6 +67,29 @@ func RemoveOwnerReferences(ctx context.Context, c *kube.Clients, obj *unstructur
 	return true, jsonPatch(ctx, c, obj, ops)
 }
 
+// Disown removes the ownerReferences of obj that point at any of uids and its label labelKey, in one
+// JSON patch that tests each removed entry; it returns the label's value ("" when there was none).
+func Disown(ctx context.Context, c *kube.Clients, obj *unstructured.Unstructured, uids map[string]bool, labelKey string) (string, error) {
+	var ops []map[string]any
+	refs := obj.GetOwnerReferences()
+	for i := len(refs) - 1; i >= 0; i-- {
+		if uids[string(refs[i].UID)] {
+			path := fmt.Sprintf("/metadata/ownerReferences/%d", i)
+			ops = append(ops, map[string]any{"op": "test", "path": path + "/uid", "value": string(refs[i].UID)},
+				map[string]any{"op": "remove", "path": path})
+		}
+	}
+	value, has := obj.GetLabels()[labelKey]
+	if has {
+		path := "/metadata/labels/" + strings.ReplaceAll(strings.ReplaceAll(labelKey, "~", "~0"), "/", "~1")
+		ops = append(ops, map[string]any{"op": "test", "path": path, "value": value}, map[string]any{"op": "remove", "path": path})
+	}
+	if len(ops) == 0 {
+		return "", nil
+	}
+	return value, jsonPatch(ctx, c, obj, ops)
+}
+
 // RemoveFinalizer removes finalizer from obj if present, testing the resourceVersion first, and
 // returns the object as stored afterwards.
 func RemoveFinalizer(ctx context.Context, c *kube.Clients, obj *unstructured.Unstructured, finalizer string) (*unstructured.Unstructured, error) {

@@ -394,13 +394,16 @@ func (u *uninstaller) deleteAll(ctx context.Context, items []item, propagation *
 	return nil
 }
 
+// waitGone waits until the object is deleted. An object of the same name with another UID is a new
+// one (a controller outside the cluster re-created it): the one deleted is gone, and a later step
+// (the CRDs' deletion) removes the new one.
 func (u *uninstaller) waitGone(ctx context.Context, it item) error {
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, u.opts.Timeout, true, func(ctx context.Context) (bool, error) {
-		_, err := u.c.Get(ctx, it.gvk, it.namespace, it.name)
+		got, err := u.c.Get(ctx, it.gvk, it.namespace, it.name)
 		if isGone(err) {
 			return true, nil
 		}
-		return false, nil
+		return err == nil && it.obj != nil && got.GetUID() != it.obj.GetUID(), nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s is still there after %s", it, u.opts.Timeout)
@@ -408,28 +411,50 @@ func (u *uninstaller) waitGone(ctx context.Context, it item) error {
 	return nil
 }
 
-// deleteCRs deletes every pillar CR. Without --uninject the ConfigMaps they wrote lose their owner
-// reference first, so the garbage collector leaves them to the sidecars that read them.
+// deleteCRs deletes every pillar CR. Without --uninject the ConfigMaps they wrote are kept for the
+// sidecars that read them: their owner references go (so the garbage collector leaves them), and for
+// as long as the CRs exist so does their managed-by label, without which a controller that is still
+// running (outside the cluster) cannot adopt them back; the label returns once the CRs are gone.
 func (u *uninstaller) deleteCRs(ctx context.Context, crs, owned []item) error {
-	if !u.opts.Uninject {
-		uids := map[string]bool{}
-		for _, cr := range crs {
-			uids[string(cr.obj.GetUID())] = true
+	if u.opts.Uninject {
+		return u.deleteAll(ctx, crs, ptr.To(metav1.DeletePropagationBackground))
+	}
+	uids := map[string]bool{}
+	for _, cr := range crs {
+		uids[string(cr.obj.GetUID())] = true
+	}
+	relabel := map[item]string{}
+	for _, cm := range owned {
+		live, err := u.c.Get(ctx, cm.gvk, cm.namespace, cm.name)
+		if isGone(err) {
+			continue
 		}
-		for _, cm := range owned {
-			live, err := u.c.Get(ctx, cm.gvk, cm.namespace, cm.name)
-			if isGone(err) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if _, err := apply.RemoveOwnerReferences(ctx, u.c, live, uids); err != nil {
-				return fmt.Errorf("keeping %s: %w", cm, err)
-			}
+		if err != nil {
+			return err
+		}
+		managedBy, err := apply.Disown(ctx, u.c, live, uids, LabelManagedBy)
+		if err != nil {
+			return fmt.Errorf("keeping %s: %w", cm, err)
+		}
+		relabel[cm] = managedBy
+	}
+	if err := u.deleteAll(ctx, crs, ptr.To(metav1.DeletePropagationBackground)); err != nil {
+		return err
+	}
+	for cm, managedBy := range relabel {
+		if managedBy == "" {
+			continue
+		}
+		ri, _, err := u.c.Resource(cm.gvk, cm.namespace)
+		if err != nil {
+			return err
+		}
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, LabelManagedBy, managedBy))
+		if _, err := ri.Patch(ctx, cm.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("keeping %s: %w", cm, err)
 		}
 	}
-	return u.deleteAll(ctx, crs, ptr.To(metav1.DeletePropagationBackground))
+	return nil
 }
 
 // deletePolicies deletes netpol's policies, restrictive first, until none is left: a controller
