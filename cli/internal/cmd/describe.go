@@ -40,6 +40,9 @@ or any kind with a pod template):
 			if output != "" && output != "json" && output != "yaml" {
 				return fmt.Errorf("-o %s: json or yaml (or nothing, for text)", output)
 			}
+			if _, _, err := splitWorkloadArg(args); err != nil {
+				return err
+			}
 			c, err := o.clients()
 			if err != nil {
 				return err
@@ -88,20 +91,11 @@ or any kind with a pod template):
 
 // workloadArg resolves "deployment/name", "deploy name", "statefulsets.apps/name" to a kind and name.
 func workloadArg(c *kube.Clients, args []string) (schema.GroupVersionKind, string, error) {
-	var typ, name string
-	switch {
-	case len(args) == 2:
-		typ, name = args[0], args[1]
-	case strings.Contains(args[0], "/"):
-		typ, name, _ = strings.Cut(args[0], "/")
-	default:
-		return schema.GroupVersionKind{}, "", fmt.Errorf("%q: give TYPE/NAME or TYPE NAME, e.g. deployment/weather-agent", args[0])
-	}
-	if typ == "" || name == "" {
-		return schema.GroupVersionKind{}, "", fmt.Errorf("%q: give TYPE/NAME or TYPE NAME, e.g. deployment/weather-agent", strings.Join(args, " "))
+	typ, name, err := splitWorkloadArg(args)
+	if err != nil {
+		return schema.GroupVersionKind{}, "", err
 	}
 	gvr, gr := schema.ParseResourceArg(strings.ToLower(typ))
-	var err error
 	var gvk schema.GroupVersionKind
 	if gvr != nil {
 		if gvk, err = c.Mapper.KindFor(*gvr); err == nil {
@@ -112,6 +106,19 @@ func workloadArg(c *kube.Clients, args []string) (schema.GroupVersionKind, strin
 		return schema.GroupVersionKind{}, "", fmt.Errorf("the cluster has no resource type %q: %w", typ, err)
 	}
 	return gvk, name, nil
+}
+
+func splitWorkloadArg(args []string) (typ, name string, err error) {
+	switch {
+	case len(args) == 2:
+		typ, name = args[0], args[1]
+	case strings.Contains(args[0], "/"):
+		typ, name, _ = strings.Cut(args[0], "/")
+	}
+	if typ == "" || name == "" {
+		return "", "", fmt.Errorf("%q: give TYPE/NAME or TYPE NAME, e.g. deployment/weather-agent", strings.Join(args, " "))
+	}
+	return typ, name, nil
 }
 
 func completeWorkloads(cmd *cobra.Command, o *options) []string {

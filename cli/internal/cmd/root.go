@@ -79,6 +79,9 @@ func (o *options) clients() (*kube.Clients, error) { return kube.New(o.flags) }
 // namespace is -n, else the kubeconfig context's namespace, else "default"; explicit says whether
 // -n was given.
 func (o *options) namespace() (ns string, explicit bool, err error) {
+	if o.flags.Namespace != nil && *o.flags.Namespace != "" {
+		return *o.flags.Namespace, true, nil // no kubeconfig needed (migrate -f)
+	}
 	return o.flags.ToRawKubeConfigLoader().Namespace()
 }
 

@@ -142,3 +142,19 @@ func TestUnknownKindNamesFileAndDocument(t *testing.T) {
 	_, err = Migrate(FromDocuments(docs), Options{})
 	require.EqualError(t, err, "testdata/unknown-kind.yaml, document 2: v1 ConfigMap is not a legacy Kagenti object migrate converts (it converts agent.kagenti.dev/v1alpha1 Agent, agent.kagenti.dev/v1alpha1 AgentRuntime, agent.kagenti.dev/v1alpha1 AgentCard, agent.kagenti.dev/v1alpha1 AgentBuild, kagenti.io/v1alpha1 Agent, and passes through the workloads an AgentRuntime targets)")
 }
+
+// TestLastAppliedHasItsOwnReason: kubectl's last-applied annotation is reported as such, also on an
+// AgentRuntime, whose other annotations follow the pillar CRs made from it.
+func TestLastAppliedHasItsOwnReason(t *testing.T) {
+	docs, err := manifest.Read([]string{"testdata/in/agentruntime-only.yaml"}, false, nil)
+	require.NoError(t, err)
+	docs[0].Object.SetAnnotations(map[string]string{lastApplied: "{}", "team": "b"})
+	res, err := Migrate(FromDocuments(docs), Options{})
+	require.NoError(t, err)
+	var got []string
+	for _, f := range res.Findings {
+		got = append(got, f.Path+": "+f.Reason)
+	}
+	require.Contains(t, got, `metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]: `+reasonLastApplied)
+	require.NotContains(t, strings.Join(got, "\n"), `metadata.annotations.team`, "carried to the AgentTrace made from the AgentRuntime")
+}

@@ -336,6 +336,8 @@ func (m *migrator) ledger(in Input) *Ledger {
 	l := NewLedger(in.Source, in.Object.Object)
 	m.ledgers = append(m.ledgers, l)
 	m.migrated = append(m.migrated, in)
+	// Never carried anywhere, whatever a kind does with the other annotations.
+	l.NotMigrated(P("metadata", "annotations", lastApplied), reasonLastApplied)
 	return l
 }
 

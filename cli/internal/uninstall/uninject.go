@@ -12,6 +12,14 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 )
 
+// What --uninject does to each labelled workload.
+const (
+	noteRolls       = "its pods roll once"
+	noteCronJob     = "its next Jobs start without the sidecars"
+	noteNotInjected = "labelled but not injected: only the label changes"
+	noteJob         = "left as is: a Job's pod template cannot change; it ends with its sidecars"
+)
+
 // uninjectStep labels every injected workload kagenti.io/inject=disabled while the webhook is still
 // registered: the injector then removes exactly what it injected (its status annotation lists it),
 // which restores the user's pod template. The pods roll once.
@@ -39,15 +47,24 @@ func (u *uninstaller) uninjectStep(ctx context.Context) (step, error) {
 			_, injected := tmpl.Annotations[AnnotationInjected]
 			switch {
 			case gvk.Kind == "Job":
-				it.note = "left as is: a Job's pod template cannot change; it ends with its sidecars"
+				it.note = noteJob
 			case !injected:
-				it.note = "labelled but not injected: only the label changes"
+				it.note = noteNotInjected
 			case gvk.Kind == "CronJob":
-				it.note = "its next Jobs start without the sidecars"
+				it.note = noteCronJob
 			default:
-				it.note = "its pods roll once"
+				it.note = noteRolls
 			}
 			items = append(items, it)
+		}
+	}
+	if injected := countInjected(items); injected > 0 {
+		registered, err := u.injectorRegistered(ctx)
+		if err != nil {
+			return step{}, err
+		}
+		if !registered {
+			return step{}, fmt.Errorf("--uninject: %d workloads are injected, but the injector's webhook (inject.kagenti.io) is not registered, and only the injector can remove exactly what it injected: register it again (reinstall the injector), then run uninstall --uninject", injected)
 		}
 	}
 	return step{
@@ -113,4 +130,27 @@ func (u *uninstaller) waitUninjected(ctx context.Context, it item) error {
 		return fmt.Errorf("%s: %s after %s", it, last, u.opts.Timeout)
 	}
 	return nil
+}
+
+func countInjected(items []item) int {
+	n := 0
+	for _, it := range items {
+		if it.note == noteRolls || it.note == noteCronJob {
+			n++
+		}
+	}
+	return n
+}
+
+func (u *uninstaller) injectorRegistered(ctx context.Context) (bool, error) {
+	hooks, err := u.webhookConfigs(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, h := range hooks {
+		if h.gvk == mwcGVK && hasWebhook(h.obj, "inject.kagenti.io") {
+			return true, nil
+		}
+	}
+	return false, nil
 }

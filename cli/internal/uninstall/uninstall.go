@@ -228,6 +228,16 @@ func (u *uninstaller) webhookConfigs(ctx context.Context) ([]item, error) {
 	return out, nil
 }
 
+func hasWebhook(cfg *unstructured.Unstructured, name string) bool {
+	hooks, _, _ := unstructured.NestedSlice(cfg.Object, "webhooks")
+	for _, h := range hooks {
+		if m, _ := h.(map[string]any); m["name"] == name {
+			return true
+		}
+	}
+	return false
+}
+
 func hasKagentiWebhook(cfg *unstructured.Unstructured) bool {
 	hooks, _, _ := unstructured.NestedSlice(cfg.Object, "webhooks")
 	for _, h := range hooks {
