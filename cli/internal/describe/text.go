@@ -76,12 +76,14 @@ func (r *Report) WriteText(out io.Writer) error {
 		} else {
 			fmt.Fprintf(&b, "    Ready: not reported yet\n")
 		}
+		// By type: the order in status depends on which controller wrote first (netpol or agentcard).
 		var others []string
 		for _, c := range res.Conditions {
 			if c.Type != "Ready" {
 				others = append(others, conditionLine(c, false))
 			}
 		}
+		sort.Strings(others)
 		if len(others) > 0 {
 			fmt.Fprintf(&b, "    %s\n", strings.Join(others, ", "))
 		}
