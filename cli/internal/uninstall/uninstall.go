@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -496,12 +497,9 @@ func (u *uninstaller) deletePolicies(ctx context.Context) error {
 	return err
 }
 
+// isGone: the object, or its whole kind (a deleted CRD), no longer exists.
 func isGone(err error) bool {
-	return apierrors.IsNotFound(err) || apierrors.IsGone(err) || isNoMatch(err)
-}
-
-func isNoMatch(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "no matches for kind") || strings.Contains(err.Error(), "the server could not find the requested resource"))
+	return apierrors.IsNotFound(err) || apierrors.IsGone(err) || meta.IsNoMatchError(err)
 }
 
 func contains(list []string, s string) bool {
