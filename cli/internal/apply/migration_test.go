@@ -88,8 +88,7 @@ func migrateFromCluster(t *testing.T, ns string, deleteOld bool) string {
 // injection labels, and its pod template does not change, so no pod restarts.
 func TestMigrationAdoptsWithoutRollout(t *testing.T) {
 	ctx := context.Background()
-	ns := "adopt"
-	ensureNamespace(t, ns)
+	ns := scratchNamespace(t, "adopt")
 	agent := legacyAgent(t, ns, "research")
 	dep, err := clients.Kube.AppsV1().Deployments(ns).Create(ctx, operatorDeployment(agent, ptr.To[int64](1000)), metav1.CreateOptions{FieldManager: "manager"})
 	require.NoError(t, err)
@@ -119,7 +118,7 @@ func TestMigrationAdoptsWithoutRollout(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, gotSA.OwnerReferences)
 
-	require.Contains(t, out, "adopt/deployment.apps/research configured; adopted from Agent adopt/research (owner reference removed); pod template unchanged: its pods keep running")
+	require.Contains(t, out, ns+"/deployment.apps/research configured; adopted from Agent "+ns+"/research (owner reference removed); pod template unchanged: its pods keep running")
 	require.Contains(t, out, "agent.agent.kagenti.dev/research deleted (finalizer agent.kagenti.dev/finalizer removed first")
 
 	// envtest runs no garbage collector: the Agent waits for it with the orphan finalizer, which is
@@ -138,21 +137,19 @@ func TestMigrationAdoptsWithoutRollout(t *testing.T) {
 // operator on OpenShift set no runAsUser), the apply says that its pods roll.
 func TestMigrationSaysWhenPodsRoll(t *testing.T) {
 	ctx := context.Background()
-	ns := "roll"
-	ensureNamespace(t, ns)
+	ns := scratchNamespace(t, "roll")
 	agent := legacyAgent(t, ns, "research")
 	_, err := clients.Kube.AppsV1().Deployments(ns).Create(ctx, operatorDeployment(agent, nil), metav1.CreateOptions{FieldManager: "manager"})
 	require.NoError(t, err)
 	out := migrateFromCluster(t, ns, false)
-	require.Contains(t, out, "roll/deployment.apps/research configured; adopted from Agent roll/research (owner reference removed); the pod template changes: its pods roll once")
+	require.Contains(t, out, ns+"/deployment.apps/research configured; adopted from Agent "+ns+"/research (owner reference removed); the pod template changes: its pods roll once")
 	require.Contains(t, out, "agent.agent.kagenti.dev/research left in place")
 }
 
 // TestMigrationAppliesNothingWhenTheDryRunRefusesOne: one invalid object, nothing written.
 func TestMigrationAppliesNothingWhenTheDryRunRefusesOne(t *testing.T) {
 	ctx := context.Background()
-	ns := "refused"
-	ensureNamespace(t, ns)
+	ns := scratchNamespace(t, "refused")
 	svc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Service",
 		"metadata": map[string]any{"name": "ok", "namespace": ns},
 		"spec":     map[string]any{"ports": []any{map[string]any{"port": int64(80)}}}}}
@@ -165,7 +162,7 @@ func TestMigrationAppliesNothingWhenTheDryRunRefusesOne(t *testing.T) {
 	var out bytes.Buffer
 	err := a.ApplyMigration(ctx, res, MigrationOptions{Out: &out})
 	require.ErrorContains(t, err, "the server dry run refused 1 of 2 objects; nothing was applied")
-	require.ErrorContains(t, err, "refused/tokenexchange.kagenti.io/bad: TokenExchange.kagenti.io \"bad\" is invalid: spec.inbound.targetPort")
+	require.ErrorContains(t, err, ns+"/tokenexchange.kagenti.io/bad: TokenExchange.kagenti.io \"bad\" is invalid: spec.inbound.targetPort")
 	_, err = clients.Kube.CoreV1().Services(ns).Get(ctx, "ok", metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "the valid Service was applied although the dry run refused another object: %v", err)
 }

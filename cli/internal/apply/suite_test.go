@@ -58,6 +58,17 @@ func runSuite(m *testing.M) int {
 	return m.Run()
 }
 
+// scratchNamespace creates a namespace of its own for one test run (tests run more than once with -count).
+func scratchNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns, err := clients.Kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	return ns.Name
+}
+
 // ensureNamespace creates ns unless it exists.
 func ensureNamespace(t *testing.T, ns string) {
 	t.Helper()
