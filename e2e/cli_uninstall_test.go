@@ -209,8 +209,11 @@ func TestDestructiveUninstall(t *testing.T) {
 		t.Errorf("NetworkPolicy %s/%s is left after uninstall", p.Namespace, p.Name)
 	}
 	for _, name := range []string{"keeper-token-exchange", "keeper-trace"} {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.ConfigMap{}); err != nil {
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
 			t.Errorf("ConfigMap %s, which the injected sidecars read, was not kept: %v", name, err)
+		} else if len(cm.OwnerReferences) > 0 {
+			t.Errorf("kept ConfigMap %s is still owned by %v: the garbage collector may delete it", name, cm.OwnerReferences)
 		}
 	}
 	// The API refuses nothing: a labelled workload is created (no webhook left to fail), an

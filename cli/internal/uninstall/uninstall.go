@@ -164,7 +164,7 @@ func (u *uninstaller) plan(ctx context.Context) ([]step, error) {
 	if err != nil {
 		return nil, err
 	}
-	crTitle := "delete the pillar CRs; the ConfigMaps they wrote are kept (their owner references removed), so the injected sidecars keep their configuration"
+	crTitle := "delete the pillar CRs; the ConfigMaps they wrote are kept (owner reference and managed-by label removed), so the injected sidecars keep their configuration"
 	if u.opts.Uninject {
 		crTitle = "delete the pillar CRs and the ConfigMaps they wrote (no pod mounts them any more)"
 	}
@@ -423,49 +423,30 @@ func (u *uninstaller) waitGone(ctx context.Context, it item) error {
 }
 
 // deleteCRs deletes every pillar CR. Without --uninject the ConfigMaps they wrote are kept for the
-// sidecars that read them: their owner references go (so the garbage collector leaves them), and for
-// as long as the CRs exist so does their managed-by label, without which a controller that is still
-// running (outside the cluster) cannot adopt them back; the label returns once the CRs are gone.
+// sidecars that read them: their owner references go (so the garbage collector leaves them) and so
+// does their managed-by label, without which no controller still running (outside the cluster, or
+// from a stale cache) can adopt them back for a CR that is being deleted. They become plain
+// ConfigMaps: a pillar installed again reports ConfigMapNotOwned for them until they are deleted.
 func (u *uninstaller) deleteCRs(ctx context.Context, crs, owned []item) error {
-	if u.opts.Uninject {
-		return u.deleteAll(ctx, crs, ptr.To(metav1.DeletePropagationBackground))
-	}
-	uids := map[string]bool{}
-	for _, cr := range crs {
-		uids[string(cr.obj.GetUID())] = true
-	}
-	relabel := map[item]string{}
-	for _, cm := range owned {
-		live, err := u.c.Get(ctx, cm.gvk, cm.namespace, cm.name)
-		if isGone(err) {
-			continue
+	if !u.opts.Uninject {
+		uids := map[string]bool{}
+		for _, cr := range crs {
+			uids[string(cr.obj.GetUID())] = true
 		}
-		if err != nil {
-			return err
-		}
-		managedBy, err := apply.Disown(ctx, u.c, live, uids, LabelManagedBy)
-		if err != nil {
-			return fmt.Errorf("keeping %s: %w", cm, err)
-		}
-		relabel[cm] = managedBy
-	}
-	if err := u.deleteAll(ctx, crs, ptr.To(metav1.DeletePropagationBackground)); err != nil {
-		return err
-	}
-	for cm, managedBy := range relabel {
-		if managedBy == "" {
-			continue
-		}
-		ri, _, err := u.c.Resource(cm.gvk, cm.namespace)
-		if err != nil {
-			return err
-		}
-		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, LabelManagedBy, managedBy))
-		if _, err := ri.Patch(ctx, cm.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("keeping %s: %w", cm, err)
+		for _, cm := range owned {
+			live, err := u.c.Get(ctx, cm.gvk, cm.namespace, cm.name)
+			if isGone(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := apply.Disown(ctx, u.c, live, uids, LabelManagedBy); err != nil {
+				return fmt.Errorf("keeping %s: %w", cm, err)
+			}
 		}
 	}
-	return nil
+	return u.deleteAll(ctx, crs, ptr.To(metav1.DeletePropagationBackground))
 }
 
 // deletePolicies deletes netpol's policies, restrictive first, until none is left: a controller
