@@ -10,7 +10,7 @@ BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
-MODULES  := pkg/duck pkg/configmap $(PILLARS) deploy
+MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.
@@ -54,8 +54,9 @@ lint: ## gofmt everything; go vet every workspace module (the hack/ modules are 
 	@go vet $(addprefix ./,$(addsuffix /...,$(MODULES) e2e))
 
 .PHONY: build
-build: ## Build every pillar binary into bin/.
+build: ## Build every pillar binary, and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti), into bin/.
 	@for p in $(PILLARS); do go build -o $(BIN)/ ./$$p/cmd/...; done
+	@go build -o $(BIN)/ ./cli/cmd/...
 
 ##@ Test
 

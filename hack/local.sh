@@ -7,7 +7,10 @@
 #   hack/local.sh run     up, apply deploy/samples, summarise, stream the pillar logs until Ctrl-C, down
 #   hack/local.sh e2e [go test flags]
 #                         fresh up, render check, `go test ./e2e/...`, down (always); exits with the
-#                         test status
+#                         test status. Without flags, a second phase then runs the destructive tests
+#                         (TestDestructive*: they remove Kagenti) on the same cluster
+#   hack/local.sh e2e-destructive [go test flags]
+#                         fresh up, only the destructive tests, down
 #   hack/local.sh status  what is running
 #
 # Everything lives under .local/: kubeconfig, kwok/ (KWOK_WORKDIR), logs/<pillar>.log,
@@ -558,6 +561,26 @@ cmd_run() {
   stream_logs
 }
 
+# destructive_tests runs the tests that remove Kagenti from the cluster (kagenti uninstall); they
+# skip themselves unless KAGENTI_E2E_DESTRUCTIVE=1, so they run only here, last, on a cluster that
+# is deleted right after.
+destructive_tests() {
+  log "go test -count=1 -v -run '^TestDestructive' ./e2e/ $* (destructive: removes Kagenti from the cluster)"
+  (cd "${ROOT}" && KAGENTI_E2E_DESTRUCTIVE=1 KAGENTI_E2E_KUBECONFIG="${KUBECONFIG}" KAGENTI_E2E_CLUSTER=local \
+    go test -count=1 -v -run '^TestDestructive' ./e2e/ "$@")
+}
+
+cmd_e2e_destructive() {
+  trap on_exit_down EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  up
+  local rc=0
+  destructive_tests "$@" || rc=$?
+  log "e2e-destructive: $( ((rc == 0)) && echo passed || echo "FAILED (go test status ${rc})")"
+  exit "${rc}"
+}
+
 cmd_e2e() {
   trap on_exit_down EXIT
   trap 'exit 130' INT
@@ -568,6 +591,10 @@ cmd_e2e() {
   log "go test -count=1 -v ./e2e/... $*"
   (cd "${ROOT}" && KAGENTI_E2E_KUBECONFIG="${KUBECONFIG}" KAGENTI_E2E_CLUSTER=local \
     go test -count=1 -v ./e2e/... "$@") || rc=$?
+  # Second phase, only for the whole suite: the destructive tests, after everything else passed.
+  if ((rc == 0 && $# == 0)); then
+    destructive_tests || rc=$?
+  fi
   if ((rc != 0)); then
     log "e2e: FAILED (go test status ${rc})"
   elif ((render != 0)); then
@@ -592,6 +619,7 @@ main() {
     down) down && log "down: nothing of the local cluster is running" ;;
     run) cmd_run ;;
     e2e) cmd_e2e "$@" ;;
+    e2e-destructive) cmd_e2e_destructive "$@" ;;
     status) status ;;
     *) usage ;;
   esac
