@@ -80,7 +80,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &Reconciler{
 		Client:     mgr.GetClient(),
 		Resolver:   duck.NewManagerResolver(mgr),
-		Applier:    &configmap.Applier{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Applier:    &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Recorder:   mgr.GetEventRecorderFor(Name),
 		LiveReader: mgr.GetAPIReader(),
 		Options:    opts,

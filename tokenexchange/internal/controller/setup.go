@@ -44,7 +44,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Resolver:  duck.NewManagerResolver(mgr),
-		Applier:   &configmap.Applier{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Applier:   &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Recorder:  mgr.GetEventRecorder(Name),
 		Defaults:  resources.DefaultIdentity(),
 		Selectors: NewSelectorIndex(),
