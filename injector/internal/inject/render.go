@@ -8,6 +8,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -117,7 +120,7 @@ func renderHash(cfg *config.Config, o Options) string {
 
 func renderContainer(cfg *config.Config, o Options, name string) (corev1.Container, error) {
 	comp := cfg.Components[name]
-	res, err := mergeResources(name, comp.Resources, o.Resources[name])
+	res, err := mergeResources(name, comp.Resources, o.Resources[name], o.resourceText)
 	if err != nil {
 		return corev1.Container{}, err
 	}
@@ -246,8 +249,9 @@ func configMapVolume(volume, configMap string) corev1.Volume {
 }
 
 // mergeResources applies the annotation overrides over the configured resources and rejects a
-// request above its limit (the API server would reject the pod later, far from the cause).
-func mergeResources(component string, base, override corev1.ResourceRequirements) (corev1.ResourceRequirements, error) {
+// request above its limit (the API server would reject the pod later, far from the cause). The
+// denial names the annotation the user wrote and quotes its text.
+func mergeResources(component string, base, override corev1.ResourceRequirements, text map[string]string) (corev1.ResourceRequirements, error) {
 	out := *base.DeepCopy()
 	for k, v := range override.Requests {
 		if out.Requests == nil {
@@ -261,12 +265,27 @@ func mergeResources(component string, base, override corev1.ResourceRequirements
 		}
 		out.Limits[k] = v
 	}
-	for k, req := range out.Requests {
-		if lim, ok := out.Limits[k]; ok && req.Cmp(lim) > 0 {
-			key := "kagenti.io/" + component + "-" + string(k)
-			return out, invalid(key, req.String(), "the %s request exceeds its limit %s; accepted values: at most the limit (raise kagenti.io/%s-%s-limit too)",
-				k, lim.String(), component, k)
+	for _, k := range slices.Sorted(maps.Keys(out.Requests)) { // deterministic: one denial, always the same
+		req := out.Requests[k]
+		lim, ok := out.Limits[k]
+		if !ok || req.Cmp(lim) <= 0 {
+			continue
 		}
+		reqKey := "kagenti.io/" + component + "-" + string(k)
+		limKey := reqKey + "-limit"
+		reqText, reqSet := text[reqKey]
+		limText, limSet := text[limKey]
+		if !reqSet {
+			// The configured request exceeds the annotated limit: the limit is what the user wrote.
+			return out, invalid(limKey, limText, "the %s limit is below the configured request %s; accepted values: at least the request (lower %s too)",
+				k, req.String(), reqKey)
+		}
+		limit := fmt.Sprintf("%q (%s)", limText, limKey)
+		if !limSet {
+			limit = lim.String() + " (injector configuration)"
+		}
+		return out, invalid(reqKey, reqText, "the %s request exceeds its limit %s; accepted values: at most the limit (raise %s too)",
+			k, limit, limKey)
 	}
 	return out, nil
 }

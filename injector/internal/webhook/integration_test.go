@@ -280,7 +280,9 @@ func TestWebhook(t *testing.T) {
 		for _, tc := range []struct{ key, value, want string }{
 			{inject.AnnotationExcludeComponents, "envoy", "accepted values (comma list): proxy-init, spiffe-helper"},
 			{inject.AnnotationOutboundExclude, "http", "comma list of ports 1-65535"},
-			{"kagenti.io/auth-proxy-memory", "a lot", "positive quantity"},
+			{"kagenti.io/auth-proxy-memory", "a lot", `invalid value "a lot": accepted values: a memory quantity from 1Mi to 64Gi`},
+			{"kagenti.io/envoy-proxy-cpu", "1e400", `invalid value "1e400": accepted values: a cpu quantity from 1m to 64`},
+			{"kagenti.io/envoy-proxy-memory", "999999999Ei", `invalid value "999999999Ei"`},
 		} {
 			obj := workloads(injected, "invalid", labelled, map[string]string{tc.key: tc.value})["Deployment"]
 			err := s.c.Create(ctx, obj)
