@@ -78,9 +78,12 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 			fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
 		}, o.ExtraDNSNames...),
 		// The rotator closes it once the certificate is mounted.
-		IsReady:    srv.certReady,
-		Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
-		FieldOwner: "kagenti-injector",
+		IsReady:  srv.certReady,
+		Webhooks: []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
+		// Named after what it serves: controller names are unique per process (controller-runtime
+		// refuses a second "cert-rotator"), and the name labels its metrics and logs.
+		ControllerName: "cert-rotator-" + o.WebhookConfig,
+		FieldOwner:     "kagenti-injector",
 		// Every replica serves, so every replica needs the certificate: no leader election.
 		RequireLeaderElection: false,
 	})
