@@ -53,8 +53,23 @@ type Rendered struct {
 	// UserMounts and UserEnv are added to every user container (the trace configuration).
 	UserMounts []corev1.VolumeMount
 	UserEnv    []corev1.EnvVar
+	// Listeners are the ports the injected containers listen on in the pod's network namespace.
+	Listeners []Listener
 	// Hash identifies the configuration and options this was rendered from.
 	Hash string
+}
+
+// Listener is a port an injected container listens on, and the configuration field that sets it.
+type Listener struct {
+	Component string
+	Port      corev1.ContainerPort
+	Setting   string
+}
+
+// listenerSettings names the configuration field behind each injected container's port.
+var listenerSettings = map[string]string{
+	config.AuthProxy:  "identity.inboundPort",
+	config.EnvoyProxy: "identity.outboundPort",
 }
 
 // Render builds the components for a workload. It fails only with an *InvalidError, when a resource
@@ -78,6 +93,9 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		c, err := renderContainer(cfg, o, name)
 		if err != nil {
 			return nil, err
+		}
+		for _, p := range c.Ports {
+			r.Listeners = append(r.Listeners, Listener{Component: name, Port: p, Setting: listenerSettings[name]})
 		}
 		switch {
 		case name == config.ProxyInit:
