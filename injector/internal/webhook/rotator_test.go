@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -74,6 +76,8 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	require.NoError(t, injectorwebhook.Setup(mgr, injectorwebhook.Options{
 		Namespace: systemNS, RotatorCertDir: certDir, CertSecret: secret, WebhookConfig: wh.Name,
 		ServiceName: service, ExtraDNSNames: []string{"localhost"},
+		// Per run (go test -count): controller names and metrics are per process.
+		RotatorName: "cert-rotator-" + rand.Text(), Registry: prometheus.NewRegistry(),
 	}, logr.Discard()))
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/rand"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -25,7 +26,8 @@ import (
 // missing files).
 func TestSetupRegistersBeforeStart(t *testing.T) {
 	for name, o := range map[string]webhook.Options{
-		"rotator":  {Namespace: "kagenti-system", CertSecret: "s", WebhookConfig: "c", ServiceName: "svc", RotatorCertDir: t.TempDir(), Registry: prometheus.NewRegistry()},
+		"rotator": {Namespace: "kagenti-system", CertSecret: "s", WebhookConfig: "c", ServiceName: "svc", RotatorCertDir: t.TempDir(),
+			RotatorName: "cert-rotator-" + rand.Text(), Registry: prometheus.NewRegistry()},
 		"cert-dir": {CertDir: t.TempDir(), Registry: prometheus.NewRegistry()},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -39,6 +39,10 @@ type Options struct {
 	ServiceName    string
 	// ExtraDNSNames are added to the rotator's serving certificate (tests reach it as localhost).
 	ExtraDNSNames []string
+	// RotatorName is the rotator's controller name (default cert-rotator). controller-runtime
+	// refuses a name already used in the process, so a process that sets up the webhook more than
+	// once (a test binary) gives each a name of its own.
+	RotatorName string
 	// Registry receives the webhook's metrics; nil means controller-runtime's registry, which the
 	// manager serves on /metrics.
 	Registry prometheus.Registerer
@@ -78,11 +82,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 			fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
 		}, o.ExtraDNSNames...),
 		// The rotator closes it once the certificate is mounted.
-		IsReady:  srv.certReady,
-		Webhooks: []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
-		// Named after what it serves: controller names are unique per process (controller-runtime
-		// refuses a second "cert-rotator"), and the name labels its metrics and logs.
-		ControllerName: "cert-rotator-" + o.WebhookConfig,
+		IsReady:        srv.certReady,
+		Webhooks:       []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
+		ControllerName: o.RotatorName,
 		FieldOwner:     "kagenti-injector",
 		// Every replica serves, so every replica needs the certificate: no leader election.
 		RequireLeaderElection: false,
