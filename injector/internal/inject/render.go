@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -283,29 +282,32 @@ func mergeResources(component string, base, override corev1.ResourceRequirements
 		}
 		out.Limits[k] = v
 	}
-	for _, k := range slices.Sorted(maps.Keys(out.Requests)) { // deterministic: one denial, always the same
-		req := out.Requests[k]
-		lim, ok := out.Limits[k]
-		if !ok || req.Cmp(lim) <= 0 {
-			continue
+	var over []corev1.ResourceName
+	for k, req := range out.Requests {
+		if lim, ok := out.Limits[k]; ok && req.Cmp(lim) > 0 {
+			over = append(over, k)
 		}
-		reqKey := "kagenti.io/" + component + "-" + string(k)
-		limKey := reqKey + "-limit"
-		reqText, reqSet := text[reqKey]
-		limText, limSet := text[limKey]
-		if !reqSet {
-			// The configured request exceeds the annotated limit: the limit is what the user wrote.
-			return out, invalid(limKey, limText, "the %s limit is below the configured request %s; accepted values: at least the request (lower %s too)",
-				k, req.String(), reqKey)
-		}
-		limit := fmt.Sprintf("%q (%s)", limText, limKey)
-		if !limSet {
-			limit = lim.String() + " (injector configuration)"
-		}
-		return out, invalid(reqKey, reqText, "the %s request exceeds its limit %s; accepted values: at most the limit (raise %s too)",
-			k, limit, limKey)
 	}
-	return out, nil
+	if len(over) == 0 {
+		return out, nil
+	}
+	k := slices.Min(over) // deterministic: one denial, always the same
+	req, lim := out.Requests[k], out.Limits[k]
+	reqKey := "kagenti.io/" + component + "-" + string(k)
+	limKey := reqKey + "-limit"
+	reqText, reqSet := text[reqKey]
+	limText, limSet := text[limKey]
+	if !reqSet {
+		// The configured request exceeds the annotated limit: the limit is what the user wrote.
+		return out, invalid(limKey, limText, "the %s limit is below the configured request %s; accepted values: at least the request (lower %s too)",
+			k, req.String(), reqKey)
+	}
+	limit := fmt.Sprintf("%q (%s)", limText, limKey)
+	if !limSet {
+		limit = lim.String() + " (injector configuration)"
+	}
+	return out, invalid(reqKey, reqText, "the %s request exceeds its limit %s; accepted values: at most the limit (raise %s too)",
+		k, limit, limKey)
 }
 
 func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
