@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +91,32 @@ func TestInjector(t *testing.T) {
 			}
 			return false, framework.Sprintf("status %+v", j.Status), nil
 		})
+	})
+
+	t.Run("a kagenti.io/inject value other than enabled or disabled is refused", func(t *testing.T) {
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "odd", Labels: map[string]string{"kagenti.io/inject": "true"}},
+			Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: *tmpl.DeepCopy()},
+		}
+		err := c.Create(ctx, d)
+		if err == nil || !strings.Contains(err.Error(), `label kagenti.io/inject: invalid value "true": accepted values: enabled, disabled`) {
+			t.Fatalf("want a denial naming the label and its value, got %v", err)
+		}
+	})
+
+	t.Run("a hostNetwork Deployment is not injected", func(t *testing.T) {
+		host := tmpl.DeepCopy()
+		host.Spec.HostNetwork = true
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host", Labels: map[string]string{"kagenti.io/inject": "enabled"}},
+			Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: *host},
+		}
+		if err := c.Create(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if got := initContainerNames(&d.Spec.Template.Spec); len(got) != 0 {
+			t.Fatalf("hostNetwork Deployment was injected: %v", got)
+		}
 	})
 
 	t.Run("an unlabelled Deployment is untouched", func(t *testing.T) {

@@ -63,7 +63,7 @@ webhooks:
     - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kagenti-system]}
   objectSelector:
     matchExpressions:
-    - {key: kagenti.io/inject, operator: In, values: [enabled, disabled]}
+    - {key: kagenti.io/inject, operator: Exists}
 YAML
 }
 

@@ -53,6 +53,9 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	if err != nil {
 		return nil, false, err
 	}
+	if err := checkPorts(t, r); err != nil {
+		return nil, false, err
+	}
 	if old != nil && old.Hash == r.Hash && present(t, old, r) {
 		return t, false, nil
 	}
@@ -109,6 +112,79 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	}
 	out.Annotations[AnnotationStatus] = string(b)
 	return out, true, nil
+}
+
+// PortConflictError is a user container that declares a port an injected container listens on: both
+// would bind it in the pod's one network namespace, and the pod would fail at run time.
+type PortConflictError struct {
+	// Field is the container's path in the pod template, e.g. spec.containers[0].
+	Field     string
+	Container string
+	Listener  Listener
+}
+
+func (e *PortConflictError) Error() string {
+	l := e.Listener
+	return fmt.Sprintf("%s (%q): port %d/%s is the port the injected %s listens on (%s of the injector configuration); use another port, or exclude %s with %s",
+		e.Field, e.Container, l.Port.ContainerPort, l.Port.Protocol, l.Component, l.Setting, l.Component, AnnotationExcludeComponents)
+}
+
+// checkPorts returns a *PortConflictError for the first user container, init containers first,
+// that declares a port of r.Listeners with the same protocol. Containers named after a component
+// (injected, or the user's own version of one) are not the user's and are not checked. Only declared
+// ports can be checked: a container listening on an undeclared port is not seen.
+func checkPorts(t *corev1.PodTemplateSpec, r *Rendered) error {
+	if len(r.Listeners) == 0 {
+		return nil
+	}
+	for _, list := range []struct {
+		field      string
+		containers []corev1.Container
+	}{{"spec.initContainers", t.Spec.InitContainers}, {"spec.containers", t.Spec.Containers}} {
+		for i, c := range list.containers {
+			if r.isComponent(c.Name) {
+				continue
+			}
+			for _, p := range c.Ports {
+				for _, l := range r.Listeners {
+					if p.ContainerPort == l.Port.ContainerPort && protocol(p) == protocol(l.Port) {
+						return &PortConflictError{Field: fmt.Sprintf("%s[%d]", list.field, i), Container: c.Name, Listener: l}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// protocol is p's protocol, TCP when unset (the API server's default).
+func protocol(p corev1.ContainerPort) corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
+
+// NotInjectable returns why t must not be injected, "" when it may be. A hostNetwork pod shares the
+// node's network namespace: proxy-init (NET_ADMIN) would rewrite the node's own packet rules, and the
+// sidecars would bind their ports on the node. Istio skips such pods as well.
+func NotInjectable(t *corev1.PodTemplateSpec) string {
+	if t.Spec.HostNetwork {
+		return "the pod template sets hostNetwork: true (proxy-init would rewrite the node's own network rules)"
+	}
+	return ""
+}
+
+// CheckTemplate returns an *InvalidError when t carries a label no pod template may carry, whether
+// or not it is to be injected. kagenti.io/signature-verified is written on Pods by agentcard alone,
+// after verifying the AgentCard's signature, and NetworkPolicies admit traffic by it: in a template,
+// every pod would claim a verification that never happened. Stripping it instead would fight the
+// user's manifest (GitOps tools re-apply it) and may break a selector that matches it.
+func CheckTemplate(t *corev1.PodTemplateSpec) error {
+	if v, ok := t.Labels[LabelSignatureVerified]; ok {
+		return invalid(LabelSignatureVerified, v, "only agentcard sets this label, on Pods whose AgentCard signature it verified; remove it from the pod template's labels")
+	}
+	return nil
 }
 
 // Strip removes from t exactly what s lists, and the status annotation itself; nil s removes nothing.

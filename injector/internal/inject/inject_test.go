@@ -88,3 +88,86 @@ func TestReadStatusRejectsForeignValue(t *testing.T) {
 	require.ErrorAs(t, err, &bad)
 	require.Equal(t, inject.AnnotationStatus, bad.Key)
 }
+
+// A user container that declares a port an injected container listens on is refused, naming the
+// container, the port and the configuration field it clashes with; the ports come from the
+// configuration and from what is injected.
+func TestInjectPortConflict(t *testing.T) {
+	agent := func(ports ...corev1.ContainerPort) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "setup", Image: "s:1"}},
+			Containers:     []corev1.Container{{Name: "agent", Image: "a:1", Ports: ports}},
+		}}
+	}
+	tcp := func(p int32) corev1.ContainerPort { return corev1.ContainerPort{ContainerPort: p} }
+	moved := config.Default()
+	moved.Identity.InboundPort = 9090
+	moved.Identity.OutboundPort = 15001
+	for _, tc := range []struct {
+		name        string
+		cfg         *config.Config
+		annotations map[string]string
+		tmpl        *corev1.PodTemplateSpec
+		want        string // "" when admitted
+	}{
+		{"inbound port", config.Default(), nil, agent(tcp(8081), tcp(8080)),
+			`spec.containers[0] ("agent"): port 8080/TCP is the port the injected auth-proxy listens on (identity.inboundPort of the injector configuration)`},
+		{"outbound port", config.Default(), nil, agent(tcp(15123)),
+			`spec.containers[0] ("agent"): port 15123/TCP is the port the injected envoy-proxy listens on (identity.outboundPort`},
+		{"init container", config.Default(), nil, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "setup", Image: "s:1"}, {Name: "cache", Image: "c:1", Ports: []corev1.ContainerPort{tcp(8080)}}},
+			Containers:     []corev1.Container{{Name: "agent", Image: "a:1"}},
+		}}, `spec.initContainers[1] ("cache"): port 8080/TCP`},
+		{"the agent's own port", config.Default(), nil, agent(tcp(8081)), ""},
+		{"another protocol", config.Default(), nil, agent(corev1.ContainerPort{ContainerPort: 8080, Protocol: corev1.ProtocolUDP}), ""},
+		{"auth-proxy excluded", config.Default(), map[string]string{inject.AnnotationExcludeComponents: "auth-proxy"}, agent(tcp(8080)), ""},
+		{"ports moved by the configuration: old port free", moved, nil, agent(tcp(8080), tcp(15123)), ""},
+		{"ports moved by the configuration: new port taken", moved, nil, agent(tcp(9090)), `port 9090/TCP is the port the injected auth-proxy`},
+		{"the user's own auth-proxy", config.Default(), nil, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "agent", Image: "a:1"}, {Name: config.AuthProxy, Image: "mine:1", Ports: []corev1.ContainerPort{tcp(8080)}},
+		}}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := inject.ParseOptions("w", nil, tc.annotations)
+			require.NoError(t, err)
+			r, err := inject.Render(tc.cfg, o)
+			require.NoError(t, err)
+			_, _, err = inject.Inject(tc.tmpl, r)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			var conflict *inject.PortConflictError
+			require.ErrorAs(t, err, &conflict)
+			require.Contains(t, err.Error(), tc.want)
+			require.Contains(t, err.Error(), "use another port, or exclude")
+		})
+	}
+
+	t.Run("a port added to an injected template", func(t *testing.T) {
+		r := render(t, config.Default())
+		out, _, err := inject.Inject(agent(tcp(8081)), r)
+		require.NoError(t, err)
+		out.Spec.Containers[0].Ports = append(out.Spec.Containers[0].Ports, tcp(15123))
+		_, _, err = inject.Inject(out, r)
+		require.ErrorContains(t, err, "port 15123/TCP", "an unchanged injection is checked too")
+	})
+}
+
+func TestNotInjectable(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}
+	require.Empty(t, inject.NotInjectable(tmpl))
+	tmpl.Spec.HostNetwork = true
+	require.Contains(t, inject.NotInjectable(tmpl), "hostNetwork: true")
+}
+
+func TestCheckTemplateSignatureLabel(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{}
+	require.NoError(t, inject.CheckTemplate(tmpl))
+	tmpl.Labels = map[string]string{"app": "agent", inject.LabelSignatureVerified: "true"}
+	err := inject.CheckTemplate(tmpl)
+	var bad *inject.InvalidError
+	require.ErrorAs(t, err, &bad)
+	require.Equal(t, inject.LabelSignatureVerified, bad.Key)
+	require.Contains(t, err.Error(), `kagenti.io/signature-verified: invalid value "true": only agentcard sets this label`)
+}

@@ -20,6 +20,8 @@ const (
 	AnnotationExcludeComponents = "kagenti.io/exclude-components"
 	AnnotationOutboundExclude   = "kagenti.io/outbound-ports-exclude"
 	AnnotationInboundExclude    = "kagenti.io/inbound-ports-exclude"
+	// LabelSignatureVerified is set on Pods by agentcard only, never in a pod template (§4).
+	LabelSignatureVerified = "kagenti.io/signature-verified"
 
 	InjectEnabled  = "enabled"
 	InjectDisabled = "disabled"
@@ -40,6 +42,19 @@ var resourceSuffixes = []struct {
 	{"-cpu", false, corev1.ResourceCPU},
 }
 
+// resourceBounds are the values a resource annotation may take, requests and limits alike. They
+// catch typos and overflow, not tuning: a quantity such as 1e400 or 8Ei parses, but does not fit
+// the int64 the kubelet and the scheduler use (it would be stored as 0 or as the largest int64),
+// and 0 or a fraction of a millicore means no resources at all. No identity sidecar needs more than
+// 64 cores or 64Gi; nothing runs in less than 1m or 1Mi.
+var resourceBounds = map[corev1.ResourceName]struct {
+	min, max resource.Quantity
+	example  string
+}{
+	corev1.ResourceCPU:    {resource.MustParse("1m"), resource.MustParse("64"), "100m"},
+	corev1.ResourceMemory: {resource.MustParse("1Mi"), resource.MustParse("64Gi"), "128Mi"},
+}
+
 // Options is what the workload asks for through its labels and annotations.
 type Options struct {
 	// Workload is the workload's name: the ConfigMap names of §5 derive from it.
@@ -53,6 +68,9 @@ type Options struct {
 	InboundPortsExclude  []int32
 	// Resources overrides per component, from the resource annotations.
 	Resources map[string]corev1.ResourceRequirements
+	// resourceText is the user's own text of each resource annotation read, by key, so a denial
+	// quotes what the user wrote rather than the quantity's canonical form.
+	resourceText map[string]string
 }
 
 // InvalidError is a bad label or annotation value; the webhook denies the request with its message.
@@ -97,7 +115,7 @@ func ParseOptions(workload string, labels, annotations map[string]string) (Optio
 	if o.InboundPortsExclude, err = parsePorts(AnnotationInboundExclude, annotations); err != nil {
 		return o, err
 	}
-	if o.Resources, err = parseResources(annotations); err != nil {
+	if o.Resources, o.resourceText, err = parseResources(annotations); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -134,8 +152,11 @@ func parsePorts(key string, annotations map[string]string) ([]int32, error) {
 	return out, nil
 }
 
-func parseResources(annotations map[string]string) (map[string]corev1.ResourceRequirements, error) {
-	var out map[string]corev1.ResourceRequirements
+func parseResources(annotations map[string]string) (map[string]corev1.ResourceRequirements, map[string]string, error) {
+	var (
+		out  map[string]corev1.ResourceRequirements
+		text map[string]string
+	)
 	keys := make([]string, 0, len(annotations))
 	for k := range annotations {
 		keys = append(keys, k)
@@ -153,16 +174,17 @@ func parseResources(annotations map[string]string) (map[string]corev1.ResourceRe
 			}
 			v := annotations[key]
 			if !config.IsComponent(component) {
-				return nil, invalid(key, v, "unknown component %q; accepted keys: kagenti.io/<component>%s with component one of %s",
+				return nil, nil, invalid(key, v, "unknown component %q; accepted keys: kagenti.io/<component>%s with component one of %s",
 					component, rs.suffix, strings.Join(config.Components, ", "))
 			}
-			q, err := resource.ParseQuantity(v)
-			if err != nil || q.Sign() <= 0 {
-				return nil, invalid(key, v, "accepted values: a positive quantity such as 100m (cpu) or 128Mi (memory)")
+			q, err := parseBoundedQuantity(key, v, rs.name)
+			if err != nil {
+				return nil, nil, err
 			}
 			if out == nil {
-				out = map[string]corev1.ResourceRequirements{}
+				out, text = map[string]corev1.ResourceRequirements{}, map[string]string{}
 			}
+			text[key] = v
 			r := out[component]
 			if rs.limit {
 				if r.Limits == nil {
@@ -179,5 +201,17 @@ func parseResources(annotations map[string]string) (map[string]corev1.ResourceRe
 			break
 		}
 	}
-	return out, nil
+	return out, text, nil
+}
+
+// parseBoundedQuantity reads the value v of the resource annotation key as a quantity of resource
+// name within resourceBounds; a denial quotes v as written.
+func parseBoundedQuantity(key, v string, name corev1.ResourceName) (resource.Quantity, error) {
+	b := resourceBounds[name]
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Cmp(b.min) < 0 || q.Cmp(b.max) > 0 {
+		return resource.Quantity{}, invalid(key, v, "accepted values: a %s quantity from %s to %s, such as %s",
+			name, b.min.String(), b.max.String(), b.example)
+	}
+	return q, nil
 }

@@ -21,8 +21,16 @@ func TestParseOptionsInvalid(t *testing.T) {
 		{"unknown component", nil, map[string]string{inject.AnnotationExcludeComponents: "envoy,auth-proxy"}, inject.AnnotationExcludeComponents, "accepted values (comma list): proxy-init, spiffe-helper, client-registration, auth-proxy, envoy-proxy"},
 		{"port not a number", nil, map[string]string{inject.AnnotationOutboundExclude: "443,http"}, inject.AnnotationOutboundExclude, "comma list of ports 1-65535"},
 		{"port out of range", nil, map[string]string{inject.AnnotationInboundExclude: "70000"}, inject.AnnotationInboundExclude, "comma list of ports 1-65535"},
-		{"bad quantity", nil, map[string]string{"kagenti.io/envoy-proxy-memory": "lots"}, "kagenti.io/envoy-proxy-memory", "positive quantity"},
-		{"negative quantity", nil, map[string]string{"kagenti.io/envoy-proxy-cpu-limit": "-1"}, "kagenti.io/envoy-proxy-cpu-limit", "positive quantity"},
+		{"bad quantity", nil, map[string]string{"kagenti.io/envoy-proxy-memory": "lots"}, "kagenti.io/envoy-proxy-memory", `"lots": accepted values: a memory quantity from 1Mi to 64Gi`},
+		{"negative quantity", nil, map[string]string{"kagenti.io/envoy-proxy-cpu-limit": "-1"}, "kagenti.io/envoy-proxy-cpu-limit", `"-1": accepted values: a cpu quantity from 1m to 64`},
+		// Quantities that parse but do not fit an int64 (1e400 is stored as 10e399 with value 0;
+		// 8Ei and 999999999Ei become the largest int64): denied, quoting the user's own text.
+		{"overflowing exponent", nil, map[string]string{"kagenti.io/envoy-proxy-cpu": "1e400"}, "kagenti.io/envoy-proxy-cpu", `"1e400": accepted values: a cpu quantity from 1m to 64`},
+		{"8Ei", nil, map[string]string{"kagenti.io/envoy-proxy-memory-limit": "8Ei"}, "kagenti.io/envoy-proxy-memory-limit", `"8Ei": accepted values: a memory quantity from 1Mi to 64Gi`},
+		{"999999999Ei", nil, map[string]string{"kagenti.io/auth-proxy-memory": "999999999Ei"}, "kagenti.io/auth-proxy-memory", `"999999999Ei": accepted values`},
+		{"zero", nil, map[string]string{"kagenti.io/envoy-proxy-memory": "0"}, "kagenti.io/envoy-proxy-memory", `"0": accepted values`},
+		{"below a millicore", nil, map[string]string{"kagenti.io/envoy-proxy-cpu": "100u"}, "kagenti.io/envoy-proxy-cpu", `"100u": accepted values`},
+		{"above the bound", nil, map[string]string{"kagenti.io/envoy-proxy-cpu-limit": "65"}, "kagenti.io/envoy-proxy-cpu-limit", `"65": accepted values`},
 		{"resource of unknown component", nil, map[string]string{"kagenti.io/envoy-cpu": "100m"}, "kagenti.io/envoy-cpu", "component one of proxy-init"},
 		{"spiffe label", map[string]string{inject.LabelSpiffe: "yes"}, nil, inject.LabelSpiffe, "accepted values: enabled, disabled"},
 	} {
@@ -54,14 +62,41 @@ func TestParseOptions(t *testing.T) {
 	require.True(t, r.Limits.Cpu().Equal(resource.MustParse("1")))
 }
 
+func TestResourceBounds(t *testing.T) {
+	o, err := inject.ParseOptions("w", nil, map[string]string{
+		"kagenti.io/envoy-proxy-cpu": "1m", "kagenti.io/envoy-proxy-cpu-limit": "64",
+		"kagenti.io/auth-proxy-memory": "1Mi", "kagenti.io/auth-proxy-memory-limit": "64Gi",
+	})
+	require.NoError(t, err, "the bounds themselves are accepted")
+	lim := o.Resources[config.EnvoyProxy].Limits
+	require.True(t, lim.Cpu().Equal(resource.MustParse("64")))
+}
+
+// A request above its limit is denied naming the annotation the user wrote, quoting its text.
 func TestRenderRequestAboveLimitDenied(t *testing.T) {
-	o, err := inject.ParseOptions("w", nil, map[string]string{"kagenti.io/envoy-proxy-memory": "1Gi"})
-	require.NoError(t, err)
-	_, err = inject.Render(config.Default(), o)
-	var bad *inject.InvalidError
-	require.ErrorAs(t, err, &bad)
-	require.Equal(t, "kagenti.io/envoy-proxy-memory", bad.Key)
-	require.Contains(t, err.Error(), "exceeds its limit 256Mi")
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		wantKey     string
+		wantMsg     string
+	}{
+		{"annotated request, configured limit", map[string]string{"kagenti.io/envoy-proxy-memory": "1.5Gi"},
+			"kagenti.io/envoy-proxy-memory", `invalid value "1.5Gi": the memory request exceeds its limit 256Mi (injector configuration)`},
+		{"both annotated", map[string]string{"kagenti.io/envoy-proxy-memory": "0.5Gi", "kagenti.io/envoy-proxy-memory-limit": "300Mi"},
+			"kagenti.io/envoy-proxy-memory", `invalid value "0.5Gi": the memory request exceeds its limit "300Mi" (kagenti.io/envoy-proxy-memory-limit)`},
+		{"annotated limit below the configured request", map[string]string{"kagenti.io/envoy-proxy-memory-limit": "32Mi"},
+			"kagenti.io/envoy-proxy-memory-limit", `invalid value "32Mi": the memory limit is below the configured request 64Mi`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := inject.ParseOptions("w", nil, tc.annotations)
+			require.NoError(t, err)
+			_, err = inject.Render(config.Default(), o)
+			var bad *inject.InvalidError
+			require.ErrorAs(t, err, &bad)
+			require.Equal(t, tc.wantKey, bad.Key)
+			require.Contains(t, err.Error(), tc.wantMsg)
+		})
+	}
 }
 
 func TestRenderWithoutEnvoyHasNoProxyInit(t *testing.T) {

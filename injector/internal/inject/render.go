@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,8 +52,23 @@ type Rendered struct {
 	// UserMounts and UserEnv are added to every user container (the trace configuration).
 	UserMounts []corev1.VolumeMount
 	UserEnv    []corev1.EnvVar
+	// Listeners are the ports the injected containers listen on in the pod's network namespace.
+	Listeners []Listener
 	// Hash identifies the configuration and options this was rendered from.
 	Hash string
+}
+
+// Listener is a port an injected container listens on, and the configuration field that sets it.
+type Listener struct {
+	Component string
+	Port      corev1.ContainerPort
+	Setting   string
+}
+
+// listenerSettings names the configuration field behind each injected container's port.
+var listenerSettings = map[string]string{
+	config.AuthProxy:  "identity.inboundPort",
+	config.EnvoyProxy: "identity.outboundPort",
 }
 
 // Render builds the components for a workload. It fails only with an *InvalidError, when a resource
@@ -75,6 +92,9 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		c, err := renderContainer(cfg, o, name)
 		if err != nil {
 			return nil, err
+		}
+		for _, p := range c.Ports {
+			r.Listeners = append(r.Listeners, Listener{Component: name, Port: p, Setting: listenerSettings[name]})
 		}
 		switch {
 		case name == config.ProxyInit:
@@ -117,7 +137,7 @@ func renderHash(cfg *config.Config, o Options) string {
 
 func renderContainer(cfg *config.Config, o Options, name string) (corev1.Container, error) {
 	comp := cfg.Components[name]
-	res, err := mergeResources(name, comp.Resources, o.Resources[name])
+	res, err := mergeResources(name, comp.Resources, o.Resources[name], o.resourceText)
 	if err != nil {
 		return corev1.Container{}, err
 	}
@@ -246,8 +266,9 @@ func configMapVolume(volume, configMap string) corev1.Volume {
 }
 
 // mergeResources applies the annotation overrides over the configured resources and rejects a
-// request above its limit (the API server would reject the pod later, far from the cause).
-func mergeResources(component string, base, override corev1.ResourceRequirements) (corev1.ResourceRequirements, error) {
+// request above its limit (the API server would reject the pod later, far from the cause). The
+// denial names the annotation the user wrote and quotes its text.
+func mergeResources(component string, base, override corev1.ResourceRequirements, text map[string]string) (corev1.ResourceRequirements, error) {
 	out := *base.DeepCopy()
 	for k, v := range override.Requests {
 		if out.Requests == nil {
@@ -261,14 +282,32 @@ func mergeResources(component string, base, override corev1.ResourceRequirements
 		}
 		out.Limits[k] = v
 	}
+	var over []corev1.ResourceName
 	for k, req := range out.Requests {
 		if lim, ok := out.Limits[k]; ok && req.Cmp(lim) > 0 {
-			key := "kagenti.io/" + component + "-" + string(k)
-			return out, invalid(key, req.String(), "the %s request exceeds its limit %s; accepted values: at most the limit (raise kagenti.io/%s-%s-limit too)",
-				k, lim.String(), component, k)
+			over = append(over, k)
 		}
 	}
-	return out, nil
+	if len(over) == 0 {
+		return out, nil
+	}
+	k := slices.Min(over) // deterministic: one denial, always the same
+	req, lim := out.Requests[k], out.Limits[k]
+	reqKey := "kagenti.io/" + component + "-" + string(k)
+	limKey := reqKey + "-limit"
+	reqText, reqSet := text[reqKey]
+	limText, limSet := text[limKey]
+	if !reqSet {
+		// The configured request exceeds the annotated limit: the limit is what the user wrote.
+		return out, invalid(limKey, limText, "the %s limit is below the configured request %s; accepted values: at least the request (lower %s too)",
+			k, req.String(), reqKey)
+	}
+	limit := fmt.Sprintf("%q (%s)", limText, limKey)
+	if !limSet {
+		limit = lim.String() + " (injector configuration)"
+	}
+	return out, invalid(reqKey, reqText, "the %s request exceeds its limit %s; accepted values: at most the limit (raise %s too)",
+		k, limit, limKey)
 }
 
 func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }

@@ -5,10 +5,12 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -85,7 +87,9 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	case !ok:
 		return admission.Allowed("not labelled " + inject.LabelInject), ResultSkipped
 	case mode != inject.InjectEnabled && mode != inject.InjectDisabled:
-		return admission.Denied(fmt.Sprintf("label %s: invalid value %q: accepted values: enabled, disabled", inject.LabelInject, mode)), ResultDenied
+		// kagenti.io/inject: true, yes, Enabled… would otherwise leave the workload without identity
+		// and nobody told (the objectSelector lets every value of the key through).
+		return deny(req, gk.Kind, &obj, fmt.Sprintf("label %s: invalid value %q: accepted values: enabled, disabled", inject.LabelInject, mode))
 	}
 	if gk.Kind == "Job" && req.Operation == admissionv1.Update {
 		// spec.template of a Job is immutable: an update must never touch it.
@@ -96,14 +100,25 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err), ResultError
 	}
+	if err := inject.CheckTemplate(tmpl); err != nil {
+		return deny(req, gk.Kind, &obj, strings.Join(path, ".")+".metadata.labels: "+err.Error())
+	}
 
 	var (
 		out      *corev1.PodTemplateSpec
 		changed  bool
 		warnings []string
+		result   = ResultMutated
 	)
 	if mode == inject.InjectDisabled {
 		out, changed, err = inject.Remove(tmpl)
+	} else if reason := inject.NotInjectable(tmpl); reason != "" {
+		// Not injected; an injection from before the template switched is removed.
+		if out, changed, err = inject.Remove(tmpl); changed {
+			reason += "; the parts injected before were removed"
+		}
+		warnings = append(warnings, fmt.Sprintf("kagenti-injector: %s %q is not injected: %s", gk.Kind, displayName(&obj), reason))
+		result = ResultSkipped
 	} else {
 		if injectedByOwner(&obj, tmpl) {
 			// e.g. a Job created by a CronJob: its template was injected at the CronJob, with the
@@ -126,20 +141,79 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 			}
 		}
 	}
-	var bad *inject.InvalidError
+	var (
+		bad      *inject.InvalidError
+		conflict *inject.PortConflictError
+	)
 	switch {
 	case errors.As(err, &bad):
-		return admission.Denied(err.Error()), ResultDenied
+		return deny(req, gk.Kind, &obj, err.Error())
+	case errors.As(err, &conflict):
+		return deny(req, gk.Kind, &obj, strings.Join(path, ".")+"."+err.Error())
 	case err != nil:
 		return admission.Errored(http.StatusBadRequest, err), ResultError
 	case !changed:
-		return admission.Allowed("").WithWarnings(warnings...), ResultUnchanged
+		if result == ResultMutated {
+			result = ResultUnchanged
+		}
+		return admission.Allowed("").WithWarnings(warnings...), result
 	}
 	resp, err := templatePatch(path, before, out)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), ResultError
 	}
 	return resp.WithWarnings(warnings...), ResultMutated
+}
+
+// deny refuses the request with msg, unless it is an UPDATE that changes nothing the injector reads
+// (kagenti.io labels and annotations, the pod template): such an update did not cause the problem —
+// a controller removing a finalizer or an owner reference, another tool's label, or any update of an
+// object stored before the injector knew better (before an upgrade, before a configuration change).
+// Refusing it would block deletion and garbage collection; it is admitted unchanged, with msg as a
+// warning, and the first update that does change those inputs is refused.
+func deny(req admission.Request, kind string, obj *workload, msg string) (admission.Response, string) {
+	if req.Operation == admissionv1.Update && inputsUnchanged(req.OldObject.Raw, kind, obj) {
+		return admission.Allowed("").WithWarnings("kagenti-injector: " + msg +
+			" (admitted unchanged, as this update changes no kagenti.io label, annotation or pod template field; the next update that does is refused)"), ResultUnchanged
+	}
+	return admission.Denied(msg), ResultDenied
+}
+
+// inputsUnchanged reports whether the stored object old (raw JSON) has the same kagenti.io labels
+// and annotations as obj, and the same pod template byte for byte (the API server encodes both
+// objects alike, so an update that leaves the template alone leaves its bytes alone).
+func inputsUnchanged(old []byte, kind string, obj *workload) bool {
+	if len(old) == 0 {
+		return false
+	}
+	var prev workload
+	if err := decode(old, &prev); err != nil {
+		return false
+	}
+	oldTmpl, _ := prev.podTemplate(kind)
+	newTmpl, _ := obj.podTemplate(kind)
+	return bytes.Equal(oldTmpl, newTmpl) &&
+		maps.Equal(kagentiKeys(prev.Labels), kagentiKeys(obj.Labels)) &&
+		maps.Equal(kagentiKeys(prev.Annotations), kagentiKeys(obj.Annotations))
+}
+
+// displayName is the object's name, or its generateName prefix when the name is still to be generated.
+func displayName(w *workload) string {
+	if w.Name == "" {
+		return w.GenerateName
+	}
+	return w.Name
+}
+
+// kagentiKeys returns the entries of m whose key is in the kagenti.io/ prefix.
+func kagentiKeys(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if strings.HasPrefix(k, "kagenti.io/") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // templatePatch is the JSON Patch from the pod template before (as in the request) to after, with

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -124,15 +127,20 @@ var labelled = map[string]string{inject.LabelInject: inject.InjectEnabled}
 // workloads returns one object of each kind with the given metadata, and how to read its template.
 func workloads(ns, name string, labels, annotations map[string]string) map[string]client.Object {
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}
-	job := userTemplate.DeepCopy()
-	job.Spec.RestartPolicy = corev1.RestartPolicyNever
+	// Each object gets its own copy: a test that edits one template must not edit the others.
+	tmpl := func() corev1.PodTemplateSpec { return *userTemplate.DeepCopy() }
+	job := func() corev1.PodTemplateSpec {
+		t := tmpl()
+		t.Spec.RestartPolicy = corev1.RestartPolicyNever
+		return t
+	}
 	return map[string]client.Object{
-		"Deployment":  &appsv1.Deployment{ObjectMeta: meta(ns, name, labels, annotations), Spec: appsv1.DeploymentSpec{Selector: sel, Template: userTemplate}},
-		"StatefulSet": &appsv1.StatefulSet{ObjectMeta: meta(ns, name, labels, annotations), Spec: appsv1.StatefulSetSpec{Selector: sel, Template: userTemplate}},
-		"DaemonSet":   &appsv1.DaemonSet{ObjectMeta: meta(ns, name, labels, annotations), Spec: appsv1.DaemonSetSpec{Selector: sel, Template: userTemplate}},
-		"Job":         &batchv1.Job{ObjectMeta: meta(ns, name, labels, annotations), Spec: batchv1.JobSpec{Template: *job}},
+		"Deployment":  &appsv1.Deployment{ObjectMeta: meta(ns, name, labels, annotations), Spec: appsv1.DeploymentSpec{Selector: sel, Template: tmpl()}},
+		"StatefulSet": &appsv1.StatefulSet{ObjectMeta: meta(ns, name, labels, annotations), Spec: appsv1.StatefulSetSpec{Selector: sel, Template: tmpl()}},
+		"DaemonSet":   &appsv1.DaemonSet{ObjectMeta: meta(ns, name, labels, annotations), Spec: appsv1.DaemonSetSpec{Selector: sel, Template: tmpl()}},
+		"Job":         &batchv1.Job{ObjectMeta: meta(ns, name, labels, annotations), Spec: batchv1.JobSpec{Template: job()}},
 		"CronJob": &batchv1.CronJob{ObjectMeta: meta(ns, name, labels, annotations), Spec: batchv1.CronJobSpec{Schedule: "*/5 * * * *",
-			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: *job}}}},
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: job()}}}},
 	}
 }
 
@@ -280,7 +288,9 @@ func TestWebhook(t *testing.T) {
 		for _, tc := range []struct{ key, value, want string }{
 			{inject.AnnotationExcludeComponents, "envoy", "accepted values (comma list): proxy-init, spiffe-helper"},
 			{inject.AnnotationOutboundExclude, "http", "comma list of ports 1-65535"},
-			{"kagenti.io/auth-proxy-memory", "a lot", "positive quantity"},
+			{"kagenti.io/auth-proxy-memory", "a lot", `invalid value "a lot": accepted values: a memory quantity from 1Mi to 64Gi`},
+			{"kagenti.io/envoy-proxy-cpu", "1e400", `invalid value "1e400": accepted values: a cpu quantity from 1m to 64`},
+			{"kagenti.io/envoy-proxy-memory", "999999999Ei", `invalid value "999999999Ei"`},
 		} {
 			obj := workloads(injected, "invalid", labelled, map[string]string{tc.key: tc.value})["Deployment"]
 			err := s.c.Create(ctx, obj)
@@ -304,6 +314,93 @@ func TestWebhook(t *testing.T) {
 		}
 	})
 
+	t.Run("a kagenti.io/inject value other than enabled or disabled is refused", func(t *testing.T) {
+		for _, v := range []string{"true", "yes", "enable", "Enabled"} {
+			err := s.c.Create(ctx, workloads(injected, "odd-value", map[string]string{inject.LabelInject: v}, nil)["Deployment"])
+			require.Error(t, err, "%q must not be admitted uninjected", v)
+			require.Contains(t, err.Error(), fmt.Sprintf("label kagenti.io/inject: invalid value %q: accepted values: enabled, disabled", v))
+		}
+	})
+
+	t.Run("an update that changes nothing the injector reads is admitted with a warning", func(t *testing.T) {
+		// Stored before the injector saw it: the namespace opts in afterwards.
+		legacy := s.namespace(t, "legacy", nil)
+		d := workloads(legacy, "old", map[string]string{inject.LabelInject: "true"}, nil)["Deployment"].(*appsv1.Deployment)
+		d.Finalizers = []string{"example.com/hold"}
+		require.NoError(t, s.c.Create(ctx, d))
+		ns := &corev1.Namespace{}
+		require.NoError(t, s.c.Get(ctx, client.ObjectKey{Name: legacy}, ns))
+		ns.Labels["kagenti.io/injection"] = "enabled"
+		require.NoError(t, s.c.Update(ctx, ns))
+
+		c, warnings := s.clientWithWarnings(t)
+		d.Labels["team"] = "a"
+		require.NoError(t, c.Update(ctx, d), "an unrelated label")
+		require.Empty(t, d.Spec.Template.Spec.InitContainers)
+		require.Contains(t, warnings.last(), `label kagenti.io/inject: invalid value "true"`)
+		require.Contains(t, warnings.last(), "admitted unchanged")
+
+		d.Spec.Template.Spec.Containers[0].Image = "ghcr.io/kagenti/weather-agent:v0.2.0"
+		err := c.Update(ctx, d)
+		require.Error(t, err, "an update of the pod template is refused")
+		require.Contains(t, err.Error(), `label kagenti.io/inject: invalid value "true"`)
+
+		// Deletion is never blocked: removing the last finalizer (as the garbage collector does) passes.
+		require.NoError(t, s.c.Get(ctx, client.ObjectKeyFromObject(d), d))
+		require.NoError(t, s.c.Delete(ctx, d))
+		require.NoError(t, s.c.Get(ctx, client.ObjectKeyFromObject(d), d))
+		d.Finalizers = nil
+		require.NoError(t, c.Update(ctx, d))
+		require.True(t, apierrors.IsNotFound(s.c.Get(ctx, client.ObjectKeyFromObject(d), d)), "deleted")
+	})
+
+	t.Run("kagenti.io/signature-verified in a pod template is refused", func(t *testing.T) {
+		for _, mode := range []string{inject.InjectEnabled, inject.InjectDisabled} {
+			objs := workloads(injected, "forged", map[string]string{inject.LabelInject: mode}, nil)
+			for _, kind := range []string{"Deployment", "CronJob"} {
+				obj := objs[kind]
+				template(obj).Labels = map[string]string{"app": "agent", inject.LabelSignatureVerified: "true"}
+				err := s.c.Create(ctx, obj)
+				require.Error(t, err, "%s %s", kind, mode)
+				path := map[string]string{"Deployment": "spec.template", "CronJob": "spec.jobTemplate.spec.template"}[kind]
+				require.Contains(t, err.Error(), path+`.metadata.labels: kagenti.io/signature-verified: invalid value "true": only agentcard sets this label`)
+			}
+		}
+	})
+
+	t.Run("a user port an injected sidecar listens on is refused", func(t *testing.T) {
+		for port, component := range map[int32]string{8080: config.AuthProxy, 15123: config.EnvoyProxy} {
+			obj := workloads(injected, "clash", labelled, nil)["Deployment"]
+			template(obj).Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port}}
+			err := s.c.Create(ctx, obj)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), fmt.Sprintf(`spec.template.spec.containers[0] ("agent"): port %d/TCP is the port the injected %s listens on`, port, component))
+		}
+	})
+
+	t.Run("hostNetwork: not injected, with a warning; an injected template that switches is stripped", func(t *testing.T) {
+		c, warnings := s.clientWithWarnings(t)
+		obj := workloads(injected, "host", labelled, nil)["Deployment"]
+		template(obj).Spec.HostNetwork = true
+		require.NoError(t, c.Create(ctx, obj))
+		require.Empty(t, template(obj).Spec.InitContainers)
+		require.NotContains(t, template(obj).Annotations, inject.AnnotationStatus)
+		require.Contains(t, warnings.last(), `Deployment "host" is not injected: the pod template sets hostNetwork: true`)
+
+		obj = workloads(injected, "switch", labelled, nil)["Deployment"]
+		require.NoError(t, c.Create(ctx, obj))
+		require.True(t, isInjected(template(obj)))
+		template(obj).Spec.HostNetwork = true
+		require.NoError(t, c.Update(ctx, obj))
+		tmpl := template(obj)
+		require.Empty(t, tmpl.Spec.InitContainers, "the injected parts are removed")
+		require.Empty(t, tmpl.Spec.Volumes)
+		require.NotContains(t, tmpl.Annotations, inject.AnnotationStatus)
+		require.Empty(t, tmpl.Spec.Containers[0].VolumeMounts)
+		require.Empty(t, tmpl.Spec.Containers[0].Env)
+		require.Contains(t, warnings.last(), "the parts injected before were removed")
+	})
+
 	t.Run("metrics count requests", func(t *testing.T) {
 		require.Positive(t, counter(t, s.metrics, "Deployment", "CREATE", injectorwebhook.ResultMutated))
 		require.Positive(t, counter(t, s.metrics, "Deployment", "CREATE", injectorwebhook.ResultDenied))
@@ -318,6 +415,38 @@ func TestWebhook(t *testing.T) {
 		require.NoError(t, s.c.Create(ctx, workloads(injected, "while-down", map[string]string{"app": "x"}, nil)["Deployment"]))
 		require.NoError(t, s.c.Create(ctx, workloads(plain, "while-down", labelled, nil)["Deployment"]))
 	})
+}
+
+// warningRecorder keeps the warnings the API server returns (admission warnings among them).
+type warningRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, text)
+}
+
+// last returns the last warning received.
+func (w *warningRecorder) last() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.msgs) == 0 {
+		return ""
+	}
+	return w.msgs[len(w.msgs)-1]
+}
+
+// clientWithWarnings returns a client whose warnings are recorded, as kubectl would print them.
+func (s *suite) clientWithWarnings(t *testing.T) (client.Client, *warningRecorder) {
+	w := &warningRecorder{}
+	cfg := rest.CopyConfig(s.env.Config)
+	cfg.WarningHandler = w
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	require.NoError(t, err)
+	return c, w
 }
 
 func volumeNames(t *corev1.PodTemplateSpec) []string {

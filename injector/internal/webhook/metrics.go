@@ -7,9 +7,9 @@ import (
 // Results of an admission request, the "result" label of kagenti_injector_requests_total.
 const (
 	ResultMutated   = "mutated"   // a patch was returned
-	ResultUnchanged = "unchanged" // selected, but already as it should be (or a Job update)
-	ResultSkipped   = "skipped"   // not ours: not labelled, excluded namespace, other operation
-	ResultDenied    = "denied"    // invalid label or annotation value
+	ResultUnchanged = "unchanged" // selected, but already as it should be (or a Job update, or admitted with a warning)
+	ResultSkipped   = "skipped"   // not ours: not labelled, excluded namespace, other operation, hostNetwork
+	ResultDenied    = "denied"    // invalid label or annotation value, forged label in the template, port clash
 	ResultError     = "error"     // malformed request
 )
 
