@@ -19,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/devca"
+	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/pkg/duck"
@@ -218,7 +219,7 @@ func TestPerPodFailures(t *testing.T) {
 	want := map[string][2]string{
 		"good":     {v1alpha1.FetchSuccess, ""},
 		"slow":     {v1alpha1.FetchFailed, "no answer within 1s"},
-		"big":      {v1alpha1.FetchFailed, "larger than 1048576 bytes"},
+		"big":      {v1alpha1.FetchFailed, fmt.Sprintf("larger than %d bytes", fetch.MaxBodyBytes)},
 		"html":     {v1alpha1.FetchInvalid, "not a JSON object"},
 		"invalid":  {v1alpha1.FetchInvalid, "description: required"},
 		"redirect": {v1alpha1.FetchFailed, "redirect"},
