@@ -90,7 +90,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--trust-bundle-configmap must be namespace/name, got %q", opts.TrustBundleConfigMap)
 		}
-		bw, err := NewBundleWatcher(mgr, types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
+		bw, err := NewBundleWatcher(mgr.GetConfig(), mgr.GetClient(), types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
 		if err != nil {
 			return err
 		}

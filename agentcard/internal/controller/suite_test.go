@@ -67,6 +67,8 @@ func run(m *testing.M) int {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "../../../deploy/crds/agentcard")},
 		ErrorIfCRDPathMissing: true,
+		// The machines running this are shared; give the API server time to come up.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	cfg, err := env.Start()
 	if err != nil {
