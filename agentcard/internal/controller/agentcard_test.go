@@ -232,7 +232,7 @@ func TestPerPodFailures(t *testing.T) {
 	}
 	assert.EqualValues(t, 5, c.Status.SyncErrors)
 	assert.Equal(t, "True/CardAvailable", cond(c, "Ready"), "one good pod is enough when no signature is required")
-	assert.Equal(t, "False/FetchFailed", cond(c, "Synced"))
+	assert.Equal(t, "False/CardTooLarge", cond(c, "Synced"), "the first failed pod (by name) is the oversized one")
 	assert.Equal(t, "False/NoSignature", cond(c, "SignatureVerified"))
 	// Unsigned cards are labelled false.
 	var p corev1.Pod

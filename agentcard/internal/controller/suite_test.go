@@ -112,6 +112,8 @@ func run(m *testing.M) int {
 		TrustDomain:          "cluster.local",
 		FetchTimeout:         time.Second,
 		AutoCreate:           true,
+		// TestIdentityBindingStaysInItsNamespace binds one of these from another namespace.
+		CrossNamespaceIdentities: []string{"spiffe://cluster.local/ns/shared-*/sa/*"},
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
