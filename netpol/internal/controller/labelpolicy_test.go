@@ -120,6 +120,7 @@ func workloadWithTemplateLabels(t *testing.T, ns, kind string, templateLabels ma
 func requireDenied(t *testing.T, err error, where string) {
 	t.Helper()
 	require.Error(t, err, "expected a denial")
+	t.Logf("denied: %v", err)
 	assert.True(t, apierrors.IsInvalid(err) || apierrors.IsForbidden(err), "%v", err)
 	assert.Contains(t, err.Error(), verifiedLabel)
 	assert.Contains(t, err.Error(), where)
