@@ -147,33 +147,11 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		requireSig = *c.Spec.RequireSignature
 	}
 
-	var served []servedPod
-	var selErr *selectorError
-	selected := map[string]bool{}
-	cs := r.stateFor(req.NamespacedName)
-	sel, err := r.podSelector(ctx, &c)
-	switch {
-	case errors.As(err, &selErr):
-		r.rememberSelector(req.NamespacedName, nil)
-		cs.reset(r.cards)
-	case err != nil:
+	served, selected, selErr, err := r.syncSelected(ctx, &c, requireSig)
+	if err != nil {
 		return ctrl.Result{}, err
-	default:
-		r.rememberSelector(req.NamespacedName, sel)
-		pods, err := r.selectedPods(ctx, c.Namespace, sel)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		var ready []corev1.Pod
-		for i := range pods {
-			selected[pods[i].Name] = true
-			if isServing(&pods[i]) {
-				ready = append(ready, pods[i])
-			}
-		}
-		served = r.syncPods(ctx, &c, ready, requireSig)
 	}
-	defer cs.releaseTransient()
+	defer r.stateFor(req.NamespacedName).releaseTransient()
 
 	r.revokeLabels(ctx, req.NamespacedName, served, selected)
 	desired := buildStatus(&c, served, selErr, requireSig, time.Now())
@@ -182,6 +160,36 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	r.grantLabels(ctx, req.NamespacedName, served)
 	return ctrl.Result{RequeueAfter: jitter(period)}, nil
+}
+
+// syncSelected resolves the card's pods and syncs the serving ones. It returns their results, the
+// names of every selected pod (serving or not), and the selector problem a user must fix, if any.
+func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *selectorError, error) {
+	key := client.ObjectKeyFromObject(c)
+	sel, err := r.podSelector(ctx, c)
+	var selErr *selectorError
+	if errors.As(err, &selErr) {
+		r.rememberSelector(key, nil)
+		r.stateFor(key).reset(r.cards)
+		return nil, nil, selErr, nil
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	r.rememberSelector(key, sel)
+	pods, err := r.selectedPods(ctx, c.Namespace, sel)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	selected := make(map[string]bool, len(pods))
+	var serving []corev1.Pod
+	for i := range pods {
+		selected[pods[i].Name] = true
+		if isServing(&pods[i]) {
+			serving = append(serving, pods[i])
+		}
+	}
+	return r.syncPods(ctx, c, serving, requireSig), selected, nil, nil
 }
 
 // syncPods fetches every ready pod in parallel (the fetcher bounds global concurrency) and drops

@@ -193,7 +193,7 @@ func TestPerPodFailures(t *testing.T) {
 		}
 	}))
 	serveOn(t, "127.42.2.3", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(`{"name":"` + strings.Repeat("x", 2<<20) + `"}`))
+		_, _ = w.Write([]byte(`{"name":"` + strings.Repeat("x", fetch.MaxBodyBytes) + `"}`))
 	}))
 	serveOn(t, "127.42.2.4", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("<html>hello</html>"))

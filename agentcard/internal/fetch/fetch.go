@@ -154,18 +154,7 @@ func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) 
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		kind := "Unreachable"
-		var ne net.Error
-		switch {
-		case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded):
-			kind = "Timeout"
-			err = fmt.Errorf("no answer within %s", f.timeout)
-		case strings.Contains(err.Error(), "server response headers exceeded"):
-			// net/http has no typed error for MaxResponseHeaderBytes; this is an answer, not silence.
-			kind = "TooLarge"
-			err = fmt.Errorf("response headers larger than %d bytes", MaxHeaderBytes)
-		}
-		return nil, &Error{Kind: kind, URL: url, Err: err}
+		return nil, f.transportError(url, err)
 	}
 	defer resp.Body.Close()
 	switch {
@@ -181,12 +170,28 @@ func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) 
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
 	if err != nil {
-		return nil, &Error{Kind: "Unreachable", URL: url, Err: fmt.Errorf("reading body: %w", err)}
+		return nil, f.transportError(url, fmt.Errorf("reading body: %w", err))
 	}
 	if len(body) > MaxBodyBytes {
 		return nil, &Error{Kind: "TooLarge", URL: url, Err: fmt.Errorf("card larger than %d bytes", MaxBodyBytes)}
 	}
 	return &Response{URL: url, Body: body, ETag: keptETag(resp.Header.Get("ETag"))}, nil
+}
+
+// transportError classifies an error of the connection (sending, or reading the answer).
+func (f *Fetcher) transportError(url string, err error) *Error {
+	kind := "Unreachable"
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded):
+		kind = "Timeout"
+		err = fmt.Errorf("no answer within %s", f.timeout)
+	case strings.Contains(err.Error(), "server response headers exceeded"):
+		// net/http has no typed error for MaxResponseHeaderBytes; this is an answer, not silence.
+		kind = "TooLarge"
+		err = fmt.Errorf("response headers larger than %d bytes", MaxHeaderBytes)
+	}
+	return &Error{Kind: kind, URL: url, Err: err}
 }
 
 // keptETag returns the ETag to send back as If-None-Match, or "" when it is too long to keep.

@@ -1,6 +1,7 @@
 package fetch_test
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"net/http"
@@ -57,7 +58,7 @@ func TestFallsBackToLegacyPathOn404AndUsesETag(t *testing.T) {
 }
 
 func TestFailures(t *testing.T) {
-	f := fetch.New(2, 200*time.Millisecond)
+	f := fetch.New(2, 2*time.Second)
 	cases := []struct {
 		name string
 		h    http.HandlerFunc
@@ -67,7 +68,7 @@ func TestFailures(t *testing.T) {
 		{"500", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, "HTTPError"},
 		{"redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "http://10.0.0.1/", 302) }, "Redirect"},
 		{"too large", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(make([]byte, fetch.MaxBodyBytes+1)) }, "TooLarge"},
-		{"slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(time.Second) }, "Timeout"},
+		{"slow", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "Timeout"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,7 +133,10 @@ func TestBoundsWhatThePodSends(t *testing.T) {
 			if err != nil {
 				return
 			}
-			_, _ = conn.Write([]byte("HTTP/1.1 500 " + strings.Repeat("<", 4<<10) + "\r\nContent-Length: 0\r\n\r\n"))
+			// Answer after the request, with a reason phrase net/http's server would not send.
+			if _, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+				_, _ = conn.Write([]byte("HTTP/1.1 500 " + strings.Repeat("<", 4<<10) + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+			}
 			_ = conn.Close()
 		}
 	}()
