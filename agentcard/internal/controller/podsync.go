@@ -240,7 +240,7 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 		}
 		parsed = c
 	}
-	st.verify = (&signature.Verifier{Bundle: bundle}).Verify(parsed)
+	st.verify = boundedResult((&signature.Verifier{Bundle: bundle}).Verify(parsed))
 	metrics.ObserveVerification(st.verify.Verified, st.verify.Reason)
 	if idErr != nil {
 		// A binding the spec cannot have is reported as such, whatever the signature.
@@ -249,6 +249,16 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 		st.binding = signature.Bind(st.verify, expected, in.trustDomain)
 	}
 	st.verifiedFor = key
+}
+
+// boundedResult cuts what a verification result repeats from the card (kid, alg, messages quoting
+// the protected header) before it is kept with the pod and written to status.
+func boundedResult(v signature.Result) signature.Result {
+	v.KeyID = cutEncoded(v.KeyID, maxKeyIDBytes)
+	v.Algorithm = cutEncoded(v.Algorithm, maxKeyIDBytes)
+	v.SpiffeID = cutEncoded(v.SpiffeID, maxSpiffeIDBytes)
+	v.Message = cutEncoded(v.Message, maxMessageBytes)
+	return v
 }
 
 // signaturesDigest identifies a card's signatures without keeping them.

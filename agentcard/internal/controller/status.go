@@ -27,6 +27,8 @@ var ownConditions = []string{
 const (
 	maxMessageBytes    = 1024
 	maxEntryErrorBytes = 512
+	maxKeyIDBytes      = 256
+	maxSpiffeIDBytes   = 2048
 )
 
 // servedPod pairs a ready pod with its sync result.
@@ -124,8 +126,8 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 		st.Card = old.Card.DeepCopy()
 	}
 	v, b := chosen.verify, chosen.binding
-	st.Signature = &v1alpha1.SignatureStatus{Verified: v.Verified, KeyID: cutEncoded(v.KeyID, 256), SpiffeID: v.SpiffeID, Algorithm: v.Algorithm, Reason: v.Reason, Message: cutEncoded(v.Message, maxMessageBytes)}
-	st.Binding = &v1alpha1.BindingStatus{Bound: b.Bound, ExpectedSpiffeID: cutEncoded(b.Expected, 2048), Reason: b.Reason, Message: cutEncoded(b.Message, maxMessageBytes)}
+	st.Signature = &v1alpha1.SignatureStatus{Verified: v.Verified, KeyID: v.KeyID, SpiffeID: v.SpiffeID, Algorithm: v.Algorithm, Reason: v.Reason, Message: cutEncoded(v.Message, maxMessageBytes)}
+	st.Binding = &v1alpha1.BindingStatus{Bound: b.Bound, ExpectedSpiffeID: cutEncoded(b.Expected, maxSpiffeIDBytes), Reason: b.Reason, Message: cutEncoded(b.Message, maxMessageBytes)}
 	set(v1alpha1.ConditionSignatureVerified, boolStatus(v.Verified), v.Reason, cutEncoded(v.Message, maxMessageBytes))
 	set(v1alpha1.ConditionBound, boolStatus(b.Bound), b.Reason, cutEncoded(b.Message, maxMessageBytes))
 	verified, reason, msg := verdict(v, b)

@@ -129,3 +129,14 @@ func TestCutEncoded(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, len(b)-2, maxMessageBytes)
 }
+
+// What a verification result repeats from the card (a kid or alg of any size, quoted in messages)
+// is cut before it is kept per pod.
+func TestBoundedResult(t *testing.T) {
+	huge := strings.Repeat("k", 100<<10)
+	v := boundedResult(signature.Result{KeyID: huge, Algorithm: huge, SpiffeID: huge, Message: "kid " + huge + " cannot be resolved"})
+	assert.LessOrEqual(t, len(v.KeyID), maxKeyIDBytes+len("…"))
+	assert.LessOrEqual(t, len(v.Algorithm), maxKeyIDBytes+len("…"))
+	assert.LessOrEqual(t, len(v.SpiffeID), maxSpiffeIDBytes+len("…"))
+	assert.LessOrEqual(t, len(v.Message), maxMessageBytes+len("…"))
+}
