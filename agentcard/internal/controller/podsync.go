@@ -186,7 +186,8 @@ func (r *CardReconciler) fail(st *podState, fetchStatus, reason, msg string) {
 // has to stand for a card that is no longer there.
 func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, etag, path string) {
 	r.dropCard(st)
-	sum := &cardSummary{hash: c.Hash, name: c.Name, version: c.Version, signatures: signaturesDigest(c), status: encoded}
+	sum := &cardSummary{hash: c.Hash, name: cutEncoded(c.Name, maxKeyIDBytes), version: cutEncoded(c.Version, maxKeyIDBytes),
+		signatures: signaturesDigest(c), status: encoded}
 	st.etag, st.path = "", path
 	if key, shared, ok := r.cards.hold(encoded); ok {
 		sum.status, sum.heldKey = shared, key
