@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,9 +112,9 @@ func TestAgentCard(t *testing.T) {
 		verified, _, _ := unstructured.NestedBool(u.Object, "status", "signature", "verified")
 		bound, _, _ := unstructured.NestedBool(u.Object, "status", "binding", "bound")
 		name, _, _ := unstructured.NestedString(u.Object, "status", "card", "name")
-		ready := agentcardCondition(u, "Ready")
-		if !verified || !bound || name != "E2E Agent" || ready != "True" {
-			return false, framework.Sprintf("verified=%v bound=%v card=%q Ready=%s", verified, bound, name, ready), nil
+		ready, verdict := agentcardCondition(u, "Ready"), agentcardCondition(u, "Verified")
+		if !verified || !bound || name != "E2E Agent" || ready != "True" || verdict != "True" {
+			return false, framework.Sprintf("verified=%v bound=%v card=%q Ready=%s Verified=%s", verified, bound, name, ready, verdict), nil
 		}
 		return true, "", nil
 	})
@@ -206,6 +207,35 @@ func TestAgentCardDiscoveryAPI(t *testing.T) {
 	if code, _, _ := get(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:18100/v1/agents?namespace="+ns, tr.Status.Token); code != http.StatusBadRequest {
 		t.Errorf("plain HTTP: %d, want 400 (the API serves TLS only)", code)
 	}
+}
+
+// TestAgentCardResetsForgedLabel: a pod carrying kagenti.io/signature-verified=true that no
+// AgentCard verified (here: none selects it) gets false from the running controller.
+func TestAgentCardResetsForgedLabel(t *testing.T) {
+	c := framework.Client(t)
+	framework.RequirePillar(t, c, "agentcard")
+	ns := framework.Namespace(t, c, "agentcard-forged", nil)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged", Labels: map[string]string{"app": "forged", "kagenti.io/signature-verified": "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: framework.PauseImage()}}},
+	}
+	if err := c.Create(context.Background(), pod); err != nil {
+		// Where the manifests are installed (kind), netpol's admission policy refuses the label to
+		// everyone but agentcard's service account.
+		if !strings.Contains(err.Error(), "kagenti.io/signature-verified") {
+			t.Fatalf("creating a pod with a forged label: %v", err)
+		}
+		t.Logf("the admission policy refuses the forged label: %v", err)
+		return
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pod) })
+	framework.Eventually(t, 60*time.Second, "forged kagenti.io/signature-verified=true reset to false", func(ctx context.Context) (bool, string, error) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, "", err
+		}
+		return p.Labels["kagenti.io/signature-verified"] == "false", "label=" + p.Labels["kagenti.io/signature-verified"], nil
+	})
 }
 
 func agentcardCondition(u *unstructured.Unstructured, typ string) string {

@@ -61,30 +61,35 @@ func TestNetpolFollowsVerification(t *testing.T) {
 	// where it runs, its own verdict stands and the flip is not played here.
 	for _, p := range framework.RunningPillars(t) {
 		if p.Name == "agentcard" {
-			t.Log("kagenti-agentcard is running and owns status.signature; the verification flip is covered by netpol's envtest suite")
+			t.Log("kagenti-agentcard is running and owns the Verified condition; the verification flip is covered by netpol's envtest suite and TestAgentCard")
 			deleteCardAndWait(t, c, card, np)
 			return
 		}
 	}
-	setSignature(t, c, card, true)
+	setVerdict(t, c, card, true)
 	waitNetpol(t, c, ns, "np-agent-agent-policy", "permissive")
 	waitNetpolCondition(t, c, card, "True", "PermissivePolicyApplied")
-	setSignature(t, c, card, false)
+	setVerdict(t, c, card, false)
 	waitNetpol(t, c, ns, "np-agent-agent-policy", "restrictive")
 	deleteCardAndWait(t, c, card, np)
 }
 
-// setSignature plays agentcard: status.signature through server-side apply under its own manager.
-func setSignature(t *testing.T, c client.Client, card *unstructured.Unstructured, verified bool) {
+// setVerdict plays agentcard: its Verified condition for the card's generation, through
+// server-side apply under its own manager.
+func setVerdict(t *testing.T, c client.Client, card *unstructured.Unstructured, verified bool) {
 	t.Helper()
+	status := map[bool]string{true: "True", false: "False"}[verified]
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kagenti.io/v1alpha1", "kind": "AgentCard",
 		"metadata": map[string]any{"name": card.GetName(), "namespace": card.GetNamespace()},
-		"status":   map[string]any{"signature": map[string]any{"verified": verified, "reason": "E2E"}},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": "Verified", "status": status, "reason": "E2E", "message": "played by the e2e test",
+			"observedGeneration": card.GetGeneration(), "lastTransitionTime": "2026-01-01T00:00:00Z",
+		}}},
 	}}
 	if err := c.Status().Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u),
 		client.FieldOwner("e2e-agentcard"), client.ForceOwnership); err != nil {
-		t.Fatalf("setting status.signature.verified=%v: %v", verified, err)
+		t.Fatalf("setting the Verified condition to %s: %v", status, err)
 	}
 }
 

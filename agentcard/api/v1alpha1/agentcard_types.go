@@ -27,6 +27,23 @@ const (
 	ConditionBound = "Bound"
 	// ConditionCardConsistent: every ready pod serves the same card.
 	ConditionCardConsistent = "CardConsistent"
+	// ConditionVerified is agentcard's verdict, the one every reader follows (netpol, the pod label):
+	// True only when the card's signature verifies and its signer is the identity the card may
+	// claim (Bound). Readers treat anything else, including a condition older than the AgentCard's
+	// generation or none at all, as not verified.
+	ConditionVerified = "Verified"
+)
+
+// Condition reasons this controller adds to those of the signature and binding results.
+const (
+	// ReasonVerified: the Verified condition is True.
+	ReasonVerified = "Verified"
+	// ReasonCardTooLarge: a pod's card does not fit in the status (MaxStatusCardBytes once
+	// JSON-encoded) or its answer exceeds the fetcher's bounds.
+	ReasonCardTooLarge = "CardTooLarge"
+	// ReasonStatusWriteFailed: the API server refused the status; a minimal status withdrew the
+	// previous verdict.
+	ReasonStatusWriteFailed = "StatusWriteFailed"
 )
 
 // Fetch results of one pod.
@@ -133,9 +150,12 @@ type IdentityBinding struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9._-]+$`
 	TrustDomain string `json:"trustDomain,omitempty"`
 	// SpiffeID the signer must have exactly. Default: spiffe://<trustDomain>/ns/<namespace>/sa/<pod serviceAccountName>.
+	// It must be an identity of this AgentCard's namespace (spiffe://<trustDomain>/ns/<namespace>/...)
+	// unless the controller's --cross-namespace-identities allows it (Bound=False, IdentityNotAllowed).
+	// The schema checks the shape; the controller parses it (Bound=False, InvalidSpiffeID).
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('spiffe://')",message="spiffeID must start with spiffe://"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^spiffe://[a-z0-9._-]+(/[A-Za-z0-9._-]+)*$')",message="spiffeID must be a SPIFFE ID, spiffe://<trust domain>/<path>: a lower-case trust domain and path segments of letters, digits, '.', '_' and '-'"
 	SpiffeID string `json:"spiffeID,omitempty"`
 }
 
@@ -177,7 +197,7 @@ type AgentCardStatus struct {
 	// Binding is the identity binding result of Card.
 	// +optional
 	Binding *BindingStatus `json:"binding,omitempty"`
-	// Conditions: Ready, Synced, SignatureVerified, Bound, CardConsistent (and NetworkPolicyReady from netpol).
+	// Conditions: Ready, Synced, SignatureVerified, Bound, Verified, CardConsistent (and NetworkPolicyReady from netpol).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -255,7 +275,7 @@ type BindingStatus struct {
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.card.name`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.card.version`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.discoveredPods`
-// +kubebuilder:printcolumn:name="Verified",type=boolean,JSONPath=`.status.signature.verified`
+// +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.conditions[?(@.type=="Verified")].status`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

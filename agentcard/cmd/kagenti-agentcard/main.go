@@ -68,6 +68,8 @@ func newRootCommand() *cobra.Command {
 	f.DurationVar(&opts.FetchTimeout, "fetch-timeout", 5*time.Second, "timeout of one card fetch")
 	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
 	f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
+	f.StringSliceVar(&opts.CrossNamespaceIdentities, "cross-namespace-identities", nil, "comma-separated SPIFFE ID patterns (path.Match: * stays within one path segment) that spec.identityBinding.spiffeID of an AgentCard in any namespace may name; by default an AgentCard binds only identities of its own namespace (spiffe://<trust domain>/ns/<namespace>/...)")
+	f.IntVar(&opts.MaxCachedCardBytes, "max-cached-card-bytes", controller.DefaultMaxCachedCardBytes, "bytes of agent cards kept between syncs, once per distinct card; a card beyond it is fetched in full on every sync")
 	f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (HTTPS, GET /v1/agents); 0 disables it")
 	f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
 	f.StringSliceVar(&disc.Audiences, "discovery-audience", nil, "audience the discovery API's bearer tokens must be issued for (repeatable; TokenReview spec.audiences); empty accepts tokens for the API server's own audiences")

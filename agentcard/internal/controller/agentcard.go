@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -47,10 +47,17 @@ type CardReconciler struct {
 	Fetcher  *fetch.Fetcher
 	Trust    *TrustStore
 	Recorder events.EventRecorder
+	// Verified remembers the pods labelled verified (shared with the LabelGuard).
+	Verified *verifiedPods
+	// Identities says which identities an AgentCard may bind.
+	Identities signature.IdentityRules
 
 	// RequireSignature is the default of spec.requireSignature; TrustDomain of identityBinding.trustDomain.
 	RequireSignature bool
 	TrustDomain      string
+
+	// cards holds the pods' cards between syncs within a byte budget.
+	cards *cardStore
 
 	mu        sync.Mutex
 	states    map[types.NamespacedName]*cardState
@@ -71,11 +78,20 @@ func (r *CardReconciler) stateFor(key types.NamespacedName) *cardState {
 	return s
 }
 
-func (r *CardReconciler) forget(key types.NamespacedName) {
+// forget drops a deleted AgentCard: its pods' cards, its selector, and the verdicts it gave.
+func (r *CardReconciler) forget(ctx context.Context, key types.NamespacedName) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	s := r.states[key]
 	delete(r.states, key)
 	delete(r.selectors, key)
+	r.mu.Unlock()
+	if s != nil {
+		s.reset(r.cards)
+	}
+	r.Verified.forgetCard(key)
+	for _, pod := range r.Verified.grantedBy(key) {
+		r.revokePod(ctx, pod)
+	}
 }
 
 func (r *CardReconciler) rememberSelector(key types.NamespacedName, sel labels.Selector) {
@@ -105,14 +121,20 @@ func (r *CardReconciler) cardsSelecting(namespace string, podLabels map[string]s
 }
 
 // Reconcile implements reconcile.Reconciler.
+//
+// The order is the security property: pods whose verdict is negative are labelled false first,
+// then the status is written, then pods whose verdict is positive are labelled true. A status the
+// API server refuses never leaves a pod labelled verified, nor (see failClosed) an AgentCard
+// saying Verified for a card that no longer is.
 func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var c v1alpha1.AgentCard
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
+			r.forget(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	defer r.Verified.markSynced(req.NamespacedName)
 	if !c.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
@@ -125,30 +147,49 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		requireSig = *c.Spec.RequireSignature
 	}
 
-	var served []servedPod
-	var selErr *selectorError
-	sel, err := r.podSelector(ctx, &c)
-	switch {
-	case errors.As(err, &selErr):
-		r.rememberSelector(req.NamespacedName, nil)
-		r.stateFor(req.NamespacedName).reset()
-	case err != nil:
+	served, selected, selErr, err := r.syncSelected(ctx, &c, requireSig)
+	if err != nil {
 		return ctrl.Result{}, err
-	default:
-		r.rememberSelector(req.NamespacedName, sel)
-		pods, err := r.readyPods(ctx, c.Namespace, sel)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		served = r.syncPods(ctx, &c, pods, requireSig)
 	}
+	defer r.stateFor(req.NamespacedName).releaseTransient()
 
+	r.revokeLabels(ctx, req.NamespacedName, served, selected)
 	desired := buildStatus(&c, served, selErr, requireSig, time.Now())
 	if err := r.applyStatus(ctx, &c, desired); err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, r.failClosed(ctx, &c, desired, err)
 	}
-	r.labelPods(ctx, served)
+	r.grantLabels(ctx, req.NamespacedName, served)
 	return ctrl.Result{RequeueAfter: jitter(period)}, nil
+}
+
+// syncSelected resolves the card's pods and syncs the serving ones. It returns their results, the
+// names of every selected pod (serving or not), and the selector problem a user must fix, if any.
+func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *selectorError, error) {
+	key := client.ObjectKeyFromObject(c)
+	sel, err := r.podSelector(ctx, c)
+	var selErr *selectorError
+	if errors.As(err, &selErr) {
+		r.rememberSelector(key, nil)
+		r.stateFor(key).reset(r.cards)
+		return nil, nil, selErr, nil
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	r.rememberSelector(key, sel)
+	pods, err := r.selectedPods(ctx, c.Namespace, sel)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	selected := make(map[string]bool, len(pods))
+	var serving []corev1.Pod
+	for i := range pods {
+		selected[pods[i].Name] = true
+		if isServing(&pods[i]) {
+			serving = append(serving, pods[i])
+		}
+	}
+	return r.syncPods(ctx, c, serving, requireSig), selected, nil, nil
 }
 
 // syncPods fetches every ready pod in parallel (the fetcher bounds global concurrency) and drops
@@ -183,18 +224,34 @@ func (r *CardReconciler) syncPods(ctx context.Context, c *v1alpha1.AgentCard, po
 		}()
 	}
 	wg.Wait()
-	for name := range cs.pods {
+	for name, st := range cs.pods {
 		if !keep[name] {
+			r.dropCard(st)
 			delete(cs.pods, name)
 		}
 	}
 	return out
 }
 
-func (cs *cardState) reset() {
+// reset forgets every pod, releasing their cards from store.
+func (cs *cardState) reset(store *cardStore) {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, st := range cs.pods {
+		if st.card != nil {
+			store.release(st.card.heldKey)
+		}
+	}
 	cs.pods = map[string]*podState{}
-	cs.mu.Unlock()
+}
+
+// releaseTransient drops the card bytes of this sync that the store does not hold.
+func (cs *cardState) releaseTransient() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, st := range cs.pods {
+		st.releaseTransient()
+	}
 }
 
 // applyStatus writes desired with server-side apply, only when it differs from the stored status.
@@ -210,11 +267,37 @@ func (r *CardReconciler) applyStatus(ctx context.Context, c *v1alpha1.AgentCard,
 		return err
 	}
 	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		metrics.ObserveStatusWrite("failed")
 		return fmt.Errorf("applying status: %w", err)
 	}
 	metrics.ObserveStatusWrite("applied")
 	r.recordTransitions(c, desired)
 	return nil
+}
+
+// failClosed handles a status write the API server refused. When the stored status says Verified
+// and the new one does not, the stored verdict must not stay in force (netpol would keep a
+// permissive policy): a minimal status without the card, Verified=False and Ready=False with reason
+// StatusWriteFailed, replaces it. The pods were labelled false before the write. writeErr is
+// returned either way, so the sync is retried with backoff.
+func (r *CardReconciler) failClosed(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) error {
+	if !isVerified(c.Status) || isVerified(desired) {
+		return writeErr
+	}
+	fallback := failClosedStatus(c, desired, writeErr)
+	u, err := statusApplyObject(c, fallback)
+	if err == nil {
+		err = r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
+	}
+	if err != nil {
+		return errors.Join(writeErr, fmt.Errorf("withdrawing the previous verdict: %w", err))
+	}
+	metrics.ObserveStatusWrite("withdrawn")
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, v1alpha1.ReasonStatusWriteFailed, v1alpha1.ConditionVerified, "%s",
+			meta.FindStatusCondition(fallback.Conditions, v1alpha1.ConditionVerified).Message)
+	}
+	return writeErr
 }
 
 // statusApplyObject is the apply configuration of the status: only this controller's conditions,
@@ -257,19 +340,6 @@ func (r *CardReconciler) recordTransitions(c *v1alpha1.AgentCard, st v1alpha1.Ag
 			typ = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, nil, typ, now.Reason, t, "%s=%s: %s", t, now.Status, now.Message)
-	}
-}
-
-// labelPods writes kagenti.io/signature-verified on every pod whose card was checked.
-func (r *CardReconciler) labelPods(ctx context.Context, served []servedPod) {
-	for _, sp := range served {
-		if sp.state.card == nil {
-			continue
-		}
-		verified := sp.state.verify.Verified && sp.state.binding.Bound
-		if err := r.patchVerifiedLabel(ctx, sp.pod, verified); err != nil {
-			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
-		}
 	}
 }
 

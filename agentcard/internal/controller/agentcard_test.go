@@ -19,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/devca"
+	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/pkg/duck"
@@ -192,7 +193,7 @@ func TestPerPodFailures(t *testing.T) {
 		}
 	}))
 	serveOn(t, "127.42.2.3", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(`{"name":"` + strings.Repeat("x", 2<<20) + `"}`))
+		_, _ = w.Write([]byte(`{"name":"` + strings.Repeat("x", fetch.MaxBodyBytes) + `"}`))
 	}))
 	serveOn(t, "127.42.2.4", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("<html>hello</html>"))
@@ -218,7 +219,7 @@ func TestPerPodFailures(t *testing.T) {
 	want := map[string][2]string{
 		"good":     {v1alpha1.FetchSuccess, ""},
 		"slow":     {v1alpha1.FetchFailed, "no answer within 1s"},
-		"big":      {v1alpha1.FetchFailed, "larger than 1048576 bytes"},
+		"big":      {v1alpha1.FetchFailed, fmt.Sprintf("larger than %d bytes", fetch.MaxBodyBytes)},
 		"html":     {v1alpha1.FetchInvalid, "not a JSON object"},
 		"invalid":  {v1alpha1.FetchInvalid, "capabilities: required"},
 		"redirect": {v1alpha1.FetchFailed, "redirect"},
@@ -231,7 +232,7 @@ func TestPerPodFailures(t *testing.T) {
 	}
 	assert.EqualValues(t, 5, c.Status.SyncErrors)
 	assert.Equal(t, "True/CardAvailable", cond(c, "Ready"), "one good pod is enough when no signature is required")
-	assert.Equal(t, "False/FetchFailed", cond(c, "Synced"))
+	assert.Equal(t, "False/CardTooLarge", cond(c, "Synced"), "the first failed pod (by name) is the oversized one")
 	assert.Equal(t, "False/NoSignature", cond(c, "SignatureVerified"))
 	// Unsigned cards are labelled false.
 	var p corev1.Pod

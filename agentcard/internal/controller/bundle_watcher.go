@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -21,7 +21,10 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// The trust bundle is the only ConfigMap agentcard reads: a Role in the install namespace for that
+// one name (list and watch by name are authorized against resourceNames through the
+// metadata.name field selector the informer sends). A bundle elsewhere needs its own Role.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch,namespace=kagenti-system,resourceNames=spire-bundle
 
 // BundleWatcher follows the one trust-bundle ConfigMap (an informer restricted to its name, so no
 // other ConfigMap is cached) and re-queues every AgentCard when the bundle changes.
@@ -35,17 +38,18 @@ type BundleWatcher struct {
 	rotations chan<- event.TypedGenericEvent[client.Object]
 }
 
-// NewBundleWatcher validates the trust domain and builds the watcher.
-func NewBundleWatcher(mgr ctrl.Manager, key types.NamespacedName, dataKey, trustDomain string, store *TrustStore, rotations chan<- event.TypedGenericEvent[client.Object]) (*BundleWatcher, error) {
+// NewBundleWatcher validates the trust domain and builds the watcher: it watches the ConfigMap key
+// with cfg and lists the AgentCards to re-queue with reader.
+func NewBundleWatcher(cfg *rest.Config, reader client.Reader, key types.NamespacedName, dataKey, trustDomain string, store *TrustStore, rotations chan<- event.TypedGenericEvent[client.Object]) (*BundleWatcher, error) {
 	td, err := spiffeid.TrustDomainFromString(trustDomain)
 	if err != nil {
 		return nil, fmt.Errorf("--trust-domain %q: %w", trustDomain, err)
 	}
-	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &BundleWatcher{cs: cs, reader: mgr.GetClient(), key: key, dataKey: dataKey, td: td, store: store, rotations: rotations}, nil
+	return &BundleWatcher{cs: cs, reader: reader, key: key, dataKey: dataKey, td: td, store: store, rotations: rotations}, nil
 }
 
 // NeedLeaderElection: every replica keeps its bundle current (the discovery API needs no bundle,

@@ -59,22 +59,19 @@ func (r *CardReconciler) podSelector(ctx context.Context, c *v1alpha1.AgentCard)
 	return sel, nil
 }
 
-// readyPods lists the selected pods that are Ready, have an IP and are not terminating, by name.
-func (r *CardReconciler) readyPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
+// selectedPods lists the selected pods by name. Only those isServing are fetched; the others
+// keep a verdict given while they served (same pod, same IP), so a readiness blip does not take
+// the label away.
+func (r *CardReconciler) selectedPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
-	out := make([]corev1.Pod, 0, len(list.Items))
-	for _, p := range list.Items {
-		if isServing(&p) {
-			out = append(out, p)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items, nil
 }
 
+// isServing: Ready, with an IP, running and not terminating.
 func isServing(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
 		return false

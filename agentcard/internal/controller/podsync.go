@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -25,15 +29,22 @@ import (
 // at once.
 const failureThreshold = 3
 
-// podState is what the controller remembers about one pod between syncs: the ETag and body of
-// its last good answer (so a 304 costs no parsing) and the verification made for it.
+// MaxStatusCardBytes bounds a card as written to status.card: its JSON encoding, where every <, >
+// and & takes 6 bytes (\u003c), which is how the API server receives and stores it. Together with
+// the bounded per-pod entries it keeps an AgentCard's status well below what the API server and
+// etcd accept (3 MiB per request, 1.5 MiB per object by default).
+const MaxStatusCardBytes = 256 << 10
+
+// podState is what the controller remembers about one pod between syncs: the ETag and a summary of
+// its last good answer (so a 304 costs no parsing) and the verification made for it. Everything in
+// it is bounded: the ETag by fetch.MaxETagBytes, messages by their cut, the card by cardStore.
 type podState struct {
 	uid  types.UID
 	ip   string
 	etag string
 	path string
 	url  string
-	card *card.Card
+	card *cardSummary
 
 	// The endpoint fetched: the last good answer only stands in for the same pod at the same one.
 	scheme string
@@ -48,11 +59,28 @@ type podState struct {
 	// misses counts the unanswered fetches in a row that are not reported yet (see failureThreshold).
 	misses int
 
-	// result of the last reported sync
+	// result of the last reported sync; reason is the CamelCase cause of a failure.
 	fetchStatus string
+	reason      string
 	errMsg      string
 	changedAt   time.Time
 	createdAt   time.Time
+}
+
+// cardSummary is what is kept of a pod's card between syncs; the parsed card itself is not.
+type cardSummary struct {
+	hash, name, version string
+	// signatures identifies the card's signatures[] (a digest, whatever their size).
+	signatures string
+	// status is the card as status.card carries it. While the store holds it (heldKey != "") it is
+	// shared with every pod serving the same card; otherwise it lives for the sync that fetched it.
+	status  []byte
+	heldKey string
+}
+
+// verified is the pod's verdict: a card whose signature verifies and whose signer is bound.
+func (s *podState) verified() bool {
+	return s.card != nil && s.verify.Verified && s.binding.Bound
 }
 
 // cardState is per AgentCard.
@@ -76,6 +104,7 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 	p := in.pod
 	scheme, port, paths := endpointFor(in.card, p)
 	if st.uid != p.UID || st.ip != p.Status.PodIP || st.scheme != scheme || st.port != port || !slices.Equal(st.paths, paths) {
+		r.dropCard(st)
 		*st = podState{uid: p.UID, ip: p.Status.PodIP, scheme: scheme, port: port, paths: paths, createdAt: p.CreationTimestamp.Time}
 	}
 	prevStatus, prevErr, prevHash := st.fetchStatus, st.errMsg, hashOf(st.card)
@@ -97,69 +126,166 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		if errors.As(err, &fe) {
 			st.url = fe.URL
 		}
-		st.fetchStatus, st.errMsg, st.card, st.etag = v1alpha1.FetchFailed, err.Error(), nil, ""
+		reason := "FetchFailed"
+		if fetch.KindOf(err) == "TooLarge" {
+			reason = v1alpha1.ReasonCardTooLarge
+		}
+		r.fail(st, v1alpha1.FetchFailed, reason, err.Error())
 		return
 	}
 	st.misses = 0
 	st.url = resp.URL
+	var parsed *card.Card
 	if resp.NotModified && st.card != nil {
 		metrics.ObserveFetch("NotModified", time.Since(start))
 	} else {
-		st.etag, st.path = resp.ETag, resp.Path
 		c, perr := card.Parse(resp.Body)
 		if perr != nil {
 			metrics.ObserveFetch("Invalid", time.Since(start))
-			st.fetchStatus, st.errMsg, st.card, st.etag = v1alpha1.FetchInvalid, "invalid agent card: "+perr.Error(), nil, ""
+			r.fail(st, v1alpha1.FetchInvalid, "InvalidCard", "invalid agent card: "+perr.Error())
+			return
+		}
+		// The bytes the status write will carry: numbers as served (the parser keeps them as
+		// json.Number), <, > and & escaped as the API server will receive and store them.
+		encoded, err := json.Marshal(c.Object)
+		if err != nil {
+			r.fail(st, v1alpha1.FetchInvalid, "InvalidCard", "invalid agent card: "+err.Error())
+			return
+		}
+		if len(encoded) > MaxStatusCardBytes {
+			metrics.ObserveFetch("TooLarge", time.Since(start))
+			r.fail(st, v1alpha1.FetchFailed, v1alpha1.ReasonCardTooLarge, fmt.Sprintf(
+				"card is %d bytes JSON-encoded (each <, > and & takes 6), more than the %d an AgentCard status holds",
+				len(encoded), MaxStatusCardBytes))
 			return
 		}
 		metrics.ObserveFetch("Success", time.Since(start))
-		st.card = c
+		r.keepCard(st, c, encoded, resp.ETag, resp.Path)
+		parsed = c
 	}
-	r.verifyPod(st, in)
-	st.errMsg = ""
+	r.verifyPod(st, in, parsed)
+	st.errMsg, st.reason = "", ""
 	st.fetchStatus = v1alpha1.FetchSuccess
-	if in.requireSig && !(st.verify.Verified && st.binding.Bound) {
+	if in.requireSig && !st.verified() {
 		st.fetchStatus = v1alpha1.FetchUnverified
 		st.errMsg = st.verify.Message
-		if st.verify.Verified {
+		if st.verify.Verified || st.binding.Reason != signature.ReasonNotVerified {
 			st.errMsg = st.binding.Message
 		}
 	}
 }
 
-// verifyPod verifies st.card unless the same card was verified for the same identity and bundle.
-func (r *CardReconciler) verifyPod(st *podState, in syncInput) {
-	expected, err := signature.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, in.pod.Namespace, in.pod.Spec.ServiceAccountName)
+// fail records a reported failure: the pod has no card (and no verdict) any more.
+func (r *CardReconciler) fail(st *podState, fetchStatus, reason, msg string) {
+	r.dropCard(st)
+	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, cutEncoded(msg, maxEntryErrorBytes)
+}
+
+// keepCard replaces the pod's card with c, held in the store when the budget allows. A card the
+// store cannot hold is not fetched conditionally next time (its ETag is dropped), so a 304 never
+// has to stand for a card that is no longer there.
+func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, etag, path string) {
+	r.dropCard(st)
+	sum := &cardSummary{hash: c.Hash, name: cutEncoded(c.Name, maxKeyIDBytes), version: cutEncoded(c.Version, maxKeyIDBytes),
+		signatures: signaturesDigest(c), status: encoded}
+	st.etag, st.path = "", path
+	if key, shared, ok := r.cards.hold(encoded); ok {
+		sum.status, sum.heldKey = shared, key
+		st.etag = etag
+	}
+	st.card = sum
+}
+
+// dropCard forgets the pod's card, releasing it from the store.
+func (r *CardReconciler) dropCard(st *podState) {
+	if st.card != nil {
+		r.cards.release(st.card.heldKey)
+	}
+	st.card, st.etag = nil, ""
+}
+
+// releaseTransient drops the card bytes the store does not hold, once the sync that fetched them
+// has written its status: the summary (hash, verdict) stays, the bytes do not.
+func (st *podState) releaseTransient() {
+	if st.card != nil && st.card.heldKey == "" {
+		st.card.status = nil
+	}
+}
+
+// verifyPod verifies the pod's card unless the same card was verified for the same identity and
+// bundle. parsed is the card when this sync fetched it, nil after a 304.
+func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card) {
+	expected, idErr := r.Identities.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, in.pod.Namespace, in.pod.Spec.ServiceAccountName)
 	bundle, _ := r.Trust.Get()
 	bundleHash := ""
 	if bundle != nil {
 		bundleHash = bundle.Hash
 	}
-	key := st.card.Hash + "|" + signaturesKey(st.card) + "|" + expected + "|" + in.trustDomain + "|" + bundleHash
+	idKey := expected
+	if idErr != nil {
+		idKey = idErr.Reason + ":" + idErr.Message
+	}
+	key := digest(st.card.hash, st.card.signatures, idKey, in.trustDomain, bundleHash)
 	if key == st.verifiedFor {
 		return
 	}
-	st.verify = (&signature.Verifier{Bundle: bundle}).Verify(st.card)
+	if parsed == nil {
+		// A 304 for a card verified under another bundle or identity: parse the kept copy again. A
+		// kept copy always exists here (a card the store could not hold has no ETag, so no 304).
+		c, err := card.Parse(st.card.status)
+		if err != nil {
+			st.verify = signature.Result{Reason: signature.ReasonMalformedSignature, Message: "cannot re-read the kept card: " + err.Error()}
+			st.binding = signature.BindingResult{Reason: signature.ReasonNotVerified, Message: "no verified signature"}
+			st.verifiedFor = ""
+			return
+		}
+		parsed = c
+	}
+	st.verify = boundedResult((&signature.Verifier{Bundle: bundle}).Verify(parsed))
 	metrics.ObserveVerification(st.verify.Verified, st.verify.Reason)
-	if err != nil {
-		st.binding = signature.BindingResult{Reason: signature.ReasonNoExpectedIdentity, Message: err.Error()}
+	if idErr != nil {
+		// A binding the spec cannot have is reported as such, whatever the signature.
+		st.binding = signature.BindingResult{Expected: in.expectedIDSpec, Reason: idErr.Reason, Message: idErr.Message}
 	} else {
 		st.binding = signature.Bind(st.verify, expected, in.trustDomain)
 	}
 	st.verifiedFor = key
 }
 
-func signaturesKey(c *card.Card) string {
-	s := ""
-	for _, sig := range c.Signatures {
-		s += sig.Protected + "." + sig.Signature + ";"
-	}
-	return s
+// boundedResult cuts what a verification result repeats from the card (kid, alg, messages quoting
+// the protected header) before it is kept with the pod and written to status.
+func boundedResult(v signature.Result) signature.Result {
+	v.KeyID = cutEncoded(v.KeyID, maxKeyIDBytes)
+	v.Algorithm = cutEncoded(v.Algorithm, maxKeyIDBytes)
+	v.SpiffeID = cutEncoded(v.SpiffeID, maxSpiffeIDBytes)
+	v.Message = cutEncoded(v.Message, maxMessageBytes)
+	return v
 }
 
-func hashOf(c *card.Card) string {
+// signaturesDigest identifies a card's signatures without keeping them.
+func signaturesDigest(c *card.Card) string {
+	h := sha256.New()
+	for _, sig := range c.Signatures {
+		h.Write([]byte(sig.Protected))
+		h.Write([]byte{'.'})
+		h.Write([]byte(sig.Signature))
+		h.Write([]byte{';'})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// digest hashes its parts (separated, so that no two lists of parts collide).
+func digest(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s|", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func hashOf(c *cardSummary) string {
 	if c == nil {
 		return ""
 	}
-	return c.Hash
+	return c.hash
 }

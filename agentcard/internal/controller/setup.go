@@ -24,6 +24,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -45,6 +46,19 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// AutoCreate enables AgentCardSync.
 	AutoCreate bool
+	// CrossNamespaceIdentities are SPIFFE ID patterns an AgentCard of any namespace may bind
+	// (signature.IdentityRules); empty: only identities of the AgentCard's own namespace.
+	CrossNamespaceIdentities []string
+	// MaxCachedCardBytes bounds the cards kept between syncs (cardStore).
+	MaxCachedCardBytes int
+}
+
+// Validate reports bad values by flag name.
+func (o Options) Validate() error {
+	if err := (signature.IdentityRules{CrossNamespace: o.CrossNamespaceIdentities}).Validate(); err != nil {
+		return fmt.Errorf("--cross-namespace-identities: %w", err)
+	}
+	return nil
 }
 
 // Defaults fills unset options.
@@ -64,33 +78,44 @@ func (o *Options) Defaults() {
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 16
 	}
+	if o.MaxCachedCardBytes <= 0 {
+		o.MaxCachedCardBytes = DefaultMaxCachedCardBytes
+	}
 }
 
 // Setup registers the pillar's reconcilers, indexes and watches with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	opts.Defaults()
+	if err := opts.Validate(); err != nil {
+		return err
+	}
 	ctx := context.Background()
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
 	trust := &TrustStore{}
 	metrics.SetBundleClock(trust.LoadedAt)
+	verified := newVerifiedPods()
 	r := &CardReconciler{
 		Client:           mgr.GetClient(),
 		Resolver:         duck.NewManagerResolver(mgr),
 		Fetcher:          fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
 		Trust:            trust,
 		Recorder:         mgr.GetEventRecorder(FieldManager),
+		Verified:         verified,
+		Identities:       signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities},
 		RequireSignature: opts.RequireSignature,
 		TrustDomain:      opts.TrustDomain,
+		cards:            newCardStore(opts.MaxCachedCardBytes),
 	}
+	metrics.SetCardCacheSize(func() float64 { return float64(r.cards.size()) })
 	rotations := make(chan event.TypedGenericEvent[client.Object], 16)
 	if opts.TrustBundleConfigMap != "" {
 		ns, name, ok := strings.Cut(opts.TrustBundleConfigMap, "/")
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--trust-bundle-configmap must be namespace/name, got %q", opts.TrustBundleConfigMap)
 		}
-		bw, err := NewBundleWatcher(mgr, types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
+		bw, err := NewBundleWatcher(mgr.GetConfig(), mgr.GetClient(), types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
 		if err != nil {
 			return err
 		}
@@ -118,6 +143,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})))
 	}
 	if err := b.Complete(r); err != nil {
+		return err
+	}
+	guard := &LabelGuard{Client: mgr.GetClient(), Verified: verified, Recorder: mgr.GetEventRecorder(FieldManager), Retry: 2 * time.Second}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("agentcard-label-guard").
+		For(&corev1.Pod{}, builder.WithPredicates(labelledVerified())).
+		Complete(guard); err != nil {
 		return err
 	}
 
@@ -166,6 +198,13 @@ func podChanged() predicate.Predicate {
 		return isServing(o) != isServing(n) || o.Status.PodIP != n.Status.PodIP ||
 			!n.DeletionTimestamp.Equal(o.DeletionTimestamp) || !sameLabelsExceptOurs(o.Labels, n.Labels)
 	}}
+}
+
+// labelledVerified passes pods that carry kagenti.io/signature-verified=true (the LabelGuard judges them).
+func labelledVerified() predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetLabels()[v1alpha1.LabelSignatureVerified] == "true"
+	})
 }
 
 func sameLabelsExceptOurs(a, b map[string]string) bool {

@@ -1,11 +1,11 @@
 package controller
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,13 +14,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
 // ownConditions are the condition types this controller writes; others (netpol's) are left alone.
 var ownConditions = []string{
 	v1alpha1.ConditionReady, v1alpha1.ConditionSynced, v1alpha1.ConditionSignatureVerified,
-	v1alpha1.ConditionBound, v1alpha1.ConditionCardConsistent,
+	v1alpha1.ConditionBound, v1alpha1.ConditionVerified, v1alpha1.ConditionCardConsistent,
 }
+
+// Bounds of the text written to status, in JSON-encoded bytes (what the API server receives).
+const (
+	maxMessageBytes    = 1024
+	maxEntryErrorBytes = 512
+	maxKeyIDBytes      = 256
+	maxSpiffeIDBytes   = 2048
+)
 
 // servedPod pairs a ready pod with its sync result.
 type servedPod struct {
@@ -37,10 +46,12 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
 	}
+	// Without a card there is nothing to verify: the verdict is negative, for the same reason Ready gives.
 	unknownCardConds := func(reason, msg string) {
 		set(v1alpha1.ConditionSignatureVerified, metav1.ConditionUnknown, reason, msg)
 		set(v1alpha1.ConditionBound, metav1.ConditionUnknown, reason, msg)
 		set(v1alpha1.ConditionCardConsistent, metav1.ConditionUnknown, reason, msg)
+		set(v1alpha1.ConditionVerified, metav1.ConditionFalse, reason, msg)
 	}
 
 	if selErr != nil {
@@ -61,7 +72,7 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 	var withCard, failed []servedPod
 	for _, sp := range pods {
 		s := sp.state
-		e := v1alpha1.PodCard{PodName: sp.pod.Name, PodIP: sp.pod.Status.PodIP, URL: s.url, FetchStatus: s.fetchStatus, Error: truncate(s.errMsg, 1024), CardHash: hashOf(s.card)}
+		e := v1alpha1.PodCard{PodName: sp.pod.Name, PodIP: sp.pod.Status.PodIP, URL: s.url, FetchStatus: s.fetchStatus, Error: cutEncoded(s.errMsg, maxEntryErrorBytes), CardHash: hashOf(s.card)}
 		t := metav1.NewTime(s.changedAt.Truncate(time.Second))
 		if prev, ok := oldEntries[e.PodName]; ok && prev.LastFetchTime != nil && samePodEntry(prev, e) {
 			t = *prev.LastFetchTime
@@ -81,11 +92,7 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 	case len(pods) == 0:
 		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, "NoReadyPods", "no ready pod with an IP is selected")
 	case len(failed) > 0:
-		reason := "FetchFailed"
-		if failed[0].state.fetchStatus == v1alpha1.FetchInvalid {
-			reason = "InvalidCard"
-		}
-		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, reason, podErrors(failed))
+		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, failureReason(failed), podErrors(failed))
 	default:
 		set(v1alpha1.ConditionSynced, metav1.ConditionTrue, "Fetched", fmt.Sprintf("fetched the card from %d pod(s)", len(pods)))
 	}
@@ -96,6 +103,9 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 		if len(pods) > 0 {
 			st.Phase = v1alpha1.PhaseError
 			reason, msg = "NoValidCard", podErrors(failed)
+			if r := failureReason(failed); r == v1alpha1.ReasonCardTooLarge {
+				reason = r
+			}
 		}
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 		unknownCardConds(reason, "no card fetched")
@@ -107,17 +117,25 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 		return withCard[i].state.createdAt.After(withCard[j].state.createdAt)
 	})
 	chosen := withCard[0].state
-	st.Card = &runtime.RawExtension{Raw: compactJSON(chosen.card.Raw)}
-	st.CardHash = chosen.card.Hash
+	st.CardHash = chosen.card.hash
+	switch {
+	case chosen.card.status != nil:
+		st.Card = &runtime.RawExtension{Raw: chosen.card.status}
+	case old.CardHash == chosen.card.hash && old.Card != nil:
+		// The bytes were not kept (over the store's budget) and the card did not change.
+		st.Card = old.Card.DeepCopy()
+	}
 	v, b := chosen.verify, chosen.binding
-	st.Signature = &v1alpha1.SignatureStatus{Verified: v.Verified, KeyID: v.KeyID, SpiffeID: v.SpiffeID, Algorithm: v.Algorithm, Reason: v.Reason, Message: truncate(v.Message, 1024)}
-	st.Binding = &v1alpha1.BindingStatus{Bound: b.Bound, ExpectedSpiffeID: b.Expected, Reason: b.Reason, Message: truncate(b.Message, 1024)}
-	set(v1alpha1.ConditionSignatureVerified, boolStatus(v.Verified), v.Reason, truncate(v.Message, 1024))
-	set(v1alpha1.ConditionBound, boolStatus(b.Bound), b.Reason, truncate(b.Message, 1024))
+	st.Signature = &v1alpha1.SignatureStatus{Verified: v.Verified, KeyID: v.KeyID, SpiffeID: v.SpiffeID, Algorithm: v.Algorithm, Reason: v.Reason, Message: cutEncoded(v.Message, maxMessageBytes)}
+	st.Binding = &v1alpha1.BindingStatus{Bound: b.Bound, ExpectedSpiffeID: cutEncoded(b.Expected, maxSpiffeIDBytes), Reason: b.Reason, Message: cutEncoded(b.Message, maxMessageBytes)}
+	set(v1alpha1.ConditionSignatureVerified, boolStatus(v.Verified), v.Reason, cutEncoded(v.Message, maxMessageBytes))
+	set(v1alpha1.ConditionBound, boolStatus(b.Bound), b.Reason, cutEncoded(b.Message, maxMessageBytes))
+	verified, reason, msg := verdict(v, b)
+	set(v1alpha1.ConditionVerified, boolStatus(verified), reason, cutEncoded(msg, maxMessageBytes))
 
 	var differ []string
 	for _, sp := range withCard[1:] {
-		if sp.state.card.Hash != chosen.card.Hash {
+		if sp.state.card.hash != chosen.card.hash {
 			differ = append(differ, sp.pod.Name)
 		}
 	}
@@ -132,19 +150,41 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 	switch {
 	case requireSig && !v.Verified:
 		st.Phase = v1alpha1.PhaseError
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "SignatureRequired", "a verified signature is required: "+truncate(v.Message, 900))
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "SignatureRequired", cutEncoded("a verified signature is required: "+v.Message, maxMessageBytes))
 	case requireSig && !b.Bound:
 		st.Phase = v1alpha1.PhaseError
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "IdentityNotBound", "the signer must be the workload's identity: "+truncate(b.Message, 900))
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "IdentityNotBound", cutEncoded("the signer must be the workload's identity: "+b.Message, maxMessageBytes))
 	default:
 		st.Phase = v1alpha1.PhaseActive
-		msg := fmt.Sprintf("card %q version %q available", chosen.card.Name, chosen.card.Version)
+		msg := cutEncoded(fmt.Sprintf("card %q version %q available", chosen.card.name, chosen.card.version), maxMessageBytes)
 		if !requireSig {
 			msg += " (signature not required)"
 		}
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "CardAvailable", msg)
 	}
 	return st
+}
+
+// verdict is the Verified condition of a card: True when the signature verifies and the signer is
+// bound; otherwise the first cause, where a binding the spec cannot have (IdentityNotAllowed,
+// InvalidSpiffeID, ...) comes before the signature's own failure.
+func verdict(v signature.Result, b signature.BindingResult) (bool, string, string) {
+	switch {
+	case v.Verified && b.Bound:
+		return true, v1alpha1.ReasonVerified, "signed by " + v.SpiffeID + ", the identity this card may claim"
+	case b.Reason != signature.ReasonNotVerified && b.Reason != "":
+		return false, b.Reason, b.Message
+	default:
+		return false, v.Reason, v.Message
+	}
+}
+
+// failureReason is the condition reason of the first failed pod.
+func failureReason(failed []servedPod) string {
+	if r := failed[0].state.reason; r != "" {
+		return r
+	}
+	return "FetchFailed"
 }
 
 func samePodEntry(a, b v1alpha1.PodCard) bool {
@@ -159,9 +199,9 @@ func podErrors(failed []servedPod) string {
 			parts = append(parts, fmt.Sprintf("and %d more", len(failed)-3))
 			break
 		}
-		parts = append(parts, sp.pod.Name+": "+truncate(sp.state.errMsg, 300))
+		parts = append(parts, sp.pod.Name+": "+cutEncoded(sp.state.errMsg, 300))
 	}
-	return strings.Join(parts, "; ")
+	return cutEncoded(strings.Join(parts, "; "), maxMessageBytes)
 }
 
 func boolStatus(b bool) metav1.ConditionStatus {
@@ -171,20 +211,30 @@ func boolStatus(b bool) metav1.ConditionStatus {
 	return metav1.ConditionFalse
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// cutEncoded returns s, valid UTF-8, cut so that its JSON encoding (as encoding/json writes it,
+// escaping <, >, & and control characters as \u00XX) takes at most n bytes plus the ellipsis. Text
+// from a pod ends up in status messages: its size must be bounded as the API server will count it.
+func cutEncoded(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	size := 0
+	for i, r := range s {
+		size += encodedRuneLen(r)
+		if size > n {
+			return s[:i] + "…"
+		}
 	}
-	return s[:n] + "…"
+	return s
 }
 
-func compactJSON(raw []byte) []byte {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return raw
+func encodedRuneLen(r rune) int {
+	switch {
+	case r == '<' || r == '>' || r == '&' || r < 0x20 || r == '\u2028' || r == '\u2029':
+		return 6
+	case r == '"' || r == '\\':
+		return 2
+	default:
+		return utf8.RuneLen(r)
 	}
-	b, _ := json.Marshal(v)
-	return b
 }
 
 // statusEqual compares two statuses the way the API server would store them, ignoring timestamps
@@ -213,4 +263,33 @@ func normalize(s v1alpha1.AgentCardStatus) v1alpha1.AgentCardStatus {
 	}
 	s.Conditions = conds
 	return s
+}
+
+// isVerified reads the verdict of a status: its Verified condition is True for its generation.
+func isVerified(st v1alpha1.AgentCardStatus) bool {
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == st.ObservedGeneration
+}
+
+// failClosedStatus is the small status written when the API server refused desired: no card, no
+// signature or binding result, every verdict-bearing condition saying why. It is small enough for
+// any API server that accepts status writes at all.
+func failClosedStatus(c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) v1alpha1.AgentCardStatus {
+	st := v1alpha1.AgentCardStatus{
+		ObservedGeneration: c.Generation,
+		Phase:              v1alpha1.PhaseError,
+		DiscoveredPods:     desired.DiscoveredPods,
+		SyncErrors:         desired.SyncErrors,
+		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
+	}
+	msg := cutEncoded("the API server refused the AgentCard status ("+writeErr.Error()+"); the previous verdict is withdrawn until a status can be written", maxMessageBytes)
+	set := func(t string, s metav1.ConditionStatus) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: v1alpha1.ReasonStatusWriteFailed, Message: msg, ObservedGeneration: c.Generation})
+	}
+	set(v1alpha1.ConditionReady, metav1.ConditionFalse)
+	set(v1alpha1.ConditionVerified, metav1.ConditionFalse)
+	for _, t := range []string{v1alpha1.ConditionSynced, v1alpha1.ConditionSignatureVerified, v1alpha1.ConditionBound, v1alpha1.ConditionCardConsistent} {
+		set(t, metav1.ConditionUnknown)
+	}
+	return st
 }

@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +23,8 @@ func served(t *testing.T, name string, created time.Time, version string, verifi
 	t.Helper()
 	c, err := card.Parse(testcards.Weather(version))
 	require.NoError(t, err)
-	st := &podState{card: c, fetchStatus: v1alpha1.FetchSuccess, createdAt: created, changedAt: created}
+	sum := &cardSummary{hash: c.Hash, name: c.Name, version: c.Version, status: c.Raw}
+	st := &podState{card: sum, fetchStatus: v1alpha1.FetchSuccess, createdAt: created, changedAt: created}
 	if verified {
 		st.verify = signature.Result{Verified: true, Reason: signature.ReasonVerified, SpiffeID: "spiffe://td/x"}
 		st.binding = signature.BindingResult{Bound: true, Reason: signature.ReasonBound}
@@ -61,4 +65,78 @@ func TestBuildStatusRequireSignature(t *testing.T) {
 	st = buildStatus(c, nil, &selectorError{reason: "TargetNotFound", message: "Deployment \"x\" not found"}, true, time.Now())
 	assert.Equal(t, v1alpha1.PhasePending, st.Phase)
 	assert.Equal(t, "TargetNotFound", meta.FindStatusCondition(st.Conditions, "Ready").Reason)
+}
+
+func TestBuildStatusVerdict(t *testing.T) {
+	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+	st := buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
+	v := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified)
+	require.NotNil(t, v)
+	assert.Equal(t, metav1.ConditionTrue, v.Status)
+	assert.EqualValues(t, 2, v.ObservedGeneration)
+	assert.True(t, isVerified(st))
+
+	st = buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
+	assert.Equal(t, "NoSignature", meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified).Reason)
+	assert.False(t, isVerified(st))
+
+	// A binding the spec cannot have is the verdict's reason, before the signature's failure.
+	notAllowed := served(t, "p", time.Now(), "1", false)
+	notAllowed.state.binding = signature.BindingResult{Reason: signature.ReasonIdentityNotAllowed, Message: "namespace rule"}
+	st = buildStatus(c, []servedPod{notAllowed}, nil, false, time.Now())
+	assert.Equal(t, signature.ReasonIdentityNotAllowed, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified).Reason)
+
+	// No card: not verified, for Ready's reason.
+	failed := served(t, "p", time.Now(), "1", false)
+	failed.state.card, failed.state.fetchStatus, failed.state.reason = nil, v1alpha1.FetchFailed, v1alpha1.ReasonCardTooLarge
+	st = buildStatus(c, []servedPod{failed}, nil, false, time.Now())
+	assert.Equal(t, "False/CardTooLarge", string(meta.FindStatusCondition(st.Conditions, "Verified").Status)+"/"+meta.FindStatusCondition(st.Conditions, "Verified").Reason)
+	assert.Equal(t, v1alpha1.ReasonCardTooLarge, meta.FindStatusCondition(st.Conditions, "Ready").Reason)
+	assert.Equal(t, v1alpha1.ReasonCardTooLarge, meta.FindStatusCondition(st.Conditions, "Synced").Reason)
+	st = buildStatus(c, nil, &selectorError{reason: "TargetNotFound", message: "x"}, false, time.Now())
+	assert.Equal(t, "TargetNotFound", meta.FindStatusCondition(st.Conditions, "Verified").Reason)
+}
+
+func TestFailClosedStatusWithdrawsTheVerdict(t *testing.T) {
+	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	c.Status = buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
+	require.True(t, isVerified(c.Status))
+	desired := buildStatus(c, []servedPod{served(t, "p", time.Now(), "2", false)}, nil, false, time.Now())
+	st := failClosedStatus(c, desired, fmt.Errorf("request entity too large"))
+	assert.False(t, isVerified(st))
+	assert.Nil(t, st.Card)
+	assert.Nil(t, st.Signature)
+	assert.Equal(t, v1alpha1.PhaseError, st.Phase)
+	for _, typ := range ownConditions {
+		cond := meta.FindStatusCondition(st.Conditions, typ)
+		require.NotNil(t, cond, typ)
+		assert.Equal(t, v1alpha1.ReasonStatusWriteFailed, cond.Reason, typ)
+		assert.NotEqual(t, metav1.ConditionTrue, cond.Status, typ)
+	}
+	assert.Contains(t, meta.FindStatusCondition(st.Conditions, "Verified").Message, "request entity too large")
+}
+
+// Messages in status are bounded by their JSON-encoded size, as the API server counts them.
+func TestCutEncoded(t *testing.T) {
+	assert.Equal(t, "abc", cutEncoded("abc", 3))
+	assert.Equal(t, "ab…", cutEncoded("abcd", 2))
+	assert.Equal(t, "<…", cutEncoded("<<<", 6), "each < takes 6 bytes once encoded")
+	assert.Equal(t, "é", cutEncoded("é", 2))
+	assert.Equal(t, "…", cutEncoded("é", 1), "never cut inside a rune")
+	assert.Equal(t, "a\uFFFD", cutEncoded("a\xff", 10), "invalid UTF-8 is replaced, as the encoder would")
+	long := cutEncoded(strings.Repeat("<", 10000), maxMessageBytes)
+	b, err := json.Marshal(strings.TrimSuffix(long, "…"))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(b)-2, maxMessageBytes)
+}
+
+// What a verification result repeats from the card (a kid or alg of any size, quoted in messages)
+// is cut before it is kept per pod.
+func TestBoundedResult(t *testing.T) {
+	huge := strings.Repeat("k", 100<<10)
+	v := boundedResult(signature.Result{KeyID: huge, Algorithm: huge, SpiffeID: huge, Message: "kid " + huge + " cannot be resolved"})
+	assert.LessOrEqual(t, len(v.KeyID), maxKeyIDBytes+len("…"))
+	assert.LessOrEqual(t, len(v.Algorithm), maxKeyIDBytes+len("…"))
+	assert.LessOrEqual(t, len(v.SpiffeID), maxSpiffeIDBytes+len("…"))
+	assert.LessOrEqual(t, len(v.Message), maxMessageBytes+len("…"))
 }

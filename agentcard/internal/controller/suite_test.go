@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -40,7 +41,9 @@ const (
 )
 
 var (
-	k8s     client.Client
+	k8s client.Client
+	// cached reads through the controller's own cache.
+	cached  client.Reader
 	cs      kubernetes.Interface
 	restCfg *rest.Config
 	ca      *devca.CA
@@ -67,6 +70,8 @@ func run(m *testing.M) int {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "../../../deploy/crds/agentcard")},
 		ErrorIfCRDPathMissing: true,
+		// The machines running this are shared; give the API server time to come up.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -99,6 +104,7 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	cs = kubernetes.NewForConfigOrDie(cfg)
+	cached = mgr.GetClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	mustCreate(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: bundleNS}})
@@ -110,6 +116,8 @@ func run(m *testing.M) int {
 		TrustDomain:          "cluster.local",
 		FetchTimeout:         time.Second,
 		AutoCreate:           true,
+		// TestIdentityBindingStaysInItsNamespace binds one of these from another namespace.
+		CrossNamespaceIdentities: []string{"spiffe://cluster.local/ns/shared-*/sa/*"},
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
@@ -140,10 +148,28 @@ func mustCreate(ctx context.Context, o client.Object) {
 
 var nsCounter atomic.Int32
 
+// newNamespace creates a namespace for one test. Its workloads and AgentCards are deleted when the
+// test ends (envtest runs no namespace controller): the loopback pod IPs are reused by the next
+// run of the same test (-count), whose card servers must not be fetched by the last run's cards.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	name := fmt.Sprintf("ac-test-%d", nsCounter.Add(1))
 	require.NoError(t, k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, o := range []client.Object{&appsv1.Deployment{}, &v1alpha1.AgentCard{}} {
+			_ = k8s.DeleteAllOf(ctx, o, client.InNamespace(name))
+		}
+		// Wait until the controller's cache no longer has them: from then on no sync fetches for them.
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			var cards v1alpha1.AgentCardList
+			if err := cached.List(ctx, &cards, client.InNamespace(name)); err == nil && len(cards.Items) == 0 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	return name
 }
 

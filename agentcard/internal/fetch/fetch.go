@@ -1,5 +1,9 @@
 // Package fetch gets agent cards from pod IPs: bounded global concurrency, a per-request timeout,
-// a body size limit, no redirects, no proxies, and conditional GETs with ETag / If-None-Match.
+// bounded headers and body, no redirects, no proxies, and conditional GETs with ETag / If-None-Match.
+//
+// Everything a pod sends is bounded before it is kept: the response headers (MaxHeaderBytes, read
+// by net/http and refused beyond), the body (MaxBodyBytes), the one header kept between fetches
+// (the ETag, MaxETagBytes) and the error messages (no reason phrase, a cut Location).
 package fetch
 
 import (
@@ -12,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,8 +24,15 @@ import (
 const (
 	PathAgentCard = "/.well-known/agent-card.json"
 	PathLegacy    = "/.well-known/agent.json"
-	// MaxBodyBytes bounds a card's size.
-	MaxBodyBytes = 1 << 20
+	// MaxBodyBytes bounds a card's size as served.
+	MaxBodyBytes = 256 << 10
+	// MaxHeaderBytes bounds a response's headers; net/http refuses larger ones without reading them.
+	MaxHeaderBytes = 16 << 10
+	// MaxETagBytes bounds the ETag kept for the next conditional GET; a longer one is not kept (the
+	// next fetch is unconditional), so a pod cannot make the controller hold more than this per pod.
+	MaxETagBytes = 256
+	// maxQuoted bounds what of a pod's header is repeated in an error message.
+	maxQuoted = 128
 )
 
 // Fetcher fetches cards. Safe for concurrent use.
@@ -45,6 +57,8 @@ func New(concurrency int, timeout time.Duration) *Fetcher {
 		// not from TLS, so the server certificate is not verified for https endpoints.
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
 		TLSHandshakeTimeout: timeout,
+		// net/http's default is 10 MiB per response, held while it is parsed.
+		MaxResponseHeaderBytes: MaxHeaderBytes,
 	}
 	return &Fetcher{
 		client: &http.Client{
@@ -140,13 +154,7 @@ func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) 
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		kind := "Unreachable"
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-			kind = "Timeout"
-			err = fmt.Errorf("no answer within %s", f.timeout)
-		}
-		return nil, &Error{Kind: kind, URL: url, Err: err}
+		return nil, f.transportError(url, err)
 	}
 	defer resp.Body.Close()
 	switch {
@@ -155,18 +163,51 @@ func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) 
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, &Error{Kind: "NotFound", URL: url, Err: errors.New("HTTP 404 Not Found")}
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		return nil, &Error{Kind: "Redirect", URL: url, Err: fmt.Errorf("HTTP %d redirect to %q is not followed", resp.StatusCode, resp.Header.Get("Location"))}
+		return nil, &Error{Kind: "Redirect", URL: url, Err: fmt.Errorf("HTTP %d redirect to %q is not followed", resp.StatusCode, cut(resp.Header.Get("Location"), maxQuoted))}
 	case resp.StatusCode != http.StatusOK:
-		return nil, &Error{Kind: "HTTPError", URL: url, Err: fmt.Errorf("HTTP %s", resp.Status)}
+		// The standard text, not the pod's reason phrase: the message ends up in the AgentCard status.
+		return nil, &Error{Kind: "HTTPError", URL: url, Err: fmt.Errorf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
 	if err != nil {
-		return nil, &Error{Kind: "Unreachable", URL: url, Err: fmt.Errorf("reading body: %w", err)}
+		return nil, f.transportError(url, fmt.Errorf("reading body: %w", err))
 	}
 	if len(body) > MaxBodyBytes {
 		return nil, &Error{Kind: "TooLarge", URL: url, Err: fmt.Errorf("card larger than %d bytes", MaxBodyBytes)}
 	}
-	return &Response{URL: url, Body: body, ETag: resp.Header.Get("ETag")}, nil
+	return &Response{URL: url, Body: body, ETag: keptETag(resp.Header.Get("ETag"))}, nil
+}
+
+// transportError classifies an error of the connection (sending, or reading the answer).
+func (f *Fetcher) transportError(url string, err error) *Error {
+	kind := "Unreachable"
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded):
+		kind = "Timeout"
+		err = fmt.Errorf("no answer within %s", f.timeout)
+	case strings.Contains(err.Error(), "server response headers exceeded"):
+		// net/http has no typed error for MaxResponseHeaderBytes; this is an answer, not silence.
+		kind = "TooLarge"
+		err = fmt.Errorf("response headers larger than %d bytes", MaxHeaderBytes)
+	}
+	return &Error{Kind: kind, URL: url, Err: err}
+}
+
+// keptETag returns the ETag to send back as If-None-Match, or "" when it is too long to keep.
+func keptETag(etag string) string {
+	if len(etag) > MaxETagBytes {
+		return ""
+	}
+	return etag
+}
+
+// cut shortens s to at most n bytes for an error message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // NoAnswer reports whether err means the pod did not answer at all (a timeout, a refused or reset

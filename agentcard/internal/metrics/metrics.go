@@ -36,10 +36,20 @@ var (
 		return time.Since(t).Seconds()
 	})
 	bundleLoadedAt func() time.Time
+	cardCache      = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kagenti_agentcard_card_cache_bytes",
+		Help: "Bytes of agent cards kept between syncs (bounded by --max-cached-card-bytes).",
+	}, func() float64 {
+		if cardCacheSize == nil {
+			return 0
+		}
+		return cardCacheSize()
+	})
+	cardCacheSize func() float64
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(fetches, verifications, statusWrites, bundleAge)
+	ctrlmetrics.Registry.MustRegister(fetches, verifications, statusWrites, bundleAge, cardCache)
 }
 
 // ObserveFetch records one fetch.
@@ -56,8 +66,12 @@ func ObserveVerification(verified bool, reason string) {
 	verifications.WithLabelValues(r, reason).Inc()
 }
 
-// ObserveStatusWrite records a status write ("applied") or a skipped one ("unchanged").
+// ObserveStatusWrite records a status write ("applied"), a skipped one ("unchanged"), a refused one
+// ("failed") and the minimal status that withdrew a verdict after a refusal ("withdrawn").
 func ObserveStatusWrite(result string) { statusWrites.WithLabelValues(result).Inc() }
+
+// SetCardCacheSize tells the card cache gauge how to read the cache's size.
+func SetCardCacheSize(f func() float64) { cardCacheSize = f }
 
 // SetBundleClock tells the trust-bundle age gauge when the bundle was loaded.
 func SetBundleClock(f func() time.Time) { bundleLoadedAt = f }

@@ -170,14 +170,13 @@ func TestParseBundleFormats(t *testing.T) {
 
 func TestBinding(t *testing.T) {
 	verified := signature.Result{Verified: true, SpiffeID: agentID}
-	expected, err := signature.ExpectedIdentity("", td, "agents", "weather-agent")
-	require.NoError(t, err)
+	rules := signature.IdentityRules{}
+	expected, idErr := rules.ExpectedIdentity("", td, "agents", "weather-agent")
+	require.Nil(t, idErr)
 	assert.Equal(t, agentID, expected)
-	def, err := signature.ExpectedIdentity("", td, "agents", "")
-	require.NoError(t, err)
+	def, idErr := rules.ExpectedIdentity("", td, "agents", "")
+	require.Nil(t, idErr)
 	assert.Equal(t, "spiffe://cluster.local/ns/agents/sa/default", def)
-	_, err = signature.ExpectedIdentity("http://x", td, "agents", "a")
-	assert.Error(t, err)
 
 	cases := []struct {
 		name     string
@@ -199,6 +198,47 @@ func TestBinding(t *testing.T) {
 			assert.Equal(t, expected, b.Expected)
 		})
 	}
+}
+
+// spec.identityBinding.spiffeID is parsed by go-spiffe and must name an identity of the
+// AgentCard's own namespace, unless a --cross-namespace-identities pattern allows it.
+func TestExpectedIdentityRules(t *testing.T) {
+	rules := signature.IdentityRules{CrossNamespace: []string{"spiffe://cluster.local/ns/shared-*/sa/*", "spiffe://cluster.local/gateway"}}
+	require.NoError(t, rules.Validate())
+	for _, c := range []struct {
+		spiffeID, reason string
+	}{
+		{"spiffe://cluster.local/ns/agents/sa/other", ""},
+		{"spiffe://cluster.local/ns/agents/anything/else", ""},
+		{"spiffe://cluster.local/ns/payments/sa/payments-agent", signature.ReasonIdentityNotAllowed},
+		{"spiffe://cluster.local/ns/agents-x/sa/a", signature.ReasonIdentityNotAllowed},
+		{"spiffe://cluster.local/agents", signature.ReasonIdentityNotAllowed},
+		{"spiffe://cluster.local/ns/shared-tools/sa/search", ""},
+		{"spiffe://cluster.local/ns/shared-tools/sa/search/x", signature.ReasonIdentityNotAllowed},
+		{"spiffe://cluster.local/gateway", ""},
+		{"spiffe://UP PER/../x", signature.ReasonInvalidSpiffeID},
+		{"spiffe://cluster.local/ns/agents/sa/..", signature.ReasonInvalidSpiffeID},
+		{"spiffe://cluster.local/ns/agents/sa/a/", signature.ReasonInvalidSpiffeID},
+		{"http://x", signature.ReasonInvalidSpiffeID},
+	} {
+		t.Run(c.spiffeID, func(t *testing.T) {
+			id, err := rules.ExpectedIdentity(c.spiffeID, td, "agents", "a")
+			if c.reason == "" {
+				require.Nil(t, err)
+				assert.Equal(t, c.spiffeID, id)
+				return
+			}
+			require.NotNil(t, err)
+			assert.Equal(t, c.reason, err.Reason, err.Message)
+			assert.Contains(t, err.Message, "spec.identityBinding.spiffeID")
+		})
+	}
+	_, err := signature.IdentityRules{}.ExpectedIdentity("spiffe://cluster.local/ns/payments/sa/payments-agent", td, "atk", "a")
+	require.NotNil(t, err)
+	assert.Contains(t, err.Message, "is an identity of namespace payments")
+	assert.Contains(t, err.Message, "own namespace (atk)")
+	assert.Error(t, signature.IdentityRules{CrossNamespace: []string{"spiffe://x/["}}.Validate())
+	assert.Error(t, signature.IdentityRules{CrossNamespace: []string{"*"}}.Validate())
 }
 
 func TestSignRejectsBadInput(t *testing.T) {

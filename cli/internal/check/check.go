@@ -46,7 +46,7 @@ type Options struct {
 	// Identity is "auto" (checked when a workload is labelled kagenti.io/spiffe=enabled), "true" or "false".
 	Identity string
 	// TrustBundle is the trust bundle ConfigMap, namespace/name; empty: from the agentcard
-	// Deployment's --trust-bundle-configmap, else spire/spire-bundle.
+	// Deployment's --trust-bundle-configmap, else kagenti-system/spire-bundle.
 	TrustBundle string
 }
 

@@ -18,7 +18,7 @@ import (
 const (
 	defaultIdPURL       = "http://keycloak.kagenti-system.svc:8080"
 	defaultCSIDriver    = "csi.spiffe.io"
-	defaultTrustBundle  = "spire/spire-bundle"
+	defaultTrustBundle  = "kagenti-system/spire-bundle"
 	defaultTrustKey     = "bundle.crt"
 	labelSpiffe         = "kagenti.io/spiffe"
 	injectorConfigMap   = "kagenti-injector"

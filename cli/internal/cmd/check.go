@@ -80,7 +80,7 @@ writes.`,
 	f.DurationVar(&opts.Timeout, "timeout", 20*time.Second, "how long the controllers get to reconcile the probes")
 	f.BoolVar(&opts.ReadOnly, "read-only", false, "write nothing: skip the webhook dry run and the reconcile probes")
 	f.StringVar(&opts.Identity, "identity", "auto", "check SPIRE's CSI driver and trust bundle: auto (when a workload is labelled kagenti.io/spiffe=enabled), true or false")
-	f.StringVar(&opts.TrustBundle, "trust-bundle", "", "the trust bundle ConfigMap (namespace/name); default: agentcard's --trust-bundle-configmap, else spire/spire-bundle")
+	f.StringVar(&opts.TrustBundle, "trust-bundle", "", "the trust bundle ConfigMap (namespace/name); default: agentcard's --trust-bundle-configmap, else kagenti-system/spire-bundle")
 	f.StringVarP(&output, "output", "o", "", "json or yaml (default: text)")
 	_ = cmd.RegisterFlagCompletionFunc("pillars", cobra.FixedCompletions(check.AllPillars, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("identity", cobra.FixedCompletions([]string{"auto", "true", "false"}, cobra.ShellCompDirectiveNoFileComp))

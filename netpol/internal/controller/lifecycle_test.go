@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/netpol/internal/resources"
@@ -38,33 +37,32 @@ func TestLifecycle(t *testing.T) {
 	assert.Equal(t, map[string]string{"app": "weather"}, np.Spec.PodSelector.MatchLabels)
 	assert.ElementsMatch(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
 	restricted := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonRestrictive)
-	assert.Contains(t, restricted.Message, "signature verification not reported yet")
+	assert.Contains(t, restricted.Message, "agentcard has not reported a verdict yet")
 	assert.Equal(t, card.GetGeneration(), restricted.ObservedGeneration)
 
 	// agentcard verifies the signature: permissive within one reconcile.
-	playAgentcard(t, k8s, ns, "weather-card", true, nil)
+	playAgentcard(t, k8s, ns, "weather-card", true)
 	waitPolicy(t, ns, "weather-agent-policy", resources.Permissive)
 	permissive := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonPermissive)
 	assert.Equal(t, restricted.LastTransitionTime, permissive.LastTransitionTime, "status stayed True: lastTransitionTime must not move")
 	// netpol's condition lives next to agentcard's, neither wiped by the other.
 	got := getCard(t, ns, "weather-card")
 	require.NotNil(t, got.Condition("Ready"), "agentcard's condition survives netpol's apply")
-	playAgentcard(t, k8s, ns, "weather-card", true, nil)
+	playAgentcard(t, k8s, ns, "weather-card", true)
 	require.NotNil(t, getCard(t, ns, "weather-card").Condition(ConditionNetworkPolicyReady), "netpol's condition survives agentcard's apply")
 
-	// The card now requires identity binding: verified signature alone is not enough.
+	// The spec changes (a new identity binding): agentcard's verdict is about the old spec, so the
+	// card is not verified until agentcard judges the new one.
 	patch := []byte(`{"spec":{"identityBinding":{"trustDomain":"example.org"}}}`)
 	require.NoError(t, k8s.Patch(ctx, card, client.RawPatch(types.MergePatchType, patch)))
-	waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
+	stale := waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
+	assert.Contains(t, stale.Annotations[resources.VerificationAnnotation], "generation 1")
 	waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonRestrictive)
-	playAgentcard(t, k8s, ns, "weather-card", true, ptr.To(true))
+	playAgentcard(t, k8s, ns, "weather-card", true)
 	waitPolicy(t, ns, "weather-agent-policy", resources.Permissive)
-	playAgentcard(t, k8s, ns, "weather-card", true, ptr.To(false))
-	waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
-
-	// Signature fails again.
-	playAgentcard(t, k8s, ns, "weather-card", false, ptr.To(true))
+	playAgentcardReason(t, k8s, ns, "weather-card", false, "IdentityNotAllowed")
 	np = waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
+	assert.Contains(t, np.Annotations[resources.VerificationAnnotation], "IdentityNotAllowed")
 
 	// A hand edit of the policy is undone. The controller may still be writing its last change, so
 	// the edit is retried on the latest version like any other writer's would be.
@@ -198,7 +196,7 @@ func TestModes(t *testing.T) {
 	stop()
 
 	stop = startNetpol(t, ModeAudit)
-	playAgentcard(t, k8s, ns, "modal-card", true, nil)
+	playAgentcard(t, k8s, ns, "modal-card", true)
 	c := waitCondition(t, ns, "modal-card", metav1.ConditionFalse, ReasonAuditMode)
 	assert.Contains(t, c.Message, "would apply permissive NetworkPolicy modal-agent-policy")
 	assert.Contains(t, c.Message, "the existing policy differs and was left unchanged")

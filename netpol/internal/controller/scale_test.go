@@ -76,7 +76,7 @@ func TestScale(t *testing.T) {
 	for i := 0; i < flips; i++ {
 		name := fmt.Sprintf("agent-%04d", i)
 		t0 := time.Now()
-		playAgentcard(t, c, ns, name+"-card", true, nil)
+		playAgentcard(t, c, ns, name+"-card", true)
 		key := client.ObjectKey{Namespace: ns, Name: name + "-agent-policy"}
 		err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			np := &networkingv1.NetworkPolicy{}

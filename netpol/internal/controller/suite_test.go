@@ -185,24 +185,32 @@ func targetSpec(kind, name string) map[string]any {
 	return map[string]any{"targetRef": map[string]any{"kind": kind, "name": name}}
 }
 
-// playAgentcard sets status.signature / status.binding the way the agentcard controller does:
-// server-side apply under its own field manager, with its own Ready condition.
-func playAgentcard(t testing.TB, c client.Client, ns, name string, verified bool, bound *bool) {
+// playAgentcard publishes a verdict the way the agentcard controller does: its Verified condition
+// for the card's current generation (plus status.signature, which netpol must not read), by
+// server-side apply under agentcard's field manager, with its own Ready condition.
+func playAgentcard(t testing.TB, c client.Client, ns, name string, verified bool) {
 	t.Helper()
-	status := map[string]any{
-		"signature": map[string]any{"verified": verified, "reason": map[bool]string{true: "Verified", false: "InvalidSignature"}[verified]},
-		"conditions": []any{map[string]any{
-			"type": "Ready", "status": "True", "reason": "CardAvailable", "message": "card available",
-			"lastTransitionTime": "2026-01-01T00:00:00Z",
-		}},
-	}
-	if bound != nil {
-		status["binding"] = map[string]any{"bound": *bound}
-	}
+	playAgentcardReason(t, c, ns, name, verified, map[bool]string{true: "Verified", false: "InvalidSignature"}[verified])
+}
+
+func playAgentcardReason(t testing.TB, c client.Client, ns, name string, verified bool, reason string) {
+	t.Helper()
+	cur := view.NewAgentCard()
+	require.NoError(t, c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, cur))
+	status := map[bool]string{true: "True", false: "False"}[verified]
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": view.GroupVersion.String(), "kind": "AgentCard",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"status":   status,
+		"status": map[string]any{
+			// The opposite of the verdict: netpol must follow the condition, nothing else.
+			"signature": map[string]any{"verified": !verified, "reason": "Decoy"},
+			"conditions": []any{
+				map[string]any{"type": "Ready", "status": "True", "reason": "CardAvailable", "message": "card available",
+					"lastTransitionTime": "2026-01-01T00:00:00Z"},
+				map[string]any{"type": view.ConditionVerified, "status": status, "reason": reason, "message": "played by the test",
+					"observedGeneration": cur.GetGeneration(), "lastTransitionTime": "2026-01-01T00:00:00Z"},
+			},
+		},
 	}}
 	require.NoError(t, c.Status().Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u),
 		client.FieldOwner("kagenti-agentcard"), client.ForceOwnership))

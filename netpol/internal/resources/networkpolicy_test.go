@@ -20,11 +20,16 @@ import (
 var updateGolden = os.Getenv("UPDATE_GOLDEN") != ""
 
 func verifiedCard() *view.AgentCard {
-	return &view.AgentCard{
-		Name: "weather-card", Namespace: "agents", UID: "uid-1",
+	return withVerdict(&view.AgentCard{
+		Name: "weather-card", Namespace: "agents", UID: "uid-1", Generation: 1,
 		TargetRef: &duck.TargetRef{Kind: "Deployment", Name: "weather"},
-		Signature: &view.Signature{Verified: true},
-	}
+	}, metav1.ConditionTrue, "Verified", "signed by spiffe://cluster.local/ns/agents/sa/weather, the identity this card may claim")
+}
+
+// withVerdict sets agentcard's Verified condition on c, for c's generation.
+func withVerdict(c *view.AgentCard, status metav1.ConditionStatus, reason, message string) *view.AgentCard {
+	c.Conditions = []metav1.Condition{{Type: view.ConditionVerified, Status: status, Reason: reason, Message: message, ObservedGeneration: c.Generation}}
+	return c
 }
 
 // workload builds the duck view of a workload of the given kind from a manifest.
@@ -84,23 +89,22 @@ func TestMakeNetworkPolicyGolden(t *testing.T) {
 			return verifiedCard(), deploySel, o
 		},
 		"unverified": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
-			c := verifiedCard()
-			c.Signature = &view.Signature{Verified: false, Reason: "InvalidSignature"}
+			c := withVerdict(verifiedCard(), metav1.ConditionFalse, "InvalidSignature", "signatures[0]: signature does not match the canonical card")
 			return c, deploySel, DefaultOptions()
 		},
 		"not-yet-known": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
 			c := verifiedCard()
-			c.Signature = nil
+			c.Conditions = nil
 			return c, deploySel, DefaultOptions()
 		},
-		"binding-required-unbound": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
-			c := verifiedCard()
-			c.BindingRequired, c.Binding = true, &view.Binding{Bound: false, Reason: "SpiffeIDMismatch"}
+		"identity-not-allowed": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
+			c := withVerdict(verifiedCard(), metav1.ConditionFalse, "IdentityNotAllowed",
+				"spec.identityBinding.spiffeID spiffe://cluster.local/ns/payments/sa/payments-agent is an identity of namespace payments")
 			return c, deploySel, DefaultOptions()
 		},
-		"binding-required-bound": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
+		"stale-verdict": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
 			c := verifiedCard()
-			c.BindingRequired, c.Binding = true, &view.Binding{Bound: true}
+			c.Generation = 2 // the spec changed since agentcard's verdict
 			return c, deploySel, DefaultOptions()
 		},
 		"selector-mode": func(*testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
@@ -118,7 +122,7 @@ func TestMakeNetworkPolicyGolden(t *testing.T) {
 		},
 		"job": func(t *testing.T) (*view.AgentCard, metav1.LabelSelector, Options) {
 			c := verifiedCard()
-			c.TargetRef, c.Signature = &duck.TargetRef{Kind: "Job", Name: "batch-agent"}, nil
+			c.TargetRef, c.Conditions = &duck.TargetRef{Kind: "Job", Name: "batch-agent"}, nil
 			sel, err := WorkloadPodSelector(workload(t, job))
 			require.NoError(t, err)
 			return c, sel, DefaultOptions()

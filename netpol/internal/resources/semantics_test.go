@@ -51,8 +51,13 @@ var (
 )
 
 func cardFor(name, namespace string, verified bool) *view.AgentCard {
-	return &view.AgentCard{Name: name + "-card", Namespace: namespace, UID: types.UID("uid-" + name),
-		TargetRef: &duck.TargetRef{Kind: "Deployment", Name: name}, Signature: &view.Signature{Verified: verified}}
+	c := &view.AgentCard{Name: name + "-card", Namespace: namespace, UID: types.UID("uid-" + name),
+		TargetRef: &duck.TargetRef{Kind: "Deployment", Name: name}}
+	status := metav1.ConditionFalse
+	if verified {
+		status = metav1.ConditionTrue
+	}
+	return withVerdict(c, status, "R", "")
 }
 
 func clusterPolicies(opts Options) []*networkingv1.NetworkPolicy {
@@ -134,7 +139,7 @@ func TestPolicySemanticsFlip(t *testing.T) {
 	sel := metav1.LabelSelector{MatchLabels: map[string]string{"app": "rogue"}}
 	card := cardFor("rogue", "agents", false)
 	before := matcher.BuildNetworkPolicies(false, []*networkingv1.NetworkPolicy{MakeNetworkPolicy(card, sel, DefaultOptions())})
-	card.Signature.Verified = true
+	withVerdict(card, metav1.ConditionTrue, "Verified", "")
 	after := matcher.BuildNetworkPolicies(false, []*networkingv1.NetworkPolicy{MakeNetworkPolicy(card, sel, DefaultOptions())})
 	nowVerified := unverified
 	nowVerified.labels = map[string]string{"app": "rogue", SignatureVerifiedLabel: "true"}

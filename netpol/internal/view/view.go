@@ -6,6 +6,7 @@ package view
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -38,6 +39,12 @@ func NewAgentCardList() *unstructured.UnstructuredList {
 	return l
 }
 
+// ConditionVerified is the condition in which agentcard publishes its verdict on an AgentCard
+// (agentcard's api/v1alpha1.ConditionVerified): True when the card's signature verifies and its
+// signer is the identity the card may claim. netpol follows it and computes nothing itself, so the
+// two pillars cannot disagree on what "verified" means.
+const ConditionVerified = "Verified"
+
 // AgentCard is the part of an AgentCard netpol acts on.
 type AgentCard struct {
 	Name       string
@@ -49,30 +56,10 @@ type AgentCard struct {
 	TargetRef *duck.TargetRef
 	// Selector (spec.selector) selects the pods directly; nil in targetRef mode.
 	Selector *metav1.LabelSelector
-	// BindingRequired is true when spec.identityBinding is set: the card is verified only if bound.
-	BindingRequired bool
 
-	// Signature is status.signature; nil while agentcard has not reported it.
-	Signature *Signature
-	// Binding is status.binding; nil while agentcard has not reported it.
-	Binding *Binding
-
-	// Conditions are status.conditions (netpol reads its own to keep lastTransitionTime stable).
+	// Conditions are status.conditions: agentcard's Verified is the verdict, and netpol reads its
+	// own to keep lastTransitionTime stable.
 	Conditions []metav1.Condition
-}
-
-// Signature is status.signature.
-type Signature struct {
-	Verified bool   `json:"verified"`
-	Reason   string `json:"reason,omitempty"`
-	Message  string `json:"message,omitempty"`
-}
-
-// Binding is status.binding.
-type Binding struct {
-	Bound   bool   `json:"bound"`
-	Reason  string `json:"reason,omitempty"`
-	Message string `json:"message,omitempty"`
 }
 
 // FromUnstructured parses the view out of u. Malformed fields are errors naming the field, so
@@ -83,15 +70,6 @@ func FromUnstructured(u *unstructured.Unstructured) (*AgentCard, error) {
 		return nil, err
 	}
 	if err := nested(u, &c.Selector, "spec", "selector"); err != nil {
-		return nil, err
-	}
-	if v, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "identityBinding"); found && v != nil {
-		c.BindingRequired = true
-	}
-	if err := nested(u, &c.Signature, "status", "signature"); err != nil {
-		return nil, err
-	}
-	if err := nested(u, &c.Binding, "status", "binding"); err != nil {
 		return nil, err
 	}
 	if err := nested(u, &c.Conditions, "status", "conditions"); err != nil {
@@ -133,31 +111,36 @@ func fieldPath(path []string) string {
 
 // Verification is the verdict netpol acts on.
 type Verification struct {
-	// Verified is true when the signature is verified and, if spec.identityBinding is set, the
-	// binding is bound. "Not yet known" is not verified.
+	// Verified is true when agentcard's Verified condition is True for the AgentCard's current
+	// generation. No condition, or one about an older generation (the spec changed since), is
+	// not verified: netpol fails closed until agentcard has judged the card as it is.
 	Verified bool
 	// Reason explains the verdict in a few words for condition messages and events.
 	Reason string
 }
 
-// Verify computes the verdict (seed: "both signature AND binding must pass").
+// maxDetail bounds agentcard's message as repeated in netpol's condition and policy annotation.
+const maxDetail = 256
+
+// Verify reads agentcard's verdict.
 func (c *AgentCard) Verify() Verification {
+	v := c.Condition(ConditionVerified)
 	switch {
-	case c.Signature == nil:
-		return Verification{Reason: "signature verification not reported yet"}
-	case !c.Signature.Verified:
-		return Verification{Reason: withDetail("signature not verified", c.Signature.Reason, c.Signature.Message)}
-	case !c.BindingRequired:
-		return Verification{Verified: true, Reason: "signature verified"}
-	case c.Binding == nil:
-		return Verification{Reason: "signature verified, identity binding not reported yet"}
-	case !c.Binding.Bound:
-		return Verification{Reason: withDetail("signature verified, identity binding not bound", c.Binding.Reason, c.Binding.Message)}
+	case v == nil:
+		return Verification{Reason: "agentcard has not reported a verdict yet"}
+	case v.ObservedGeneration != c.Generation:
+		return Verification{Reason: fmt.Sprintf("agentcard's verdict is about generation %d, the AgentCard is at generation %d; not verified until it judges the current spec",
+			v.ObservedGeneration, c.Generation)}
+	case v.Status != metav1.ConditionTrue:
+		return Verification{Reason: withDetail("not verified", v.Reason, v.Message)}
 	}
-	return Verification{Verified: true, Reason: "signature verified and identity bound"}
+	return Verification{Verified: true, Reason: withDetail("verified", "", v.Message)}
 }
 
 func withDetail(s, reason, message string) string {
+	if len(message) > maxDetail {
+		message = strings.ToValidUTF8(message[:maxDetail], "") + "…"
+	}
 	detail := reason
 	if message != "" {
 		if detail != "" {

@@ -1,11 +1,15 @@
 package view
 
 import (
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 func card(spec, status map[string]any) *unstructured.Unstructured {
@@ -19,22 +23,30 @@ func card(spec, status map[string]any) *unstructured.Unstructured {
 	return u
 }
 
+func verdict(status, reason string, generation int64) map[string]any {
+	return map[string]any{"type": ConditionVerified, "status": status, "reason": reason, "message": "m",
+		"observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+}
+
 func TestFromUnstructured(t *testing.T) {
 	u := card(map[string]any{
 		"targetRef":       map[string]any{"kind": "Deployment", "name": "weather"},
 		"identityBinding": map[string]any{},
 	}, map[string]any{
-		"signature":  map[string]any{"verified": true, "keyID": "k"},
-		"binding":    map[string]any{"bound": false, "reason": "WrongIdentity", "message": "spiffe://x"},
-		"conditions": []any{map[string]any{"type": "NetworkPolicyReady", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}},
+		"signature": map[string]any{"verified": true, "keyID": "k"},
+		"binding":   map[string]any{"bound": true},
+		"conditions": []any{
+			map[string]any{"type": "NetworkPolicyReady", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+			verdict("False", "IdentityMismatch", 0),
+		},
 	})
 	c, err := FromUnstructured(u)
 	require.NoError(t, err)
 	assert.Equal(t, "weather", c.TargetRef.Name)
-	assert.True(t, c.BindingRequired, "an empty identityBinding still requires binding")
 	require.NotNil(t, c.Condition("NetworkPolicyReady"))
 	assert.Nil(t, c.Condition("Ready"))
-	assert.Equal(t, Verification{Reason: "signature verified, identity binding not bound (WrongIdentity: spiffe://x)"}, c.Verify())
+	assert.Equal(t, Verification{Reason: "not verified (IdentityMismatch: m)"}, c.Verify(),
+		"the Verified condition is the verdict, whatever status.signature and status.binding say")
 }
 
 func TestFromUnstructuredNamesBadField(t *testing.T) {
@@ -43,28 +55,68 @@ func TestFromUnstructuredNamesBadField(t *testing.T) {
 	assert.Contains(t, err.Error(), "spec.selector")
 }
 
-func TestVerify(t *testing.T) {
-	sig := func(v bool) map[string]any { return map[string]any{"verified": v} }
-	for _, tc := range []struct {
-		name     string
-		spec     map[string]any
-		status   map[string]any
-		verified bool
-	}{
-		{"not yet known", map[string]any{}, nil, false},
-		{"signature verified", map[string]any{}, map[string]any{"signature": sig(true)}, true},
-		{"signature failed", map[string]any{}, map[string]any{"signature": sig(false)}, false},
-		{"binding ignored when not required", map[string]any{}, map[string]any{"signature": sig(true), "binding": map[string]any{"bound": false}}, true},
-		{"binding required, not reported", map[string]any{"identityBinding": map[string]any{"trustDomain": "td"}}, map[string]any{"signature": sig(true)}, false},
-		{"binding required, unbound", map[string]any{"identityBinding": map[string]any{}}, map[string]any{"signature": sig(true), "binding": map[string]any{"bound": false}}, false},
-		{"binding required, bound", map[string]any{"identityBinding": map[string]any{}}, map[string]any{"signature": sig(true), "binding": map[string]any{"bound": true}}, true},
-		{"bound but signature failed", map[string]any{"identityBinding": map[string]any{}}, map[string]any{"signature": sig(false), "binding": map[string]any{"bound": true}}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := FromUnstructured(card(tc.spec, tc.status))
+func TestVerifyStaleOrMissingVerdict(t *testing.T) {
+	u := card(map[string]any{}, map[string]any{"conditions": []any{verdict("True", "Verified", 1)}})
+	u.SetGeneration(2)
+	c, err := FromUnstructured(u)
+	require.NoError(t, err)
+	v := c.Verify()
+	assert.False(t, v.Verified)
+	assert.Contains(t, v.Reason, "generation 1")
+
+	u.SetGeneration(1)
+	c, err = FromUnstructured(u)
+	require.NoError(t, err)
+	assert.Equal(t, Verification{Verified: true, Reason: "verified (m)"}, c.Verify())
+
+	c, err = FromUnstructured(card(map[string]any{}, nil))
+	require.NoError(t, err)
+	assert.Equal(t, Verification{Reason: "agentcard has not reported a verdict yet"}, c.Verify())
+}
+
+// verdictCase is one row of pkg/duck/testdata/verdicts.yaml, the table agentcard's envtest runs
+// against the real controller and records what it wrote.
+type verdictCase struct {
+	Name      string         `json:"name"`
+	Signature string         `json:"signature,omitempty"`
+	Binding   string         `json:"binding,omitempty"`
+	Verified  bool           `json:"verified"`
+	AgentCard map[string]any `json:"agentCard,omitempty"`
+}
+
+// TestVerdictTable: for every case of the shared table, netpol reads from what agentcard wrote
+// the verdict agentcard reached (and labelled the pods with).
+func TestVerdictTable(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "../../../pkg/duck/testdata/verdicts.yaml"))
+	require.NoError(t, err)
+	var table struct {
+		Cases []verdictCase `json:"cases"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &table))
+	require.GreaterOrEqual(t, len(table.Cases), 17)
+	for _, tc := range table.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			require.NotNil(t, tc.AgentCard, "no agentCard recorded (UPDATE_VERDICTS=1 on agentcard's TestVerdictTable)")
+			u := card(map[string]any{"targetRef": map[string]any{"kind": "Deployment", "name": "weather"}}, nil)
+			for k, v := range tc.AgentCard {
+				if k == "metadata" {
+					continue
+				}
+				if k == "spec" {
+					for sk, sv := range v.(map[string]any) {
+						u.Object["spec"].(map[string]any)[sk] = sv
+					}
+					continue
+				}
+				u.Object[k] = v
+			}
+			gen, _, _ := unstructured.NestedFloat64(tc.AgentCard, "metadata", "generation") // YAML numbers decode as float64
+			u.SetGeneration(int64(gen))
+			c, err := FromUnstructured(u)
 			require.NoError(t, err)
 			v := c.Verify()
-			assert.Equal(t, tc.verified, v.Verified, v.Reason)
+			assert.Equal(t, tc.Verified, v.Verified, v.Reason)
 			assert.NotEmpty(t, v.Reason)
 		})
 	}

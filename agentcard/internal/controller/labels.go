@@ -1,0 +1,194 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+)
+
+// verifiedPods is the controller's memory of its own verdicts: the pods it labelled
+// kagenti.io/signature-verified=true, and for which AgentCard. The label on a pod means nothing
+// else: the LabelGuard sets it to false on any pod carrying true that is not in here.
+type verifiedPods struct {
+	mu   sync.Mutex
+	pods map[types.NamespacedName]verifiedPod
+	// synced are the AgentCards reconciled at least once by this process (see LabelGuard).
+	synced map[types.NamespacedName]bool
+}
+
+type verifiedPod struct {
+	uid  types.UID
+	card types.NamespacedName
+}
+
+func newVerifiedPods() *verifiedPods {
+	return &verifiedPods{pods: map[types.NamespacedName]verifiedPod{}, synced: map[types.NamespacedName]bool{}}
+}
+
+func (v *verifiedPods) grant(pod *corev1.Pod, card types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pods[client.ObjectKeyFromObject(pod)] = verifiedPod{uid: pod.UID, card: card}
+}
+
+func (v *verifiedPods) revoke(pod types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.pods, pod)
+}
+
+func (v *verifiedPods) has(pod types.NamespacedName, uid types.UID) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.pods[pod]
+	return ok && e.uid == uid
+}
+
+// grantedBy returns the pods card labelled true.
+func (v *verifiedPods) grantedBy(card types.NamespacedName) []types.NamespacedName {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []types.NamespacedName
+	for k, e := range v.pods {
+		if e.card == card {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (v *verifiedPods) markSynced(card types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.synced[card] = true
+}
+
+func (v *verifiedPods) forgetCard(card types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.synced, card)
+}
+
+// allSynced reports whether every one of cards has been reconciled since the process started.
+func (v *verifiedPods) allSynced(cards []v1alpha1.AgentCard) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i := range cards {
+		if !v.synced[client.ObjectKeyFromObject(&cards[i])] {
+			return false
+		}
+	}
+	return true
+}
+
+// revokeLabels sets the label to false on every served pod whose verdict is negative (no card, or
+// a card that does not verify or bind), and on every pod this card verified before that it no
+// longer selects. It runs before the status write, so a status the API server refuses cannot
+// leave a pod labelled verified.
+func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool) {
+	for _, sp := range served {
+		if sp.state.verified() {
+			continue
+		}
+		r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
+		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+		}
+	}
+	for _, key := range r.Verified.grantedBy(card) {
+		if !selected[key.Name] {
+			r.revokePod(ctx, key)
+		}
+	}
+}
+
+// grantLabels sets the label to true on every served pod whose verdict is positive, once the
+// status saying so is written.
+func (r *CardReconciler) grantLabels(ctx context.Context, card types.NamespacedName, served []servedPod) {
+	for _, sp := range served {
+		if !sp.state.verified() {
+			continue
+		}
+		// Remembered before the patch: the guard must never see our own label as foreign.
+		r.Verified.grant(sp.pod, card)
+		if err := r.patchVerifiedLabel(ctx, sp.pod, true); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+		}
+	}
+}
+
+// revokePod forgets a pod's verdict and sets its label to false if it says true.
+func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName) {
+	r.Verified.revoke(key)
+	var p corev1.Pod
+	if err := r.Client.Get(ctx, key, &p); err != nil {
+		return // gone (or not cached): nothing to correct
+	}
+	if p.Labels[v1alpha1.LabelSignatureVerified] == "true" {
+		if err := r.patchVerifiedLabel(ctx, &p, false); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", key.String())
+		}
+	}
+}
+
+// LabelGuard keeps kagenti.io/signature-verified=true for the pods agentcard verified: any other
+// pod seen carrying it (a forged pod template, a hand edit, a label left from a deleted AgentCard)
+// gets false and a Warning event. Right after a start, nothing is verified yet: the guard waits
+// until every AgentCard of the pod's namespace has been synced once, so a restart does not flip
+// verified pods off and on.
+type LabelGuard struct {
+	Client   client.Client
+	Verified *verifiedPods
+	Recorder events.EventRecorder
+	// Retry is how soon a pod is looked at again while its namespace's AgentCards are not synced.
+	Retry time.Duration
+}
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+
+// Reconcile implements reconcile.Reconciler for pods.
+func (g *LabelGuard) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var p corev1.Pod
+	if err := g.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if p.Labels[v1alpha1.LabelSignatureVerified] != "true" || g.Verified.has(req.NamespacedName, p.UID) {
+		return ctrl.Result{}, nil
+	}
+	var cards v1alpha1.AgentCardList
+	if err := g.Client.List(ctx, &cards, client.InNamespace(p.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !g.Verified.allSynced(cards.Items) {
+		return ctrl.Result{RequeueAfter: g.Retry}, nil
+	}
+	if g.Verified.has(req.NamespacedName, p.UID) {
+		return ctrl.Result{}, nil
+	}
+	// Optimistic lock: if a sync labels the pod meanwhile, this patch conflicts and is retried.
+	patched := p.DeepCopy()
+	patched.Labels[v1alpha1.LabelSignatureVerified] = "false"
+	if err := g.Client.Patch(ctx, patched, client.MergeFromWithOptions(&p, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if g.Recorder != nil {
+		g.Recorder.Eventf(&p, nil, corev1.EventTypeWarning, "UnverifiedLabelReset", "ResetLabel",
+			"%s=true was set on this pod, but agentcard did not verify a card for it: set to false", v1alpha1.LabelSignatureVerified)
+	}
+	log.FromContext(ctx).Info(fmt.Sprintf("reset %s on a pod agentcard did not verify", v1alpha1.LabelSignatureVerified), "pod", req.String())
+	return ctrl.Result{}, nil
+}
