@@ -101,7 +101,7 @@ func ResolveConfig(cr *v1alpha1.AgentTrace, w *duck.Workload) Config {
 		Exporters:          []Exporter{},
 	}
 	for k, v := range spec.ResourceAttributes {
-		cfg.ResourceAttributes[k] = v
+		cfg.ResourceAttributes[k] = string(v)
 	}
 	if cfg.ResourceAttributes[ServiceNameAttribute] == "" {
 		cfg.ResourceAttributes[ServiceNameAttribute] = w.Name()
