@@ -105,6 +105,47 @@ func TestSeedExampleBecomesActive(t *testing.T) {
 	assert.Equal(t, "weather-agent-prod", got.Spec.Integration.MLflow.ExperimentName)
 }
 
+// A zipkin exporter is deprecated like jaeger: it stays in the environment form (SDKs that still
+// ship one read OTEL_TRACES_EXPORTER=zipkin), is left out of otel-config.yaml (file_format 1.0 has
+// no zipkin exporter; otelconf refuses the whole file for it), and Ready says so.
+func TestZipkinExporterIsDeprecated(t *testing.T) {
+	ns := newNamespace(t)
+	deployment(t, ns, "agent", true)
+	at := agentTrace(ns, "zipkin", "agent")
+	at.Spec.Exporters = []v1alpha1.Exporter{
+		{Type: "otlp", Endpoint: "otel-collector.observability:4317"},
+		{Type: "zipkin", Endpoint: "zipkin.observability:9411", Insecure: true},
+		{Type: "jaeger", Endpoint: "jaeger-collector.observability:14250"},
+	}
+	create(t, at)
+
+	got := waitStatus(t, ns, at.Name, v1alpha1.PhaseActive, ReasonDeprecatedExporter)
+	ready := findCond(got, v1alpha1.ConditionReady)
+	assert.Equal(t, metav1.ConditionTrue, ready.Status)
+	assert.Contains(t, ready.Message, "the zipkin exporter is deprecated")
+	assert.Contains(t, ready.Message, "the jaeger exporter is deprecated")
+	eventually(t, "a DeprecatedExporter event for each exporter", func() string {
+		var n int
+		for _, e := range events(t, ns, at.Name) {
+			if e.Type == corev1.EventTypeWarning && e.Reason == ReasonDeprecatedExporter {
+				n++
+			}
+		}
+		if n < 2 {
+			return fmt.Sprintf("%d DeprecatedExporter events", n)
+		}
+		return ""
+	})
+
+	cm, err := getCM(t, ns, "agent-trace")
+	require.NoError(t, err)
+	assert.Contains(t, cm.Data["otel.env"], "OTEL_TRACES_EXPORTER=otlp,zipkin\n")
+	assert.Contains(t, cm.Data["otel.env"], "OTEL_EXPORTER_ZIPKIN_ENDPOINT=http://zipkin.observability:9411/api/v2/spans\n")
+	assert.Equal(t, "http://zipkin.observability:9411/api/v2/spans", cm.Data["zipkin_endpoint"])
+	assert.NotContains(t, cm.Data["otel-config.yaml"], "zipkin")
+	assert.Contains(t, cm.Data["otel-config.yaml"], "otlp_grpc")
+}
+
 // A missing target is Pending/TargetNotFound, and recovers by itself when the workload appears.
 func TestTargetNotFoundRecovers(t *testing.T) {
 	ns := newNamespace(t)
