@@ -48,6 +48,6 @@ tokenexchange_summary() {
     echo "  ConfigMap ${ns}/${cm}: missing"
   fi
   if kubectl get validatingwebhookconfiguration kagenti-tokenexchange >/dev/null 2>&1; then
-    echo "  validating webhook: registered (clientNameTemplate checks at admission)"
+    echo "  validating webhook: registered (clientNameTemplate, as the CRD's CEL rule)"
   fi
 }

@@ -14,8 +14,10 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.apiVersion) || self.kind in ['Deployment','StatefulSet','DaemonSet','ReplicaSet','Job','CronJob']",message="apiVersion is required for kinds other than Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob"
 type TargetRef struct {
 	// APIVersion of the workload, e.g. apps/v1. Optional for the built-in kinds, whose apiVersion
-	// is implied by the kind.
+	// is implied by the kind. At most 317 characters: a 253-character group, '/', a 63-character
+	// version.
 	// +optional
+	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$`
 	APIVersion string `json:"apiVersion,omitempty"`
 

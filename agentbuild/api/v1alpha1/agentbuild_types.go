@@ -47,10 +47,15 @@ type Source struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?://|ssh://|git@)[^\\\\s]+$')",message="must be an http(s)://, ssh:// or git@ URL"
 	Repository string `json:"repository"`
-	// Revision is the branch, tag or commit to build.
+	// Revision is the branch, tag or commit to build (main, v1.2.0, refs/pull/42/head, a commit
+	// SHA). It follows git's ref-name rules (git check-ref-format) and may not start with '-'.
 	// +kubebuilder:default=main
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not start with '-': git would read it as an option"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('[[:cntrl:][:space:]~^:?*[]') && !self.contains('\\')`,message="must not contain whitespace, control characters, a backslash or any of ~ ^ : ? * [ (git ref-name rules)"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.contains('//') && !self.contains('@{') && self != '@'",message="must not contain '..', '//' or '@{', nor be '@' (git ref-name rules)"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.endsWith('/') && !self.endsWith('.') && !self.split('/').exists(c, c.startsWith('.') || c.endsWith('.lock'))",message="must not start or end with '/' or end with '.', and no '/'-separated part may start with '.' or end with '.lock' (git ref-name rules)"
 	// +optional
 	Revision string `json:"revision,omitempty"`
 	// Subfolder is the build context inside the repository (relative, no "..").
@@ -123,6 +128,7 @@ type BuildOutput struct {
 	Image string `json:"image"`
 	// Tag of the pushed image.
 	// +kubebuilder:default=latest
+	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`
 	// +optional
 	Tag string `json:"tag,omitempty"`

@@ -173,6 +173,18 @@ func (e *env) testValidation(t *testing.T) {
 			"spec.mode: Unsupported value: \"fast\""},
 		{"history limit zero", func(b *v1alpha1.AgentBuild) { b.Spec.HistoryLimit = ptr.To[int32](0) },
 			"spec.historyLimit: Invalid value: 0: spec.historyLimit in body should be greater than or equal to 1"},
+		{"revision that is a git option", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Revision = "--upload-pack=x" },
+			"spec.source.revision: Invalid value: \"--upload-pack=x\": must not start with '-': git would read it as an option"},
+		{"revision with a space", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Revision = "main; rm -rf /" },
+			"spec.source.revision: Invalid value: \"main; rm -rf /\": must not contain whitespace"},
+		{"revision with a control character", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Revision = "main\n" },
+			"spec.source.revision: Invalid value: \"main\\n\": must not contain whitespace, control characters"},
+		{"revision with ..", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Revision = "main..dev" },
+			"spec.source.revision: Invalid value: \"main..dev\": must not contain '..'"},
+		{"revision ending in .lock", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Revision = "refs/heads/x.lock" },
+			"spec.source.revision: Invalid value: \"refs/heads/x.lock\": must not start or end with '/'"},
+		{"revision too long", func(b *v1alpha1.AgentBuild) { b.Spec.Source.Revision = strings.Repeat("a", 256) },
+			"spec.source.revision: Too long: may not be more than 255"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,6 +195,13 @@ func (e *env) testValidation(t *testing.T) {
 			assert.True(t, apierrors.IsInvalid(err), "%v", err)
 			assert.Contains(t, err.Error(), tt.want)
 		})
+	}
+	// Branches, tags, pull-request refs and commits are accepted.
+	for _, rev := range []string{"main", "v1.2.0", "feature/login-form", "refs/pull/42/head", "release-1.x_rc+1",
+		"5fb4cc826acc136bd14a8c5108b29577be1f068c"} {
+		b := newBuild(ns, "revision", nil)
+		b.Spec.Source.Revision = rev
+		assert.NoError(t, e.c.Create(context.Background(), b, client.DryRunAll), "revision %q", rev)
 	}
 	// Defaults come from the schema.
 	b := e.createBuild(ns, "defaults", nil)

@@ -53,16 +53,24 @@ type AgentTraceSpec struct {
 	GenAI *GenAI `json:"genai,omitempty"`
 
 	// ResourceAttributes are added to every span's resource. service.name defaults to the
-	// workload's name.
+	// workload's name. At most 64, values up to 1024 characters, names and values together up to
+	// 8192: every attribute is written several times into the trace ConfigMap (percent-encoded in
+	// otel.env, whose OTEL_RESOURCE_ATTRIBUTES line must stay under the kernel's 128 KiB limit for
+	// one environment string).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 255 && k.matches('^[A-Za-z_][A-Za-z0-9_.\\\\-]*$'))",message="resource attribute names must start with a letter or '_' and contain only letters, digits, '_', '.' and '-' (at most 255 characters)"
-	ResourceAttributes map[string]string `json:"resourceAttributes,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self.map(k, k.size() + self[k].size()).sum() <= 8192",message="resource attribute names and values must total at most 8192 characters"
+	ResourceAttributes map[string]ResourceAttributeValue `json:"resourceAttributes,omitempty"`
 
 	// Integration configures observability platforms the agent reports to besides its exporters.
 	// +optional
 	Integration *Integration `json:"integration,omitempty"`
 }
+
+// ResourceAttributeValue is the value of one resource attribute.
+// +kubebuilder:validation:MaxLength=1024
+type ResourceAttributeValue string
 
 // ExporterType names a span exporter.
 // +kubebuilder:validation:Enum=otlp;jaeger;zipkin;console

@@ -89,7 +89,7 @@ func (in *AgentTraceSpec) DeepCopyInto(out *AgentTraceSpec) {
 	}
 	if in.ResourceAttributes != nil {
 		in, out := &in.ResourceAttributes, &out.ResourceAttributes
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]ResourceAttributeValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}

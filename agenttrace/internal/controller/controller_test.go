@@ -70,7 +70,7 @@ func TestSeedExampleBecomesActive(t *testing.T) {
 	}
 	at.Spec.Sampling = &v1alpha1.Sampling{Type: "probabilistic", Rate: "0.1"}
 	at.Spec.GenAI = &v1alpha1.GenAI{Enabled: true, CapturePrompts: true, CaptureCompletions: true, CaptureModelParameters: true}
-	at.Spec.ResourceAttributes = map[string]string{"service.name": "weather-agent", "service.version": "2.1.0", "deployment.environment": "production"}
+	at.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{"service.name": "weather-agent", "service.version": "2.1.0", "deployment.environment": "production"}
 	at.Spec.Integration = &v1alpha1.Integration{
 		MLflow:     &v1alpha1.MLflow{Enabled: true, TrackingURI: "http://mlflow.ml-platform:5000", ExperimentName: "weather-agent-prod"},
 		Prometheus: &v1alpha1.Prometheus{Enabled: true, Port: 9090, Path: "/metrics"},
@@ -103,6 +103,47 @@ func TestSeedExampleBecomesActive(t *testing.T) {
 	// The API server kept every field of the seed (no pruning).
 	assert.Equal(t, v1alpha1.Rate("0.1"), got.Spec.Sampling.Rate)
 	assert.Equal(t, "weather-agent-prod", got.Spec.Integration.MLflow.ExperimentName)
+}
+
+// A zipkin exporter is deprecated like jaeger: it stays in the environment form (SDKs that still
+// ship one read OTEL_TRACES_EXPORTER=zipkin), is left out of otel-config.yaml (file_format 1.0 has
+// no zipkin exporter; otelconf refuses the whole file for it), and Ready says so.
+func TestZipkinExporterIsDeprecated(t *testing.T) {
+	ns := newNamespace(t)
+	deployment(t, ns, "agent", true)
+	at := agentTrace(ns, "zipkin", "agent")
+	at.Spec.Exporters = []v1alpha1.Exporter{
+		{Type: "otlp", Endpoint: "otel-collector.observability:4317"},
+		{Type: "zipkin", Endpoint: "zipkin.observability:9411", Insecure: true},
+		{Type: "jaeger", Endpoint: "jaeger-collector.observability:14250"},
+	}
+	create(t, at)
+
+	got := waitStatus(t, ns, at.Name, v1alpha1.PhaseActive, ReasonDeprecatedExporter)
+	ready := findCond(got, v1alpha1.ConditionReady)
+	assert.Equal(t, metav1.ConditionTrue, ready.Status)
+	assert.Contains(t, ready.Message, "the zipkin exporter is deprecated")
+	assert.Contains(t, ready.Message, "the jaeger exporter is deprecated")
+	eventually(t, "a DeprecatedExporter event for each exporter", func() string {
+		var n int
+		for _, e := range events(t, ns, at.Name) {
+			if e.Type == corev1.EventTypeWarning && e.Reason == ReasonDeprecatedExporter {
+				n++
+			}
+		}
+		if n < 2 {
+			return fmt.Sprintf("%d DeprecatedExporter events", n)
+		}
+		return ""
+	})
+
+	cm, err := getCM(t, ns, "agent-trace")
+	require.NoError(t, err)
+	assert.Contains(t, cm.Data["otel.env"], "OTEL_TRACES_EXPORTER=otlp,zipkin\n")
+	assert.Contains(t, cm.Data["otel.env"], "OTEL_EXPORTER_ZIPKIN_ENDPOINT=http://zipkin.observability:9411/api/v2/spans\n")
+	assert.Equal(t, "http://zipkin.observability:9411/api/v2/spans", cm.Data["zipkin_endpoint"])
+	assert.NotContains(t, cm.Data["otel-config.yaml"], "zipkin")
+	assert.Contains(t, cm.Data["otel-config.yaml"], "otlp_grpc")
 }
 
 // A missing target is Pending/TargetNotFound, and recovers by itself when the workload appears.
@@ -369,10 +410,28 @@ func TestValidationRejections(t *testing.T) {
 		}, []string{"spec.integration.mlflow.trackingUri", "http(s) URL"}},
 		{"genai capture without enabled", func(a *v1alpha1.AgentTrace) { a.Spec.GenAI = &v1alpha1.GenAI{CapturePrompts: true} },
 			[]string{"spec.genai", "require enabled: true"}},
-		{"bad resource attribute name", func(a *v1alpha1.AgentTrace) { a.Spec.ResourceAttributes = map[string]string{"bad key": "v"} },
+		{"bad resource attribute name", func(a *v1alpha1.AgentTrace) {
+			a.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{"bad key": "v"}
+		},
 			[]string{"spec.resourceAttributes", "resource attribute names"}},
 		{"targetRef without name", func(a *v1alpha1.AgentTrace) { a.Spec.TargetRef.Name = "" },
 			[]string{"spec.targetRef.name"}},
+		// 800 KB used to be admitted and then fail every ConfigMap write (ApplyFailed forever).
+		{"resource attribute of 800 KB", func(a *v1alpha1.AgentTrace) {
+			a.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{"big": v1alpha1.ResourceAttributeValue(strings.Repeat("x", 800<<10))}
+		}, []string{"spec.resourceAttributes.big", "Too long: may not be more than 1024"}},
+		{"resource attributes over 8192 characters in total", func(a *v1alpha1.AgentTrace) {
+			a.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{}
+			for i := range 10 {
+				a.Spec.ResourceAttributes[fmt.Sprintf("attr%d", i)] = v1alpha1.ResourceAttributeValue(strings.Repeat("x", 1000))
+			}
+		}, []string{"spec.resourceAttributes", "resource attribute names and values must total at most 8192 characters"}},
+		{"more than 64 resource attributes", func(a *v1alpha1.AgentTrace) {
+			a.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{}
+			for i := range 65 {
+				a.Spec.ResourceAttributes[fmt.Sprintf("a%d", i)] = "v"
+			}
+		}, []string{"spec.resourceAttributes", "must have at most 64 items"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -395,6 +454,10 @@ func TestValidationRejections(t *testing.T) {
 		{Type: "console"},
 	}
 	ok.Spec.Sampling = &v1alpha1.Sampling{Type: "probabilistic", Rate: "1"}
+	ok.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{} // at the bounds: 7 × (6 + 1024) ≤ 8192
+	for i := range 7 {
+		ok.Spec.ResourceAttributes[fmt.Sprintf("attr.%d", i)] = v1alpha1.ResourceAttributeValue(strings.Repeat("v", 1024))
+	}
 	require.NoError(t, k8s.Create(ctx, ok))
 	got := getAT(t, ns, "good")
 	assert.True(t, strings.HasPrefix(string(got.Spec.Sampling.Rate), "1"))

@@ -161,30 +161,28 @@ func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace) (*o
 	out.configuredPods = pods
 	out.phase = v1alpha1.PhaseActive
 	reason, msg := ReasonActive, fmt.Sprintf("%s is up to date; %d running pod(s) mount it", desired.Name, pods)
-	var warnings []string
+	type warning struct{ reason, message string }
+	var warnings []warning
 	if injected, err := templateWired(w, desired.Name); err != nil {
 		return nil, ctrl.Result{}, err
 	} else if !injected {
 		reason = ReasonTargetNotInjected
-		warnings = append(warnings, fmt.Sprintf("%s %q is not injected (no %s annotation and no volume for ConfigMap %s on its pod template): "+
+		warnings = append(warnings, warning{ReasonTargetNotInjected, fmt.Sprintf("%s %q is not injected (no %s annotation and no volume for ConfigMap %s on its pod template): "+
 			"label it kagenti.io/inject=enabled in a namespace labelled kagenti.io/injection=enabled, or mount the ConfigMap yourself, "+
-			"so the agent sees the files at /etc/kagenti/trace", w.Kind(), w.Name(), InjectionStatusAnnotation, desired.Name))
+			"so the agent sees the files at /etc/kagenti/trace", w.Kind(), w.Name(), InjectionStatusAnnotation, desired.Name)})
 	}
-	if hasJaeger(at) {
+	for _, d := range resources.ResolveConfig(at, w).Deprecations() {
 		if reason == ReasonActive {
 			reason = ReasonDeprecatedExporter
 		}
-		warnings = append(warnings, resources.DeprecatedJaegerMessage)
+		warnings = append(warnings, warning{ReasonDeprecatedExporter, d})
 	}
 	if len(warnings) > 0 {
-		msg += "; " + strings.Join(warnings, "; ")
-		if specChanged(at) || readyReasonChanged(at, reason) {
-			for _, w := range warnings {
-				wr := ReasonTargetNotInjected
-				if w == resources.DeprecatedJaegerMessage {
-					wr = ReasonDeprecatedExporter
-				}
-				r.event(at, corev1.EventTypeWarning, wr, w)
+		report := specChanged(at) || readyReasonChanged(at, reason)
+		for _, w := range warnings {
+			msg += "; " + w.message
+			if report {
+				r.event(at, corev1.EventTypeWarning, w.reason, w.message)
 			}
 		}
 	}
@@ -215,15 +213,6 @@ func specChanged(at *v1alpha1.AgentTrace) bool { return at.Status.ObservedGenera
 func readyReasonChanged(at *v1alpha1.AgentTrace, reason string) bool {
 	c := meta.FindStatusCondition(at.Status.Conditions, v1alpha1.ConditionReady)
 	return c == nil || c.Reason != reason
-}
-
-func hasJaeger(at *v1alpha1.AgentTrace) bool {
-	for _, e := range at.Spec.Exporters {
-		if e.Type == v1alpha1.ExporterJaeger {
-			return true
-		}
-	}
-	return false
 }
 
 // conflictWinner returns the name of the AgentTrace that owns at's target when it is not at: the

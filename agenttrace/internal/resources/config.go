@@ -41,7 +41,8 @@ type Exporter struct {
 	Protocol    string `json:"protocol,omitempty"`
 	Compression string `json:"compression,omitempty"`
 	Insecure    bool   `json:"insecure"`
-	// Deprecated is set for jaeger: kept for tools that read config.json, never given to the SDK.
+	// Deprecated says why the exporter is not in every SDK format: jaeger is kept in config.json
+	// only; zipkin is left out of otel-config.yaml (see the messages).
 	Deprecated string `json:"deprecated,omitempty"`
 }
 
@@ -101,7 +102,7 @@ func ResolveConfig(cr *v1alpha1.AgentTrace, w *duck.Workload) Config {
 		Exporters:          []Exporter{},
 	}
 	for k, v := range spec.ResourceAttributes {
-		cfg.ResourceAttributes[k] = v
+		cfg.ResourceAttributes[k] = string(v)
 	}
 	if cfg.ResourceAttributes[ServiceNameAttribute] == "" {
 		cfg.ResourceAttributes[ServiceNameAttribute] = w.Name()
@@ -148,6 +149,7 @@ func resolveExporter(e v1alpha1.Exporter) Exporter {
 		out.URL = endpointURL(e.Endpoint, e.Insecure, "")
 	case v1alpha1.ExporterZipkin:
 		out.URL = endpointURL(e.Endpoint, e.Insecure, "/api/v2/spans")
+		out.Deprecated = DeprecatedZipkinMessage
 	case v1alpha1.ExporterJaeger:
 		out.Deprecated = DeprecatedJaegerMessage
 	}
@@ -157,6 +159,23 @@ func resolveExporter(e v1alpha1.Exporter) Exporter {
 // DeprecatedJaegerMessage explains why a jaeger exporter does not reach the SDK configuration.
 const DeprecatedJaegerMessage = "the jaeger exporter is deprecated: OpenTelemetry SDKs removed the Jaeger protocol, " +
 	"so it is kept in config.json only; add an otlp exporter pointing at Jaeger's OTLP port (4317 gRPC, 4318 HTTP) instead"
+
+// DeprecatedZipkinMessage explains why a zipkin exporter is missing from otel-config.yaml.
+const DeprecatedZipkinMessage = "the zipkin exporter is deprecated: the OpenTelemetry declarative configuration (file_format 1.0) " +
+	"has no zipkin exporter, so otel-config.yaml leaves it out; otel.env and zipkin_endpoint keep it for SDKs that still ship one " +
+	"(OTEL_TRACES_EXPORTER=zipkin); send spans over otlp to a collector that forwards them to Zipkin instead"
+
+// Deprecations returns the deprecation message of every configured exporter that has one, in
+// spec order.
+func (c Config) Deprecations() []string {
+	var out []string
+	for _, e := range c.Exporters {
+		if e.Deprecated != "" {
+			out = append(out, e.Deprecated)
+		}
+	}
+	return out
+}
 
 // endpointURL turns host:port into a URL (http when insecure, else https) and appends path to a
 // host:port or to a URL without a path. URLs given with a scheme keep it.

@@ -1,11 +1,13 @@
 package resources
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -97,5 +99,34 @@ func BenchmarkMakeConfigMap(b *testing.B) {
 		if _, err := MakeConfigMap(cr, w); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestLargestResourceAttributesFit: the largest resourceAttributes the CRD admits (8192 characters
+// of names and values, here all 4-byte UTF-8 characters, which percent-encoding turns into 12
+// bytes) still fit a ConfigMap (1 MiB) and keep the OTEL_RESOURCE_ATTRIBUTES line of otel.env
+// below the kernel's 128 KiB limit for one environment string (MAX_ARG_STRLEN), so that
+// `set -a; . otel.env; exec agent` works.
+func TestLargestResourceAttributesFit(t *testing.T) {
+	cr := loadAgentTrace(t, "testdata/minimal.in.yaml")
+	cr.Spec.ResourceAttributes = map[string]v1alpha1.ResourceAttributeValue{}
+	total := 0
+	for i := 0; total < 8192-1024-8; i++ {
+		key := fmt.Sprintf("attr.%02d", i)
+		cr.Spec.ResourceAttributes[key] = v1alpha1.ResourceAttributeValue(strings.Repeat("😀", 1024))
+		total += len(key) + 1024
+	}
+	cr.Spec.ResourceAttributes["rest"] = v1alpha1.ResourceAttributeValue(strings.Repeat("😀", 8192-total-len("rest")))
+	total = 8192
+	cm, err := MakeConfigMap(cr, workloadFor(t, cr))
+	require.NoError(t, err)
+	size := 0
+	for k, v := range cm.Data {
+		size += len(k) + len(v)
+	}
+	t.Logf("%d characters of resource attributes: ConfigMap data %d bytes", total, size)
+	assert.Less(t, size, 1<<20)
+	for _, line := range strings.Split(cm.Data[KeyOTelEnv], "\n") {
+		assert.Less(t, len(line), 128<<10, "an otel.env line longer than MAX_ARG_STRLEN")
 	}
 }

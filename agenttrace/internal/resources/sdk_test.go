@@ -81,7 +81,7 @@ func TestRenderedEnvDrivesTheOpenTelemetrySDK(t *testing.T) {
 		TargetRef:          v1alpha1TargetRef("Deployment", "weather-agent"),
 		Exporters:          []v1alpha1.Exporter{{Type: "otlp", Endpoint: addr, Protocol: "grpc", Compression: "gzip", Insecure: true}, {Type: "jaeger", Endpoint: "jaeger:14250"}},
 		Sampling:           &v1alpha1.Sampling{Type: "parent_based_probabilistic", Rate: "1"},
-		ResourceAttributes: map[string]string{"service.version": "2.1.0", "deployment.environment": "prod, eu=1"},
+		ResourceAttributes: map[string]v1alpha1.ResourceAttributeValue{"service.version": "2.1.0", "deployment.environment": "prod, eu=1"},
 	}
 	env := parseEnv(t, renderFor(t, spec)[KeyOTelEnv])
 	for k, v := range env {

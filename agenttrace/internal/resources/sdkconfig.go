@@ -50,10 +50,9 @@ type sdkExporterHolder struct {
 }
 
 type sdkExporter struct {
-	OTLPGRPC *sdkOTLP   `yaml:"otlp_grpc,omitempty"`
-	OTLPHTTP *sdkOTLP   `yaml:"otlp_http,omitempty"`
-	Zipkin   *sdkZipkin `yaml:"zipkin,omitempty"`
-	Console  *struct{}  `yaml:"console,omitempty"`
+	OTLPGRPC *sdkOTLP  `yaml:"otlp_grpc,omitempty"`
+	OTLPHTTP *sdkOTLP  `yaml:"otlp_http,omitempty"`
+	Console  *struct{} `yaml:"console,omitempty"`
 }
 
 type sdkOTLP struct {
@@ -64,10 +63,6 @@ type sdkOTLP struct {
 
 type sdkTLS struct {
 	Insecure bool `yaml:"insecure"`
-}
-
-type sdkZipkin struct {
-	Endpoint string `yaml:"endpoint"`
 }
 
 type sdkSampler struct {
@@ -107,8 +102,10 @@ type sdkPrometheus struct {
 }
 
 // RenderSDKConfig returns cfg as an OpenTelemetry SDK declarative configuration file (what
-// OTEL_CONFIG_FILE points at). Only OTLP, zipkin and console exporters appear: the SDKs have no
-// Jaeger exporter any more.
+// OTEL_CONFIG_FILE points at). Only OTLP and console exporters appear: the SDKs have no Jaeger
+// exporter any more, and file_format 1.0 removed zipkin. The Prometheus reader is the schema's
+// experimental prometheus/development exporter, which only the SDKs' experimental parsers build
+// (Go: go.opentelemetry.io/contrib/otelconf/x).
 func RenderSDKConfig(cfg Config) (string, error) {
 	doc := sdkConfig{
 		FileFormat:     SDKConfigFileFormat,
@@ -136,9 +133,6 @@ func RenderSDKConfig(cfg Config) (string, error) {
 			o.TLS = &sdkTLS{Insecure: e.Insecure}
 			doc.TracerProvider.Processors = append(doc.TracerProvider.Processors,
 				sdkProcessor{Batch: &sdkExporterHolder{Exporter: sdkExporter{OTLPGRPC: o}}})
-		case "zipkin":
-			doc.TracerProvider.Processors = append(doc.TracerProvider.Processors,
-				sdkProcessor{Batch: &sdkExporterHolder{Exporter: sdkExporter{Zipkin: &sdkZipkin{Endpoint: e.URL}}}})
 		case "console":
 			doc.TracerProvider.Processors = append(doc.TracerProvider.Processors,
 				sdkProcessor{Simple: &sdkExporterHolder{Exporter: sdkExporter{Console: &struct{}{}}}})

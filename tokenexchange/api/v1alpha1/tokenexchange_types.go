@@ -136,11 +136,15 @@ type KeycloakSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	AdminCredentialsSecret string `json:"adminCredentialsSecret,omitempty"`
 
-	// ClientNameTemplate is a Go template for the registered client's name. Variables:
-	// .PodName, .Namespace, .WorkloadName, .ServiceAccount. Default {{.Namespace}}/{{.WorkloadName}}.
+	// ClientNameTemplate is the registered client's name: literal text (no whitespace, control
+	// characters, '{' or '}') with the placeholders {{.PodName}}, {{.Namespace}},
+	// {{.WorkloadName}} and {{.ServiceAccount}}, which the client-registration sidecar substitutes
+	// per pod. It is not a Go template: functions, pipelines, variables and actions are rejected.
+	// Default {{.Namespace}}/{{.WorkloadName}}.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([^{}[:space:][:cntrl:]]|[{][{] *[.](PodName|Namespace|WorkloadName|ServiceAccount) *[}][}])+$')`,message="must be literal text (no whitespace, control characters, '{' or '}') and the placeholders {{.PodName}}, {{.Namespace}}, {{.WorkloadName}}, {{.ServiceAccount}}; functions, pipelines and variables are not supported"
 	ClientNameTemplate string `json:"clientNameTemplate,omitempty"`
 
 	// TokenExchangeEnabled enables the RFC 8693 token-exchange grant on the registered client.

@@ -2,16 +2,32 @@ package v1alpha1
 
 import (
 	"fmt"
-	"sort"
 	"strings"
-	"text/template"
-	"text/template/parse"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// ClientNameVars are the variables a clientNameTemplate may use; the client-registration sidecar
-// fills them in for each pod.
+// A clientNameTemplate is literal text with placeholders {{.PodName}}, {{.Namespace}},
+// {{.WorkloadName}} and {{.ServiceAccount}} (spaces allowed inside the braces), nothing else. It
+// looks like a Go template so existing values keep working, but it is not one: the CRD, the
+// webhook, the controller and the client-registration sidecar all read it with
+// parseClientNameTemplate, which only scans it once, and rendering is a substitution whose output
+// is bounded by the template's length times the longest value. Go's text/template is never used:
+// it would let a short template (nested printf and print of variables) allocate gigabytes when it
+// is validated or rendered.
+
+// MaxClientNameTemplateLength bounds a clientNameTemplate (the CRD's maxLength).
+const MaxClientNameTemplateLength = 253
+
+// ClientNameTemplatePattern is the regular expression the CRD's CEL rule applies to
+// clientNameTemplate (keep the +kubebuilder marker on KeycloakSpec.ClientNameTemplate identical;
+// a test compares them). It accepts exactly what parseClientNameTemplate accepts: literal runs
+// without '{', '}', ASCII whitespace or control characters, and the four placeholders.
+const ClientNameTemplatePattern = `^([^{}[:space:][:cntrl:]]|[{][{] *[.](PodName|Namespace|WorkloadName|ServiceAccount) *[}][}])+$`
+
+// ClientNameVars are the values of a clientNameTemplate's placeholders; the client-registration
+// sidecar fills them in for each pod.
 type ClientNameVars struct {
 	PodName        string
 	Namespace      string
@@ -19,10 +35,118 @@ type ClientNameVars struct {
 	ServiceAccount string
 }
 
-var clientNameVarSet = map[string]bool{"PodName": true, "Namespace": true, "WorkloadName": true, "ServiceAccount": true}
+// clientNameVariables are the placeholder names, in documentation order.
+var clientNameVariables = []string{"PodName", "Namespace", "WorkloadName", "ServiceAccount"}
 
-// Validate reports what the CRD schema cannot check (it has no Go template parser). The validating
-// webhook and the reconciler both call it, so the rule holds even where the webhook is not installed.
+func (v ClientNameVars) value(name string) string {
+	switch name {
+	case "PodName":
+		return v.PodName
+	case "Namespace":
+		return v.Namespace
+	case "WorkloadName":
+		return v.WorkloadName
+	case "ServiceAccount":
+		return v.ServiceAccount
+	}
+	return ""
+}
+
+// clientNamePart is one literal run or one placeholder of a parsed template.
+type clientNamePart struct {
+	literal  string
+	variable string // set for a placeholder
+}
+
+// ValidateClientNameTemplate reports why s is not a clientNameTemplate, or nil.
+func ValidateClientNameTemplate(s string) error {
+	_, err := parseClientNameTemplate(s)
+	return err
+}
+
+// RenderClientName substitutes vars into the template s; it fails for a template
+// ValidateClientNameTemplate rejects.
+func RenderClientName(s string, vars ClientNameVars) (string, error) {
+	parts, err := parseClientNameTemplate(s)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.variable != "" {
+			b.WriteString(vars.value(p.variable))
+		} else {
+			b.WriteString(p.literal)
+		}
+	}
+	return b.String(), nil
+}
+
+// parseClientNameTemplate splits s into literal runs and placeholders in one pass.
+func parseClientNameTemplate(s string) ([]clientNamePart, error) {
+	switch {
+	case s == "":
+		return nil, fmt.Errorf("must not be empty")
+	case utf8.RuneCountInString(s) > MaxClientNameTemplateLength:
+		return nil, fmt.Errorf("must be at most %d characters (has %d)", MaxClientNameTemplateLength, utf8.RuneCountInString(s))
+	}
+	var parts []clientNamePart
+	for rest := s; rest != ""; {
+		open := strings.Index(rest, "{{")
+		lit := rest
+		if open >= 0 {
+			lit = rest[:open]
+		}
+		if i := strings.IndexFunc(lit, notLiteral); i >= 0 {
+			return nil, fmt.Errorf("%q at offset %d is not allowed in literal text (no '{', '}', whitespace or control characters outside a placeholder)",
+				lit[i], len(s)-len(rest)+i)
+		}
+		if lit != "" {
+			parts = append(parts, clientNamePart{literal: lit})
+		}
+		if open < 0 {
+			break
+		}
+		rest = rest[open:]
+		end := strings.Index(rest, "}}")
+		if end < 0 {
+			return nil, fmt.Errorf("placeholder at offset %d is not closed with }}", len(s)-len(rest))
+		}
+		name, err := placeholder(rest[2:end])
+		if err != nil {
+			return nil, fmt.Errorf("%q at offset %d: %w", rest[:end+2], len(s)-len(rest), err)
+		}
+		parts = append(parts, clientNamePart{variable: name})
+		rest = rest[end+2:]
+	}
+	return parts, nil
+}
+
+// placeholder returns the variable name of the text between {{ and }}.
+func placeholder(inner string) (string, error) {
+	field := strings.Trim(inner, " ")
+	name, isField := strings.CutPrefix(field, ".")
+	if isField && name != "" && !strings.ContainsFunc(field, func(r rune) bool { return r == ' ' }) {
+		for _, v := range clientNameVariables {
+			if name == v {
+				return v, nil
+			}
+		}
+		return "", fmt.Errorf("unknown variable .%s; %s", name, allowedPlaceholders)
+	}
+	return "", fmt.Errorf("not a placeholder; %s (no functions, pipelines, variables or actions)", allowedPlaceholders)
+}
+
+const allowedPlaceholders = "allowed: {{.PodName}}, {{.Namespace}}, {{.WorkloadName}}, {{.ServiceAccount}}"
+
+// notLiteral reports the characters ClientNameTemplatePattern keeps out of literal text.
+func notLiteral(r rune) bool {
+	return r == '{' || r == '}' || r == ' ' || r < 0x20 || r == 0x7f
+}
+
+// Validate reports what the controller checks before rendering: the CRD schema checks the same
+// (CEL), but objects stored before that rule existed are not re-validated by the API server. The
+// validating webhook calls it too.
 func (t *TokenExchange) Validate() field.ErrorList {
 	var errs field.ErrorList
 	if cr := t.Spec.ClientRegistration; cr != nil && cr.Keycloak != nil && cr.Keycloak.ClientNameTemplate != "" {
@@ -32,104 +156,4 @@ func (t *TokenExchange) Validate() field.ErrorList {
 		}
 	}
 	return errs
-}
-
-// ValidateClientNameTemplate checks that s parses as a Go text/template that uses only
-// .PodName, .Namespace, .WorkloadName and .ServiceAccount and renders a non-empty name.
-func ValidateClientNameTemplate(s string) error {
-	tmpl, err := template.New("clientNameTemplate").Option("missingkey=error").Parse(s)
-	if err != nil {
-		return fmt.Errorf("not a valid Go template: %s", strings.TrimPrefix(err.Error(), "template: "))
-	}
-	if len(tmpl.Templates()) > 1 {
-		return fmt.Errorf("must not define nested templates")
-	}
-	if tmpl.Tree == nil || tmpl.Root == nil {
-		return fmt.Errorf("must not be empty")
-	}
-	if bad := unknownFields(tmpl.Root); len(bad) > 0 {
-		return fmt.Errorf("uses unknown variable(s) %s; allowed: .PodName, .Namespace, .WorkloadName, .ServiceAccount",
-			strings.Join(bad, ", "))
-	}
-	var b strings.Builder
-	if err := tmpl.Execute(&b, ClientNameVars{PodName: "p", Namespace: "n", WorkloadName: "w", ServiceAccount: "s"}); err != nil {
-		return fmt.Errorf("cannot be rendered: %s", strings.TrimPrefix(err.Error(), "template: "))
-	}
-	if strings.TrimSpace(b.String()) == "" {
-		return fmt.Errorf("renders an empty client name")
-	}
-	return nil
-}
-
-// RenderClientName executes a template already accepted by ValidateClientNameTemplate.
-func RenderClientName(s string, vars ClientNameVars) (string, error) {
-	tmpl, err := template.New("clientNameTemplate").Option("missingkey=error").Parse(s)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	err = tmpl.Execute(&b, vars)
-	return b.String(), err
-}
-
-// unknownFields walks the parse tree and returns every data reference that is not one of the
-// documented variables (sorted, de-duplicated).
-func unknownFields(root parse.Node) []string {
-	seen := map[string]bool{}
-	var walk func(n parse.Node)
-	walk = func(n parse.Node) {
-		switch n := n.(type) {
-		case nil:
-		case *parse.ListNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Nodes {
-				walk(c)
-			}
-		case *parse.ActionNode:
-			walk(n.Pipe)
-		case *parse.PipeNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Cmds {
-				walk(c)
-			}
-		case *parse.CommandNode:
-			for _, a := range n.Args {
-				walk(a)
-			}
-		case *parse.IfNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.WithNode:
-			seen["{{with}}"] = true // changes the meaning of "."; keep templates flat
-		case *parse.RangeNode:
-			seen["{{range}}"] = true
-		case *parse.TemplateNode:
-			seen["{{template}}"] = true
-		case *parse.FieldNode:
-			if len(n.Ident) != 1 || !clientNameVarSet[n.Ident[0]] {
-				seen["."+strings.Join(n.Ident, ".")] = true
-			}
-		case *parse.VariableNode:
-			// $ is the data; $.X must be a documented field. Variables declared in the template are fine.
-			if n.Ident[0] == "$" && len(n.Ident) > 1 && (len(n.Ident) != 2 || !clientNameVarSet[n.Ident[1]]) {
-				seen[strings.Join(n.Ident, ".")] = true
-			}
-		case *parse.ChainNode:
-			seen[n.String()] = true
-		case *parse.DotNode:
-			seen["."] = true
-		}
-	}
-	walk(root)
-	out := make([]string, 0, len(seen))
-	for k := range seen {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -1,10 +1,30 @@
 package v1alpha1
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
 )
+
+// templateBomb is testdata/template-bomb.txt (issue 12): 116 characters of nested printf/print
+// variables that made Go's text/template allocate 6 GB (and take 48 s) each time the old validator
+// executed them. The webhook's and the controller's tests read the same file.
+var templateBomb = func() string {
+	b, err := os.ReadFile("testdata/template-bomb.txt")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestValidateClientNameTemplate(t *testing.T) {
 	for _, tc := range []struct {
@@ -13,19 +33,27 @@ func TestValidateClientNameTemplate(t *testing.T) {
 	}{
 		{tmpl: "agent-{{.PodName}}"},
 		{tmpl: "{{.Namespace}}/{{.WorkloadName}}"},
-		{tmpl: "{{.ServiceAccount}}-{{.PodName | printf \"%s\"}}"},
-		{tmpl: "{{if .PodName}}{{.PodName}}{{else}}x{{end}}"},
+		{tmpl: "{{ .ServiceAccount }}@{{.Namespace}}"},
 		{tmpl: "fixed-name"},
-		{tmpl: "{{$.Namespace}}-{{ $n := .WorkloadName }}{{$n}}"},
-		{tmpl: "agent-{{.PodName", wantErr: "not a valid Go template"},
-		{tmpl: "agent-{{.Pod}}", wantErr: "unknown variable(s) .Pod;"},
-		{tmpl: "{{.PodName.Foo}}", wantErr: "unknown variable(s) .PodName.Foo"},
-		{tmpl: "{{.}}", wantErr: "unknown variable(s) ."},
-		{tmpl: "{{$.Secret}}", wantErr: "unknown variable(s) $.Secret"},
-		{tmpl: "{{range .PodName}}x{{end}}", wantErr: "{{range}}"},
-		{tmpl: `{{define "x"}}a{{end}}{{template "x"}}`, wantErr: "nested templates"},
-		{tmpl: "{{if .PodName}}{{end}}", wantErr: "renders an empty client name"},
-		{tmpl: "{{index .PodName 5}}", wantErr: "cannot be rendered"},
+		{tmpl: "agent-{{.PodName", wantErr: "not closed with }}"},
+		{tmpl: "agent-{{.Pod}}", wantErr: "unknown variable .Pod; allowed: {{.PodName}}"},
+		{tmpl: "{{.PodName.Foo}}", wantErr: "unknown variable .PodName.Foo"},
+		{tmpl: "{{.}}", wantErr: "not a placeholder"},
+		{tmpl: "{{$.Namespace}}", wantErr: "not a placeholder"},
+		{tmpl: "{{.PodName | printf \"%s\"}}", wantErr: "not a placeholder"},
+		{tmpl: "{{if .PodName}}x{{end}}", wantErr: "not a placeholder"},
+		{tmpl: `{{define "x"}}a{{end}}`, wantErr: "not a placeholder"},
+		{tmpl: "{{- .PodName -}}", wantErr: "not a placeholder"},
+		{tmpl: "{{. PodName}}", wantErr: "not a placeholder"},
+		{tmpl: templateBomb, wantErr: "not a placeholder; allowed"},
+		{tmpl: "a }}", wantErr: `' ' at offset 1 is not allowed in literal text`},
+		{tmpl: "a}b", wantErr: `'}' at offset 1`},
+		{tmpl: "{{.PodName}}}", wantErr: `'}' at offset 12`},
+		{tmpl: "{x}", wantErr: `'{' at offset 0`},
+		{tmpl: "a\tb", wantErr: `'\t' at offset 1`},
+		{tmpl: "", wantErr: "must not be empty"},
+		{tmpl: strings.Repeat("a", 254), wantErr: "at most 253 characters (has 254)"},
+		{tmpl: strings.Repeat("é", 253)},
 	} {
 		t.Run(tc.tmpl, func(t *testing.T) {
 			err := ValidateClientNameTemplate(tc.tmpl)
@@ -52,7 +80,103 @@ func TestValidateFieldPath(t *testing.T) {
 }
 
 func TestRenderClientName(t *testing.T) {
-	got, err := RenderClientName("agent-{{.Namespace}}-{{.PodName}}", ClientNameVars{PodName: "p-1", Namespace: "agents"})
-	assert.NoError(t, err)
-	assert.Equal(t, "agent-agents-p-1", got)
+	vars := ClientNameVars{PodName: "p-1", Namespace: "agents", WorkloadName: "weather", ServiceAccount: "sa"}
+	for tmpl, want := range map[string]string{
+		"agent-{{.Namespace}}-{{.PodName}}":                          "agent-agents-p-1",
+		"{{ .ServiceAccount }}@{{.WorkloadName}}{{.WorkloadName}}.x": "sa@weatherweather.x",
+		"fixed": "fixed",
+	} {
+		got, err := RenderClientName(tmpl, vars)
+		assert.NoError(t, err)
+		assert.Equal(t, want, got, tmpl)
+	}
+	_, err := RenderClientName(templateBomb, vars)
+	assert.ErrorContains(t, err, "not a placeholder")
+}
+
+// parserAgreesWithPattern is the property the CRD's CEL rule relies on: within the length bound,
+// the API server's regular expression accepts exactly the templates the parser accepts.
+func parserAgreesWithPattern(t *testing.T, pattern *regexp.Regexp, s string) {
+	t.Helper()
+	if utf8.RuneCountInString(s) > MaxClientNameTemplateLength {
+		return // the CRD's maxLength rejects it before CEL runs
+	}
+	parsed := ValidateClientNameTemplate(s) == nil
+	assert.Equal(t, parsed, pattern.MatchString(s), "%q: parser accepts=%v, CEL pattern accepts=%v", s, parsed, !parsed)
+}
+
+var patternCorpus = []string{
+	"agent-{{.PodName}}", "{{.Namespace}}/{{.WorkloadName}}", "{{  .ServiceAccount  }}", "x", "é",
+	"", "{{", "}}", "{", "}", "{{}}", "{{.}}", "{{.Pod}}", "{{.PodName}", "{{.PodName}}}", "{{{.PodName}}",
+	"{{.PodName }}x{{ .Namespace}}", "{{\t.PodName}}", "a b", "a\x7fb", "a\nb", "{{.PodName.X}}",
+	"{{$x := .PodName}}{{$x}}", templateBomb, "{{printf \"%s\" .PodName}}", "{{.PodName|print}}",
+	"{{ . PodName }}", "\u00a0", "a{{.WorkloadName}}{{.WorkloadName}}b",
+}
+
+func TestClientNameTemplatePatternAgreesWithParser(t *testing.T) {
+	pattern := regexp.MustCompile(ClientNameTemplatePattern)
+	for _, s := range patternCorpus {
+		parserAgreesWithPattern(t, pattern, s)
+	}
+}
+
+func FuzzClientNameTemplatePatternAgreesWithParser(f *testing.F) {
+	for _, s := range patternCorpus {
+		f.Add(s)
+	}
+	pattern := regexp.MustCompile(ClientNameTemplatePattern)
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // the API server only sees valid UTF-8 (JSON)
+		}
+		parserAgreesWithPattern(t, pattern, s)
+	})
+}
+
+// TestCRDRuleIsThePattern ties the generated CRD to ClientNameTemplatePattern: the rule the API
+// server runs is self.matches() of exactly that expression, under the same maxLength.
+func TestCRDRuleIsThePattern(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds", "tokenexchange", "kagenti.io_tokenexchanges.yaml"))
+	require.NoError(t, err)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.Unmarshal(data, &crd))
+	require.Len(t, crd.Spec.Versions, 1)
+	prop := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].
+		Properties["clientRegistration"].Properties["keycloak"].Properties["clientNameTemplate"]
+	require.NotNil(t, prop.MaxLength)
+	assert.EqualValues(t, MaxClientNameTemplateLength, *prop.MaxLength)
+	require.Len(t, prop.XValidations, 1)
+	assert.Equal(t, "self.matches('"+ClientNameTemplatePattern+"')", prop.XValidations[0].Rule)
+}
+
+// TestValidatingTheBombAllocatesLittle: checking a template is one scan of at most 253 characters,
+// whatever it contains (the old text/template validator allocated 6 GB for templateBomb).
+func TestValidatingTheBombAllocatesLittle(t *testing.T) {
+	const runs = 100
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		_ = ValidateClientNameTemplate(templateBomb)
+		_, _ = RenderClientName(templateBomb, ClientNameVars{})
+	}
+	runtime.ReadMemStats(&after)
+	perRun := (after.TotalAlloc - before.TotalAlloc) / runs
+	t.Logf("%d bytes allocated per validate+render of the bomb", perRun)
+	assert.Less(t, perRun, uint64(16<<10))
+}
+
+func BenchmarkValidateClientNameTemplate(b *testing.B) {
+	for name, tmpl := range map[string]string{
+		"default": "{{.Namespace}}/{{.WorkloadName}}",
+		"bomb":    templateBomb,
+		"longest": strings.Repeat("{{.PodName}}", MaxClientNameTemplateLength/len("{{.PodName}}")),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = ValidateClientNameTemplate(tmpl)
+			}
+		})
+	}
 }

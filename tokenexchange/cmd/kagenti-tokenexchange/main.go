@@ -57,7 +57,7 @@ func newRootCommand() *cobra.Command {
 	f.BoolVar(&fl.leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles (the webhook serves on every replica)")
 	f.StringVar(&fl.namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.IntVar(&fl.opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
-	f.BoolVar(&fl.webhook, "webhook", false, "serve the validating webhook for TokenExchange (the clientNameTemplate checks the CRD schema cannot express)")
+	f.BoolVar(&fl.webhook, "webhook", false, "serve the validating webhook for TokenExchange (the clientNameTemplate check, for CRDs older than this binary)")
 	f.StringVar(&fl.webhookHost, "webhook-host", "", "address the webhook server binds to; empty binds all")
 	f.IntVar(&fl.webhookPort, "webhook-port", 9443, "port of the webhook server")
 	f.StringVar(&fl.wh.CertDir, "cert-dir", "", "directory with tls.crt and tls.key provided from outside (e.g. cert-manager); disables the built-in certificate rotator")

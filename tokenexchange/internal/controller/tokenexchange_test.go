@@ -3,6 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -202,34 +206,105 @@ func TestForeignConfigMapIsNotTakenOver(t *testing.T) {
 	assert.Equal(t, map[string]string{"x": "y"}, cm.Data)
 }
 
-func TestInvalidTemplateReportedByReconciler(t *testing.T) {
+// TestStoredTemplateBombIsReportedNotExecuted: a TokenExchange stored before the CRD had its
+// clientNameTemplate rule (the API server does not re-validate stored objects when a CRD changes)
+// reaches the reconciler, which reports it as InvalidSpec without executing it and writes nothing.
+// The old text/template validator allocated 6 GB per reconcile of this template.
+func TestStoredTemplateBombIsReportedNotExecuted(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
 	te := tokenExchange(ns, "tx", "agent")
-	te.Labels = map[string]string{SkipWebhookLabel: "true"}
-	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: "agent-{{.Pod}}"}}
-	must(t, k8s.Create(ctx, te))
+	te.Labels = map[string]string{SkipWebhookLabel: "true"} // the webhook would deny it too
+	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: templateBomb(t)}}
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	createWithoutTemplateRule(t, te)
 	got := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	runtime.ReadMemStats(&after)
 	assert.Equal(t, v1alpha1.PhaseError, got.Status.Phase)
 	assert.Contains(t, got.Status.Message, "spec.clientRegistration.keycloak.clientNameTemplate")
-	assert.Contains(t, got.Status.Message, "unknown variable(s) .Pod")
+	assert.Contains(t, got.Status.Message, "not a placeholder")
+	assert.Equal(t, v1alpha1.ReasonInvalidSpec, condition(got, v1alpha1.ConditionConfigMapReady).Reason)
 	_, err := getCM(ctx, ns, "agent-token-exchange")
 	assert.True(t, apierrors.IsNotFound(err), "nothing is written for an invalid spec")
+	// Everything this test process allocated meanwhile (API server client, manager, reconciles):
+	// far below what one execution of the bomb takes.
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated while the bomb was stored and reconciled: %d MiB", allocated>>20)
+	assert.Less(t, allocated, uint64(1<<30))
 
 	// Fixing it recovers.
 	must(t, updateRetrying(ctx, got, func() { got.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "agent-{{.PodName}}" }))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 }
 
-func TestWebhookRejectsInvalidTemplate(t *testing.T) {
+// templateBomb is the template of issue 12 that made Go's text/template allocate 6 GB.
+func templateBomb(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "tokenexchange", "api", "v1alpha1", "testdata", "template-bomb.txt"))
+	must(t, err)
+	return string(b)
+}
+
+func TestAPIServerRejectsTemplateBomb(t *testing.T) {
 	ns := namespace(t)
 	te := tokenExchange(ns, "tx", "agent")
-	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: "agent-{{.PodName"}}
+	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: templateBomb(t)}}
 	err := k8s.Create(context.Background(), te)
 	require.Error(t, err)
+	assert.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
 	assert.Contains(t, err.Error(), "spec.clientRegistration.keycloak.clientNameTemplate")
-	assert.Contains(t, err.Error(), "not a valid Go template")
+	assert.Contains(t, err.Error(), "functions, pipelines and variables are not supported")
+	assert.NotContains(t, err.Error(), "admission webhook", "the CRD schema rejects it before the webhook is called")
+}
+
+// createWithoutTemplateRule stores te as a TokenExchange written before the CRD had the
+// clientNameTemplate CEL rule: it takes the rule out of the installed CRD, creates te, and puts
+// the CRD back, waiting each time until the API server serves the changed schema.
+func createWithoutTemplateRule(t *testing.T, te *v1alpha1.TokenExchange) {
+	t.Helper()
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	must(t, k8s.Get(ctx, client.ObjectKey{Name: "tokenexchanges.kagenti.io"}, crd))
+	original := crd.DeepCopy()
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	cr := spec.Properties["clientRegistration"]
+	kc := cr.Properties["keycloak"]
+	tmpl := kc.Properties["clientNameTemplate"]
+	tmpl.XValidations = nil
+	kc.Properties["clientNameTemplate"] = tmpl
+	cr.Properties["keycloak"] = kc
+	spec.Properties["clientRegistration"] = cr
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	must(t, k8s.Update(ctx, crd))
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur := &apiextensionsv1.CustomResourceDefinition{}
+			if err := k8s.Get(ctx, client.ObjectKey{Name: original.Name}, cur); err != nil {
+				return err
+			}
+			cur.Spec = original.Spec
+			return k8s.Update(ctx, cur)
+		}))
+		eventually(t, "the API server applies the clientNameTemplate rule again", func(ctx context.Context) (bool, string) {
+			err := k8s.Create(ctx, te.DeepCopy(), client.DryRunAll)
+			return apierrors.IsInvalid(err), fmt.Sprint(err)
+		})
+	}
+	t.Cleanup(restore)
+	eventually(t, "the API server serves the CRD without the rule", func(ctx context.Context) (bool, string) {
+		err := k8s.Create(ctx, te.DeepCopy(), client.DryRunAll)
+		return err == nil, fmt.Sprint(err)
+	})
+	must(t, k8s.Create(ctx, te))
+	restore()
 }
 
 func TestPodStatus(t *testing.T) {

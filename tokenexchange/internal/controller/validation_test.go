@@ -2,13 +2,17 @@ package controller_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
 // TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server,
@@ -29,6 +33,12 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.clientRegistration.keycloak", "provider keycloak requires keycloak.url and keycloak.realm"}},
 		{"unknown provider", `{provider: aws-iam}`,
 			[]string{"spec.clientRegistration.provider", `supported values: "keycloak"`}},
+		{"template with unknown variable", `{keycloak: {clientNameTemplate: "agent-{{.Pod}}"}}`,
+			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "placeholders {{.PodName}}, {{.Namespace}}"}},
+		{"template with a pipeline", `{keycloak: {clientNameTemplate: "{{.PodName | printf \"%s\"}}"}}`,
+			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "functions, pipelines and variables are not supported"}},
+		{"template too long", `{keycloak: {clientNameTemplate: "` + strings.Repeat("a", 254) + `"}}`,
+			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "Too long: may not be more than 253"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assertRejected(t, ns, "clientRegistration: "+tc.spec, tc.want...)
@@ -61,6 +71,26 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assertRejected(t, ns, tc.spec, tc.want...)
+		})
+	}
+}
+
+// TestAPIServerAgreesWithTemplateParser: the CRD's CEL rule and v1alpha1.ValidateClientNameTemplate
+// (webhook, controller, sidecar) accept the same templates, on the real API server.
+func TestAPIServerAgreesWithTemplateParser(t *testing.T) {
+	ns := namespace(t)
+	for _, tmpl := range []string{
+		"agent-{{.PodName}}", "{{.Namespace}}/{{.WorkloadName}}", "{{ .ServiceAccount }}@x", "é-{{.PodName}}",
+		"{{.Pod}}", "{{.}}", "{{$.PodName}}", "{{.PodName}}}", "{{{.PodName}}", "a b", "{{.PodName",
+		"{{if .PodName}}x{{end}}", "{{- .PodName}}", "x}", "{{.PodName.Foo}}",
+	} {
+		t.Run(tmpl, func(t *testing.T) {
+			te := tokenExchange(ns, "t", "agent")
+			te.Labels = map[string]string{SkipWebhookLabel: "true"} // the schema alone decides
+			te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: tmpl}}
+			apiErr := k8s.Create(context.Background(), te, client.DryRunAll)
+			parseErr := v1alpha1.ValidateClientNameTemplate(tmpl)
+			assert.Equal(t, parseErr == nil, apiErr == nil, "API server: %v; parser: %v", apiErr, parseErr)
 		})
 	}
 }

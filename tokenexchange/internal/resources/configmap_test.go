@@ -99,6 +99,10 @@ func TestResolveConfigDefaults(t *testing.T) {
 	assert.Equal(t, int32(8081), c.Inbound.TargetPort)
 	assert.Equal(t, "spiffe://cluster.local/ns/agents/sa/agent-sa", c.Inbound.Validation.Audience)
 	assert.Equal(t, "http://keycloak.kagenti-system.svc:8080/realms/default", c.Inbound.Validation.Issuer)
+	name, err := v1alpha1.RenderClientName(c.ClientRegistration.Keycloak.ClientNameTemplate,
+		v1alpha1.ClientNameVars{Namespace: "agents", WorkloadName: "agent"})
+	assert.NoError(t, err, "the default clientNameTemplate is one the sidecar can render")
+	assert.Equal(t, "agents/agent", name)
 	assert.Equal(t, int32(15123), c.Outbound.TrafficInterception.ProxyPort)
 	assert.Equal(t, int64(1337), c.Outbound.TrafficInterception.ProxyUID)
 	assert.Equal(t, []int32{8080}, c.Outbound.TrafficInterception.ExcludePorts)

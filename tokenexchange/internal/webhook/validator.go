@@ -1,6 +1,7 @@
-// Package webhook serves the validating admission webhook for TokenExchange: the checks the CRD
-// schema cannot express (a Go template parser for clientNameTemplate). The controller repeats them
-// (Ready=False, reason InvalidSpec), so they hold where the webhook is not installed.
+// Package webhook serves the validating admission webhook for TokenExchange: the clientNameTemplate
+// check of v1alpha1.(*TokenExchange).Validate. The current CRD has the same rule in CEL, so the
+// webhook matters where the installed CRD is older than the controller (helm never upgrades CRDs);
+// the controller repeats the check (Ready=False, reason InvalidSpec) for objects stored before.
 package webhook
 
 import (

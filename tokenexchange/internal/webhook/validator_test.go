@@ -2,9 +2,12 @@ package webhook
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,6 +19,14 @@ func withTemplate(tmpl string) *v1alpha1.TokenExchange {
 		ClientRegistration: &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: tmpl}}}}
 }
 
+// templateBomb is the template of issue 12 that made Go's text/template allocate 6 GB.
+func templateBomb(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "api", "v1alpha1", "testdata", "template-bomb.txt"))
+	require.NoError(t, err)
+	return string(b)
+}
+
 func TestValidator(t *testing.T) {
 	ctx := context.Background()
 	v := Validator{}
@@ -25,6 +36,11 @@ func TestValidator(t *testing.T) {
 	_, err = v.ValidateCreate(ctx, withTemplate("agent-{{.Secret}}"))
 	assert.True(t, apierrors.IsInvalid(err))
 	assert.Contains(t, err.Error(), "spec.clientRegistration.keycloak.clientNameTemplate")
+
+	// Rejected by parsing, never executed (text/template allocated 6 GB for it).
+	_, err = v.ValidateCreate(ctx, withTemplate(templateBomb(t)))
+	assert.True(t, apierrors.IsInvalid(err))
+	assert.Contains(t, err.Error(), "not a placeholder")
 
 	_, err = v.ValidateUpdate(ctx, withTemplate("ok"), withTemplate("{{"))
 	assert.True(t, apierrors.IsInvalid(err))
