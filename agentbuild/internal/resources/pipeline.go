@@ -88,7 +88,7 @@ func MakePipeline(b *v1alpha1.AgentBuild, l *templates.Loaded) (*pipelinev1.Pipe
 		spec.Tasks = append(spec.Tasks, task)
 	}
 	if imageTask == "" {
-		return nil, nil, &templates.Error{Reason: templates.ReasonInvalidTemplate, Message: fmt.Sprintf(
+		return nil, nil, &templates.Error{Reason: v1alpha1.ReasonInvalidTemplate, Message: fmt.Sprintf(
 			"no enabled step of mode %s declares the results %s and %s", l.Mode, ResultImageURL, ResultImageDigest)}
 	}
 	for _, name := range order {
@@ -117,7 +117,7 @@ func makeTask(s templates.LoadedStep, buildParams, globals []params.Param) (pipe
 	for _, ps := range s.TaskSpec.Params {
 		if ps.Type != "" && ps.Type != pipelinev1.ParamTypeString {
 			if ps.Default == nil {
-				return pipelinev1.PipelineTask{}, &templates.Error{Reason: templates.ReasonInvalidStep, Message: fmt.Sprintf(
+				return pipelinev1.PipelineTask{}, &templates.Error{Reason: v1alpha1.ReasonInvalidStep, Message: fmt.Sprintf(
 					"step %s: parameter %s has type %s without a default; only string parameters can be set", s.Name, ps.Name, ps.Type)}
 			}
 			continue // Tekton uses the default
@@ -172,7 +172,7 @@ func MakePipelineRun(b *v1alpha1.AgentBuild, p *pipelinev1.Pipeline, buildParams
 	}
 	quantity, err := resource.ParseQuantity(size)
 	if err != nil {
-		return nil, &templates.Error{Reason: templates.ReasonInvalidTemplate, Message: fmt.Sprintf("workspaceSize %q: %v", size, err)}
+		return nil, &templates.Error{Reason: v1alpha1.ReasonInvalidTemplate, Message: fmt.Sprintf("workspaceSize %q: %v", size, err)}
 	}
 	secrets := map[string]string{
 		WorkspaceGitCredentials: b.Spec.Source.CredentialsSecret,
@@ -194,7 +194,7 @@ func MakePipelineRun(b *v1alpha1.AgentBuild, p *pipelinev1.Pipeline, buildParams
 		case isSecret && w.Optional:
 			// not bound: the step sees $(workspaces.<name>.bound) == false
 		case isSecret:
-			return nil, &templates.Error{Reason: templates.ReasonMissingParameter, Message: fmt.Sprintf(
+			return nil, &templates.Error{Reason: v1alpha1.ReasonMissingParameter, Message: fmt.Sprintf(
 				"workspace %s needs a Secret: set %s", w.Name, secretField(w.Name))}
 		case !w.Optional:
 			bindings = append(bindings, pipelinev1.WorkspaceBinding{Name: w.Name, EmptyDir: &corev1.EmptyDirVolumeSource{}})

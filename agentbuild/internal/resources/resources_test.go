@@ -163,7 +163,7 @@ steps:
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "step-needs-foo"}}}
 		},
-		reason: templates.ReasonMissingParameter, msg: `step "build" requires parameter(s) FOO`,
+		reason: v1alpha1.ReasonMissingParameter, msg: `step "build" requires parameter(s) FOO`,
 	}, {
 		name: "template's required parameter without value",
 		mutate: func(b *v1alpha1.AgentBuild) {
@@ -171,29 +171,29 @@ steps:
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Parameters: []v1alpha1.Parameter{{Name: "COSIGN_KEY_SECRET", Value: ""}}}
 			b.Spec.BuildOutput.Registry = "quay.io"
 		},
-		reason: templates.ReasonMissingParameter, msg: "the template requires parameter(s) COSIGN_KEY_SECRET with no value",
+		reason: v1alpha1.ReasonMissingParameter, msg: "the template requires parameter(s) COSIGN_KEY_SECRET with no value",
 	}, {
 		name: "step ConfigMap not found",
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "nope"}}}
 		},
-		reason: templates.ReasonStepNotFound, msg: "ConfigMap nope (step build) not found in namespace agents or kagenti-system",
+		reason: v1alpha1.ReasonStepNotFound, msg: "ConfigMap nope (step build) not found in namespace agents or kagenti-system",
 	}, {
 		name: "new step without configMap",
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "extra"}}}
 		},
-		reason: templates.ReasonInvalidStep, msg: `the template has no step "extra", so configMap is required`,
+		reason: v1alpha1.ReasonInvalidStep, msg: `the template has no step "extra", so configMap is required`,
 	}, {
 		name: "no step produces the image results",
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "step-no-image"}}}
 		},
-		reason: templates.ReasonInvalidTemplate, msg: "declares the results IMAGE_URL and IMAGE_DIGEST",
+		reason: v1alpha1.ReasonInvalidTemplate, msg: "declares the results IMAGE_URL and IMAGE_DIGEST",
 	}, {
 		name:   "invalid template in the build's namespace wins over the default",
 		mutate: func(b *v1alpha1.AgentBuild) { b.Spec.Mode = v1alpha1.ModePreprod },
-		reason: templates.ReasonInvalidTemplate, msg: "ConfigMap agents/pipeline-template-preprod",
+		reason: v1alpha1.ReasonInvalidTemplate, msg: "ConfigMap agents/pipeline-template-preprod",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,7 +216,7 @@ func TestTemplateNotFound(t *testing.T) {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	l := &templates.Loader{Reader: fake.NewClientBuilder().WithScheme(scheme).Build(), Namespace: templateNS}
 	_, err := render(t, l, readBuild(t, "testdata/dev.input.yaml"))
-	assert.Equal(t, templates.ReasonTemplateNotFound, Reason(err))
+	assert.Equal(t, v1alpha1.ReasonTemplateNotFound, Reason(err))
 	assert.EqualError(t, err, "ConfigMap pipeline-template-dev (template of mode dev) not found in namespace agents or kagenti-system")
 }
 

@@ -26,16 +26,8 @@ const (
 	DefaultNamespace = "kagenti-system"
 )
 
-// Reasons of template errors; they become the TemplateResolved condition's reason.
-const (
-	ReasonTemplateNotFound = "TemplateNotFound"
-	ReasonInvalidTemplate  = "InvalidTemplate"
-	ReasonStepNotFound     = "StepNotFound"
-	ReasonInvalidStep      = "InvalidStep"
-	ReasonMissingParameter = "MissingParameter"
-)
-
-// Error is a template problem the user can fix; Reason is a CamelCase condition reason.
+// Error is a template problem the user can fix; Reason is the TemplateResolved condition's reason
+// (v1alpha1.ReasonTemplateNotFound, …).
 type Error struct {
 	Reason  string
 	Message string
