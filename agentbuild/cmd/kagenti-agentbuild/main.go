@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/controller"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 const name = "kagenti-agentbuild"
@@ -77,7 +77,7 @@ func run(metricsAddr, probeAddr, namespaces string, leaderElect bool, opts contr
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if err := pipelinev1.AddToScheme(scheme); err != nil {
+	if err := tekton.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

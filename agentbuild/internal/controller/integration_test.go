@@ -37,6 +37,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 	"github.com/kagenti/platform/agentbuild/internal/testsupport"
 )
@@ -70,6 +71,8 @@ func TestIntegration(t *testing.T) {
 	require.NoError(t, err, "starting envtest (KUBEBUILDER_ASSETS=%s)", testEnv.BinaryAssetsDirectory)
 	t.Cleanup(func() { _ = testEnv.Stop() })
 
+	// The test reads and writes Tekton's objects with Tekton's own types; the controller with its
+	// own (internal/tekton), as the binary does.
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
@@ -84,7 +87,7 @@ func TestIntegration(t *testing.T) {
 	}
 	e.opts = Options{TemplateNamespace: templates.DefaultNamespace, TektonCheckInterval: 200 * time.Millisecond, TemplateRetryInterval: 200 * time.Millisecond}
 	e.mgr, err = ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 controllerScheme(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -605,6 +608,14 @@ func (e *env) checkVerdict(u *unstructured.Unstructured, want kstatus.Status, ar
 }
 
 // --- helpers ---
+
+func controllerScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, v1alpha1.AddToScheme(s))
+	require.NoError(t, tekton.AddToScheme(s))
+	return s
+}
 
 func newBuild(ns, name string, to *v1alpha1.DeployTo) *v1alpha1.AgentBuild {
 	return &v1alpha1.AgentBuild{

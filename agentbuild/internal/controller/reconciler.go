@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 )
 
@@ -108,8 +108,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *v1alpha1.AgentBuild, s st
 }
 
 // currentRun returns the PipelineRun of the build's generation, or nil.
-func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*pipelinev1.PipelineRun, error) {
-	run := &pipelinev1.PipelineRun{}
+func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*tekton.PipelineRun, error) {
+	run := &tekton.PipelineRun{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: resources.RunName(b)}, run)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -120,7 +120,7 @@ func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*p
 // startRun loads the template, renders and creates the Pipeline and PipelineRun. The run's name
 // is deterministic, so when the cache has not seen a run created by an earlier attempt, creation
 // fails with AlreadyExists and the existing run is used: a generation never gets two runs.
-func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s status) (*pipelinev1.PipelineRun, time.Duration, error) {
+func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s status) (*tekton.PipelineRun, time.Duration, error) {
 	loaded, err := r.Loader.Load(ctx, b)
 	var rendered *resources.Rendered
 	if err == nil {
@@ -146,7 +146,7 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s sta
 	err = r.Client.Create(ctx, run, client.FieldOwner(fieldOwner))
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		run = &pipelinev1.PipelineRun{}
+		run = &tekton.PipelineRun{}
 		if err := r.API.Get(ctx, client.ObjectKeyFromObject(rendered.PipelineRun), run); err != nil {
 			return nil, 0, err
 		}

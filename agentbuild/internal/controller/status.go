@@ -5,13 +5,12 @@ import (
 	"regexp"
 	"strings"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"knative.dev/pkg/apis"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 // status is the desired status being computed for one reconcile. It starts from the stored one,
@@ -72,7 +71,7 @@ func (s status) nameConflict(name string) {
 }
 
 // observeRun maps the PipelineRun's Succeeded condition and results to the build's status.
-func (s status) observeRun(run *pipelinev1.PipelineRun) {
+func (s status) observeRun(run *tekton.PipelineRun) {
 	s.PipelineRunName = run.Name
 	start := run.CreationTimestamp
 	if run.Status.StartTime != nil {
@@ -80,7 +79,7 @@ func (s status) observeRun(run *pipelinev1.PipelineRun) {
 	}
 	s.LastBuildTime, s.CompletionTime, s.BuiltImage = &start, run.Status.CompletionTime, ""
 	s.set(v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, v1alpha1.ReasonResolved, "rendered into Pipeline %s", run.Spec.PipelineRef.Name)
-	c := run.Status.GetCondition(apis.ConditionSucceeded)
+	c := run.Succeeded()
 	switch {
 	case c == nil:
 		s.Phase, s.Message = v1alpha1.PhasePending, fmt.Sprintf("PipelineRun %s is waiting for Tekton to start it", run.Name)
@@ -109,14 +108,14 @@ func (s status) observeRun(run *pipelinev1.PipelineRun) {
 	}
 }
 
-func orReason(c *apis.Condition) string {
+func orReason(c *tekton.Condition) string {
 	if c.Message != "" {
 		return c.Reason + ": " + c.Message
 	}
 	return c.Reason
 }
 
-func runResult(run *pipelinev1.PipelineRun, name string) string {
+func runResult(run *tekton.PipelineRun, name string) string {
 	for _, r := range run.Status.Results {
 		if r.Name == name {
 			return strings.TrimSpace(r.Value.StringVal)

@@ -3,6 +3,7 @@ package resources
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -75,11 +77,17 @@ func TestGolden(t *testing.T) {
 			modes[b.Spec.ModeOrDefault()] = true
 			r, err := render(t, l, b)
 			require.NoError(t, err)
-			// Tekton's own validation (what its admission webhook runs) accepts both objects.
-			if ferr := r.Pipeline.DeepCopy().Validate(context.Background()); ferr != nil {
+			// Both objects are Tekton's: they decode strictly into Tekton's own types, Tekton's
+			// validation (what its admission webhook runs) accepts them, and Tekton's types write
+			// them back as the same JSON, so nothing is lost or added on the way to the API server.
+			p := &pipelinev1.Pipeline{}
+			asTekton(t, r.Pipeline, p)
+			if ferr := p.Validate(context.Background()); ferr != nil {
 				t.Errorf("Tekton rejects the Pipeline: %v", ferr)
 			}
-			if ferr := r.PipelineRun.DeepCopy().Validate(context.Background()); ferr != nil {
+			pr := &pipelinev1.PipelineRun{}
+			asTekton(t, r.PipelineRun, pr)
+			if ferr := pr.Validate(context.Background()); ferr != nil {
 				t.Errorf("Tekton rejects the PipelineRun: %v", ferr)
 			}
 			got := marshal(t, r)
@@ -104,6 +112,20 @@ func TestGolden(t *testing.T) {
 	for _, g := range goldens {
 		assert.True(t, used[g], "golden file %s has no input; delete it", g)
 	}
+}
+
+// asTekton decodes ours strictly into Tekton's type theirs and checks that theirs marshals to the
+// same JSON.
+func asTekton(t *testing.T, ours, theirs any) {
+	t.Helper()
+	data, err := json.Marshal(ours)
+	require.NoError(t, err)
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	require.NoError(t, d.Decode(theirs), "decoding into Tekton's %T", theirs)
+	back, err := json.Marshal(theirs)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(data), string(back), "Tekton's %T writes other JSON", theirs)
 }
 
 func marshal(t testing.TB, r *Rendered) []byte {

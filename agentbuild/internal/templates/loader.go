@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 // Loaded is a mode template with the TaskSpec of every enabled step, ready for rendering.
@@ -25,7 +25,7 @@ type Loaded struct {
 // LoadedStep is an enabled step with its TaskSpec.
 type LoadedStep struct {
 	Step
-	TaskSpec *pipelinev1.TaskSpec
+	TaskSpec *tekton.TaskSpec
 	// Source is namespace/name of the step ConfigMap.
 	Source string
 }
