@@ -16,7 +16,8 @@ import (
 var agentBuildGVK = schema.GroupVersionKind{Group: "kagenti.io", Version: "v1alpha1", Kind: "AgentBuild"}
 
 // TestAgentBuildWithoutTekton: on a cluster without Tekton Pipelines an AgentBuild is accepted,
-// reports Ready=False reason TektonNotInstalled with phase Pending, and changes nothing else.
+// reports Ready=False and Stalled=True reason TektonNotInstalled with phase Pending, and changes
+// nothing else.
 func TestAgentBuildWithoutTekton(t *testing.T) {
 	c := framework.Client(t)
 	framework.RequirePillar(t, c, "agentbuild")
@@ -51,14 +52,18 @@ func TestAgentBuildWithoutTekton(t *testing.T) {
 		}
 		phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
 		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		byType := map[string]map[string]any{}
 		for _, raw := range conds {
 			cond, _ := raw.(map[string]any)
-			if cond["type"] == "Ready" {
-				ok := cond["status"] == "False" && cond["reason"] == "TektonNotInstalled" && phase == "Pending"
-				return ok, framework.Sprintf("phase %s, Ready=%v reason %v: %v", phase, cond["status"], cond["reason"], cond["message"]), nil
-			}
+			byType[framework.Sprintf("%v", cond["type"])] = cond
 		}
-		return false, "phase " + phase + ", no Ready condition yet", nil
+		ready, stalled := byType["Ready"], byType["Stalled"]
+		if ready == nil {
+			return false, "phase " + phase + ", no Ready condition yet", nil
+		}
+		ok := ready["status"] == "False" && ready["reason"] == "TektonNotInstalled" && phase == "Pending" &&
+			stalled != nil && stalled["status"] == "True" && stalled["reason"] == "TektonNotInstalled"
+		return ok, framework.Sprintf("phase %s, Ready=%v reason %v: %v; Stalled: %v", phase, ready["status"], ready["reason"], ready["message"], stalled), nil
 	})
 	// Defaults from the CRD schema are visible to users.
 	got := &unstructured.Unstructured{}

@@ -13,6 +13,8 @@ RBAC_PILLARS=(injector tokenexchange agenttrace agentcard agentbuild netpol)
 generate() {
   local root=$1
   (cd "${root}/pkg/duck" && "${CONTROLLER_GEN}" object paths=./...)
+  # agentbuild's own Go types for the Tekton kinds it writes and reads (deepcopy only, no CRD).
+  (cd "${root}/agentbuild" && "${CONTROLLER_GEN}" object paths=./internal/tekton/...)
   for p in "${API_PILLARS[@]}"; do
     [[ -d "${root}/${p}/api/v1alpha1" ]] || continue
     rm -rf "${root}/deploy/crds/${p}"
@@ -90,7 +92,7 @@ if [[ "${1:-}" == "--verify" ]]; then
   tar -C "${ROOT}" --exclude=./bin --exclude=./.local --exclude=./.git -cf - . | tar -C "${scratch}" -xf -
   generate "${scratch}"
   stale=0
-  for path in pkg/duck $(printf '%s/api ' "${API_PILLARS[@]}") deploy/crds deploy/rbac deploy/helm; do
+  for path in pkg/duck $(printf '%s/api ' "${API_PILLARS[@]}") agentbuild/internal/tekton deploy/crds deploy/rbac deploy/helm; do
     [[ -e "${ROOT}/${path}" || -e "${scratch}/${path}" ]] || continue
     if ! diff -r "${ROOT}/${path}" "${scratch}/${path}" > "${scratch}.diff" 2>&1; then
       echo "generated files under ${path} are stale; run 'make generate':" >&2

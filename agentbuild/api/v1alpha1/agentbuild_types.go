@@ -201,12 +201,64 @@ const (
 	PhaseFailed    BuildPhase = "Failed"
 )
 
-// Condition types.
+// Condition types: Ready (with Reconciling and Stalled, see duck.Status) summarises the build;
+// the others are agentbuild's own.
 const (
-	ConditionReady            = "Ready"
+	ConditionReady            = duck.ConditionReady
 	ConditionSucceeded        = "Succeeded"
 	ConditionTemplateResolved = "TemplateResolved"
 	ConditionDeployed         = "Deployed"
+)
+
+// Reasons of the Ready condition, and of Reconciling or Stalled next to it. Each is either
+// Reconciling (the build gets there by itself: kstatus InProgress, Argo CD Progressing) or Stalled
+// (nothing changes until someone changes the AgentBuild, a template or the cluster: kstatus
+// Failed, Argo CD Degraded). The deployTo reasons duck.ReasonTargetNotFound (Reconciling: the
+// workload may be created after the build, and its creation re-queues the build),
+// duck.ReasonUnsupportedKind and duck.ReasonInvalidTargetRef (Stalled) come from target resolution.
+const (
+	// ReasonBuildSucceeded: Ready=True; the run succeeded and produced image@digest.
+	ReasonBuildSucceeded = "BuildSucceeded"
+	// ReasonBuilding (Reconciling): the PipelineRun of this generation exists and has not finished,
+	// including while it waits for Tekton to start it.
+	ReasonBuilding = "Building"
+	// ReasonTektonNotInstalled (Stalled): the tekton.dev/v1 kinds are not served. Installing Tekton
+	// is a cluster administrator's action, not something that happens on its own; the controller
+	// still checks every --tekton-check-interval and recovers without a change to the build.
+	ReasonTektonNotInstalled = "TektonNotInstalled"
+	// ReasonTemplateNotResolved (Stalled): the mode's template or a step cannot be loaded or
+	// rendered; TemplateResolved carries the precise reason (TemplateNotFound, …).
+	ReasonTemplateNotResolved = "TemplateNotResolved"
+	// ReasonBuildFailed (Stalled): the PipelineRun failed; a new generation builds again.
+	ReasonBuildFailed = "BuildFailed"
+	// ReasonMissingImageResult (Stalled): the run succeeded without valid IMAGE_URL and IMAGE_DIGEST results.
+	ReasonMissingImageResult = "MissingImageResult"
+	// ReasonNameConflict (Stalled): a PipelineRun with this generation's name exists and is not
+	// controlled by this AgentBuild.
+	ReasonNameConflict = "NameConflict"
+	// ReasonContainerNotFound (Stalled): the deployTo workload has no container of that name.
+	ReasonContainerNotFound = "ContainerNotFound"
+	// ReasonDeployFailed (Reconciling): writing the image into the workload failed; retried.
+	ReasonDeployFailed = "DeployFailed"
+)
+
+// Reasons of the other conditions.
+const (
+	// ReasonPending (Succeeded=Unknown): the PipelineRun waits for Tekton to start it.
+	ReasonPending = "Pending"
+	// ReasonResolved (TemplateResolved=True): the template rendered into this generation's Pipeline.
+	ReasonResolved = "Resolved"
+	// ReasonAwaitingBuild (Deployed=Unknown): the image is deployed after a successful build.
+	ReasonAwaitingBuild = "AwaitingBuild"
+	// ReasonImageDeployed (Deployed=True): the container runs the built image.
+	ReasonImageDeployed = "ImageDeployed"
+
+	// TemplateResolved=False reasons (Ready is TemplateNotResolved, Stalled).
+	ReasonTemplateNotFound = "TemplateNotFound"
+	ReasonInvalidTemplate  = "InvalidTemplate"
+	ReasonStepNotFound     = "StepNotFound"
+	ReasonInvalidStep      = "InvalidStep"
+	ReasonMissingParameter = "MissingParameter"
 )
 
 // DeploymentStatus records the image the controller put into the deployTo target.
@@ -221,9 +273,9 @@ type DeploymentStatus struct {
 
 // AgentBuildStatus is the observed state of the build.
 type AgentBuildStatus struct {
-	// ObservedGeneration is the generation this status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// observedGeneration and conditions: Ready (the summary), Reconciling or Stalled (present only
+	// while True), Succeeded, TemplateResolved and Deployed (with deployTo).
+	duck.Status `json:",inline"`
 	// Phase is Pending, Building, Succeeded or Failed.
 	// +optional
 	Phase BuildPhase `json:"phase,omitempty"`
@@ -245,11 +297,6 @@ type AgentBuildStatus struct {
 	// Deployment records the image written into spec.deployTo's workload.
 	// +optional
 	Deployment *DeploymentStatus `json:"deployment,omitempty"`
-	// Conditions: Ready, Succeeded, TemplateResolved and Deployed (with deployTo).
-	// +listType=map
-	// +listMapKey=type
-	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // AgentBuild builds an agent image from source with a Tekton pipeline.
@@ -267,7 +314,10 @@ type AgentBuild struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   AgentBuildSpec   `json:"spec,omitempty"`
+	Spec AgentBuildSpec `json:"spec,omitempty"`
+	// Status defaults to observedGeneration 0, so that tools read a build the controller has not
+	// seen yet as in progress.
+	// +kubebuilder:default={observedGeneration:0}
 	Status AgentBuildStatus `json:"status,omitempty"`
 }
 
@@ -282,6 +332,9 @@ type AgentBuildList struct {
 func init() {
 	SchemeBuilder.Register(&AgentBuild{}, &AgentBuildList{})
 }
+
+// GetStatus returns the status model shared by every Kagenti resource.
+func (b *AgentBuild) GetStatus() *duck.Status { return &b.Status.Status }
 
 // GetTargetRef lets the duck referrer index find builds by their deployTo target.
 func (b *AgentBuild) GetTargetRef() *duck.TargetRef {

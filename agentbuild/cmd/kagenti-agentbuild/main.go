@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/controller"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 const name = "kagenti-agentbuild"
@@ -80,7 +80,7 @@ func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElec
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if err := pipelinev1.AddToScheme(scheme); err != nil {
+	if err := tekton.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

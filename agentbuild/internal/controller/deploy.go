@@ -19,30 +19,28 @@ import (
 // deploy puts the built image into spec.deployTo's container, once per built image: when the
 // status already records this image for this target and container, the workload is not touched
 // again, so a user who later changes the image by hand is not overridden.
-func (r *Reconciler) deploy(ctx context.Context, b *v1alpha1.AgentBuild, s *status) error {
+func (r *Reconciler) deploy(ctx context.Context, b *v1alpha1.AgentBuild, s status) error {
 	to := b.Spec.DeployTo
 	if s.Phase != v1alpha1.PhaseSucceeded {
-		s.set(v1alpha1.ConditionDeployed, metav1.ConditionUnknown, ReasonAwaitingBuild, "the image is deployed after a successful build")
+		s.set(v1alpha1.ConditionDeployed, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingBuild, "the image is deployed after a successful build")
 		return nil
 	}
 	target := to.TargetRef.String()
 	if d := s.Deployment; d != nil && d.Image == s.BuiltImage && d.Target == target && d.Container == to.Container {
-		s.set(v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed, "container %s of %s runs %s", to.Container, target, s.BuiltImage)
+		s.set(v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed, "container %s of %s runs %s", to.Container, target, s.BuiltImage)
 		return nil
 	}
 	w, err := r.Resolver.Resolve(ctx, b.Namespace, to.TargetRef)
 	if err != nil {
 		if reason := duck.ReasonOf(err); reason != "" {
 			s.deployFailed(reason, err.Error())
-			r.event(b, "Warning", reason, "Deploy", err.Error())
 			return nil
 		}
 		return err
 	}
 	path, current, err := containerImagePath(w, to.Container)
 	if err != nil {
-		s.deployFailed(ReasonContainerNotFound, err.Error())
-		r.event(b, "Warning", ReasonContainerNotFound, "Deploy", err.Error())
+		s.deployFailed(v1alpha1.ReasonContainerNotFound, err.Error())
 		return nil
 	}
 	if current != s.BuiltImage {
@@ -54,19 +52,28 @@ func (r *Reconciler) deploy(ctx context.Context, b *v1alpha1.AgentBuild, s *stat
 		// nothing else in the workload is written, and a concurrent reorder fails the test instead
 		// of changing the wrong container.
 		if err := r.Client.Patch(ctx, w.Object(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(fieldOwner)); err != nil {
-			s.deployFailed(ReasonDeployFailed, fmt.Sprintf("patching %s: %v", target, err))
+			s.deployFailed(v1alpha1.ReasonDeployFailed, fmt.Sprintf("patching %s: %v", target, err))
 			return err
 		}
-		r.event(b, "Normal", ReasonImageDeployed, "Deploy", fmt.Sprintf("set container %s of %s to %s", to.Container, target, s.BuiltImage))
+		r.event(b, "Normal", v1alpha1.ReasonImageDeployed, "Deploy", fmt.Sprintf("set container %s of %s to %s", to.Container, target, s.BuiltImage))
 	}
 	s.Deployment = &v1alpha1.DeploymentStatus{Target: target, Container: to.Container, Image: s.BuiltImage}
-	s.set(v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed, "container %s of %s runs %s", to.Container, target, s.BuiltImage)
+	s.set(v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed, "container %s of %s runs %s", to.Container, target, s.BuiltImage)
 	return nil
 }
 
-func (s *status) deployFailed(reason, msg string) {
+// deployFailed reports a build whose image could not be deployed: Reconciling while the target may
+// still appear (it is watched) or the patch is retried, Stalled when only a change to deployTo or
+// the workload helps.
+func (s status) deployFailed(reason, msg string) {
 	s.set(v1alpha1.ConditionDeployed, metav1.ConditionFalse, reason, "%s", msg)
-	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, "built %s but could not deploy it: %s", s.BuiltImage, msg)
+	ready := fmt.Sprintf("built %s but could not deploy it: %s", s.BuiltImage, msg)
+	switch reason {
+	case duck.ReasonTargetNotFound, v1alpha1.ReasonDeployFailed:
+		s.MarkReconciling(reason, ready)
+	default: // UnsupportedKind, InvalidTargetRef, ContainerNotFound
+		s.MarkStalled(reason, ready)
+	}
 }
 
 // containerImagePath returns the JSON pointer of the named container (containers first, then init

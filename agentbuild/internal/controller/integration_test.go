@@ -18,12 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"knative.dev/pkg/apis"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -35,6 +37,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 	"github.com/kagenti/platform/agentbuild/internal/testsupport"
 )
@@ -68,6 +71,8 @@ func TestIntegration(t *testing.T) {
 	require.NoError(t, err, "starting envtest (KUBEBUILDER_ASSETS=%s)", testEnv.BinaryAssetsDirectory)
 	t.Cleanup(func() { _ = testEnv.Stop() })
 
+	// The test reads and writes Tekton's objects with Tekton's own types; the controller with its
+	// own (internal/tekton), as the binary does.
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
@@ -82,7 +87,7 @@ func TestIntegration(t *testing.T) {
 	}
 	e.opts = Options{TemplateNamespace: templates.DefaultNamespace, TektonCheckInterval: 200 * time.Millisecond, TemplateRetryInterval: 200 * time.Millisecond}
 	e.mgr, err = ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 controllerScheme(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -111,22 +116,25 @@ func TestIntegration(t *testing.T) {
 	run("NewGenerationCancelsAndPrunes", e.testNewGenerationCancelsAndPrunes)
 	run("TemplateProblemsRecover", e.testTemplateProblems)
 	run("CleanupAfterBuild", e.testCleanup)
+	run("KstatusVerdicts", e.testVerdicts)
 }
 
 func (e *env) testTektonRecovery(t *testing.T) {
 	ns := e.namespace("recovery")
 	b := e.createBuild(ns, "weather-agent", nil)
-	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTektonNotInstalled)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTektonNotInstalled)
 	got := e.build(b)
 	assert.Equal(t, v1alpha1.PhasePending, got.Status.Phase)
 	assert.Empty(t, got.Status.PipelineRunName)
+	e.assertVerdict(b, kstatus.FailedStatus, "Degraded", "Tekton not installed")
 
 	_, err := envtest.InstallCRDs(e.cfg, envtest.CRDInstallOptions{Paths: []string{testsupport.TektonCRDDir(t)}, ErrorIfPathMissing: true})
 	require.NoError(t, err)
 	run := e.waitRun(ns, "weather-agent-1")
-	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, ReasonResolved)
-	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuilding)
+	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, v1alpha1.ReasonResolved)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonBuilding)
 	assert.Equal(t, v1alpha1.PhasePending, e.build(b).Status.Phase)
+	e.assertVerdict(b, kstatus.InProgressStatus, "Progressing", "recovered: building")
 
 	// The run is owned by the build, binds a fresh volume for the source and refers to its Pipeline.
 	assert.True(t, metav1.IsControlledBy(run, e.build(b)))
@@ -218,13 +226,13 @@ func (e *env) testSucceedsAndDeploys(t *testing.T) {
 	dep := e.createDeployment(ns, "weather-agent")
 	b := e.createBuild(ns, "weather-agent", &v1alpha1.DeployTo{TargetRef: duck.TargetRef{Kind: "Deployment", Name: "weather-agent"}, Container: "agent"})
 	run := e.waitRun(ns, "weather-agent-1")
-	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionUnknown, ReasonAwaitingBuild)
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingBuild)
 	e.setRunning(run)
 	e.waitPhase(b, v1alpha1.PhaseBuilding)
 	e.setSucceeded(run, devImg+":latest", digestA)
 	e.waitPhase(b, v1alpha1.PhaseSucceeded)
-	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed)
-	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonBuildSucceeded)
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonBuildSucceeded)
 
 	got := e.build(b)
 	assert.Equal(t, devImg+"@"+digestA, got.Status.BuiltImage)
@@ -272,8 +280,8 @@ func (e *env) testFails(t *testing.T) {
 	e.setRunning(run)
 	e.setStatus(run, corev1.ConditionFalse, "Failed", "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 0", nil)
 	e.waitPhase(b, v1alpha1.PhaseFailed)
-	e.waitCondition(b, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonBuildFailed)
-	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuildFailed)
+	e.waitCondition(b, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonBuildFailed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonBuildFailed)
 	assert.Contains(t, e.build(b).Status.Message, "PipelineRun weather-agent-1 failed: Failed: Tasks Completed: 2 (Failed: 1")
 	assert.Empty(t, e.build(b).Status.BuiltImage)
 
@@ -282,7 +290,7 @@ func (e *env) testFails(t *testing.T) {
 	run2 := e.waitRun(ns, "no-digest-1")
 	e.setStatus(run2, corev1.ConditionTrue, "Succeeded", "", []pipelinev1.PipelineRunResult{
 		{Name: "IMAGE_URL", Value: *pipelinev1.NewStructuredValues(devImg + ":latest")}})
-	e.waitCondition(b2, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonMissingImageResult)
+	e.waitCondition(b2, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonMissingImageResult)
 }
 
 func (e *env) testTargetNotFoundRecovers(t *testing.T) {
@@ -295,8 +303,8 @@ func (e *env) testTargetNotFoundRecovers(t *testing.T) {
 	assert.Equal(t, v1alpha1.PhaseSucceeded, e.build(b).Status.Phase)
 
 	dep := e.createDeployment(ns, "weather-agent") // the watch on Deployments re-queues the build
-	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed)
-	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonBuildSucceeded)
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonBuildSucceeded)
 	after := &appsv1.Deployment{}
 	require.NoError(t, e.c.Get(context.Background(), client.ObjectKeyFromObject(dep), after))
 	assert.Equal(t, devImg+"@"+digestB, after.Spec.Template.Spec.Containers[0].Image)
@@ -307,7 +315,7 @@ func (e *env) testContainerNotFound(t *testing.T) {
 	e.createDeployment(ns, "weather-agent")
 	b := e.createBuild(ns, "weather-agent", &v1alpha1.DeployTo{TargetRef: duck.TargetRef{Kind: "Deployment", Name: "weather-agent"}, Container: "missing"})
 	e.setSucceeded(e.waitRun(ns, "weather-agent-1"), devImg+":latest", digestA)
-	c := e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionFalse, ReasonContainerNotFound)
+	c := e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionFalse, v1alpha1.ReasonContainerNotFound)
 	assert.Equal(t, `Deployment "weather-agent" has no container "missing" (it has: agent, sidecar)`, c.Message)
 }
 
@@ -384,11 +392,11 @@ func (e *env) testTemplateProblems(t *testing.T) {
 	b.Spec.Mode = v1alpha1.ModeCustom
 	b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "my-build-step"}}}
 	require.NoError(t, e.c.Create(context.Background(), b))
-	c := e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, templates.ReasonStepNotFound)
+	c := e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, v1alpha1.ReasonStepNotFound)
 	assert.Equal(t, "ConfigMap my-build-step (step build) not found in namespace templates or kagenti-system", c.Message)
-	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTemplateFailed)
+	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTemplateNotResolved)
 	assert.Equal(t, v1alpha1.PhasePending, e.build(b).Status.Phase)
-	assert.True(t, e.hasEvent(ns, templates.ReasonStepNotFound))
+	assert.True(t, e.hasEvent(ns, v1alpha1.ReasonStepNotFound))
 
 	// The team ships its step; it declares a parameter nobody sets.
 	step := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "my-build-step"}, Data: map[string]string{templates.TaskSpecKey: `
@@ -397,14 +405,14 @@ results: [{name: IMAGE_URL}, {name: IMAGE_DIGEST}]
 steps: [{name: build, image: "busybox:1.37", script: "true"}]
 `}}
 	require.NoError(t, e.c.Create(context.Background(), step))
-	c = e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, templates.ReasonMissingParameter)
+	c = e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, v1alpha1.ReasonMissingParameter)
 	assert.Contains(t, c.Message, `step "build" requires parameter(s) BUILDER_POOL`)
 
 	e.updateSpec(b, func(b *v1alpha1.AgentBuild) {
 		b.Spec.Pipeline.Parameters = []v1alpha1.Parameter{{Name: "BUILDER_POOL", Value: "large"}}
 	})
 	e.waitRun(ns, "custom-2")
-	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, ReasonResolved)
+	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, v1alpha1.ReasonResolved)
 }
 
 func (e *env) testCleanup(t *testing.T) {
@@ -438,7 +446,195 @@ func (e *env) testCleanup(t *testing.T) {
 	assert.Nil(t, got.DeletionTimestamp, "only the run's volumes are deleted")
 }
 
+// testVerdicts drives a build into every state the controller reports and checks what kstatus
+// (Flux, kubectl-wait tooling) and the shipped Argo CD health script conclude from the object read
+// back from the API server: InProgress right after create, while building and while a deployTo
+// target is missing; Current when Ready; Failed for every terminal reason.
+func (e *env) testVerdicts(t *testing.T) {
+	ctx := context.Background()
+	ns := e.namespace("verdicts")
+
+	// Right after create, before the controller has seen it: the CRD defaults status to
+	// observedGeneration 0 (the create response is the object as stored).
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(newBuild(ns, "fresh", nil))
+	require.NoError(t, err)
+	fresh := &unstructured.Unstructured{Object: raw}
+	fresh.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentBuild"))
+	delete(fresh.Object, "status")
+	require.NoError(t, e.c.Create(ctx, fresh))
+	observed, found, _ := unstructured.NestedInt64(fresh.Object, "status", "observedGeneration")
+	assert.True(t, found, "status.observedGeneration defaulted: %v", fresh.Object["status"])
+	assert.Equal(t, int64(0), observed)
+	e.checkVerdict(fresh, kstatus.InProgressStatus, "Progressing", "right after create")
+
+	deployTo := func(kind, apiVersion, container string) *v1alpha1.DeployTo {
+		return &v1alpha1.DeployTo{TargetRef: duck.TargetRef{APIVersion: apiVersion, Kind: kind, Name: "weather-agent"}, Container: container}
+	}
+	tests := []struct {
+		name    string
+		drive   func(name string) *v1alpha1.AgentBuild // creates the build and brings it to the state
+		reason  string                                 // Ready's reason in that state
+		verdict kstatus.Status
+		argo    string
+	}{{
+		name: "run waiting for Tekton to start it",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, nil)
+			e.waitRun(ns, name+"-1")
+			return b
+		},
+		reason: v1alpha1.ReasonBuilding, verdict: kstatus.InProgressStatus, argo: "Progressing",
+	}, {
+		name: "building",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, nil)
+			e.setRunning(e.waitRun(ns, name+"-1"))
+			e.waitPhase(b, v1alpha1.PhaseBuilding)
+			return b
+		},
+		reason: v1alpha1.ReasonBuilding, verdict: kstatus.InProgressStatus, argo: "Progressing",
+	}, {
+		name: "succeeded",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, nil)
+			e.setSucceeded(e.waitRun(ns, name+"-1"), devImg+":latest", digestA)
+			return b
+		},
+		reason: v1alpha1.ReasonBuildSucceeded, verdict: kstatus.CurrentStatus, argo: "Healthy",
+	}, {
+		name: "deployTo target not created yet",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, deployTo("Deployment", "", "agent"))
+			e.setSucceeded(e.waitRun(ns, name+"-1"), devImg+":latest", digestA)
+			return b
+		},
+		reason: duck.ReasonTargetNotFound, verdict: kstatus.InProgressStatus, argo: "Progressing",
+	}, {
+		name: "build failed",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, nil)
+			e.setStatus(e.waitRun(ns, name+"-1"), corev1.ConditionFalse, "Failed", "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 0", nil)
+			return b
+		},
+		reason: v1alpha1.ReasonBuildFailed, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}, {
+		name: "succeeded without an image digest",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, nil)
+			e.setStatus(e.waitRun(ns, name+"-1"), corev1.ConditionTrue, "Succeeded", "", []pipelinev1.PipelineRunResult{
+				{Name: "IMAGE_URL", Value: *pipelinev1.NewStructuredValues(devImg + ":latest")}})
+			return b
+		},
+		reason: v1alpha1.ReasonMissingImageResult, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}, {
+		name: "PipelineRun name taken by another owner",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			taken := &pipelinev1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-1"},
+				Spec: pipelinev1.PipelineRunSpec{PipelineRef: &pipelinev1.PipelineRef{Name: "someone-elses"}}}
+			require.NoError(t, e.c.Create(ctx, taken))
+			return e.createBuild(ns, name, nil)
+		},
+		reason: v1alpha1.ReasonNameConflict, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}, {
+		name: "template not resolved",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := newBuild(ns, name, nil)
+			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "no-such-step"}}}
+			require.NoError(t, e.c.Create(ctx, b))
+			return b
+		},
+		reason: v1alpha1.ReasonTemplateNotResolved, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}, {
+		name: "deployTo container not found",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			if err := e.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "weather-agent"}, &appsv1.Deployment{}); apierrors.IsNotFound(err) {
+				e.createDeployment(ns, "weather-agent")
+			}
+			b := e.createBuild(ns, name, deployTo("Deployment", "", "missing"))
+			e.setSucceeded(e.waitRun(ns, name+"-1"), devImg+":latest", digestA)
+			return b
+		},
+		reason: v1alpha1.ReasonContainerNotFound, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}, {
+		name: "deployTo kind not served",
+		drive: func(name string) *v1alpha1.AgentBuild {
+			b := e.createBuild(ns, name, deployTo("Widget", "example.com/v1", "agent"))
+			e.setSucceeded(e.waitRun(ns, name+"-1"), devImg+":latest", digestA)
+			return b
+		},
+		reason: duck.ReasonUnsupportedKind, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tt.drive(fmt.Sprintf("state-%d", i))
+			ready := e.waitCondition(b, v1alpha1.ConditionReady, readyStatus(tt.verdict), tt.reason)
+			got := e.build(b)
+			assert.Equal(t, got.Generation, got.Status.ObservedGeneration)
+			reconciling, stalled := got.Status.Condition(duck.ConditionReconciling), got.Status.Condition(duck.ConditionStalled)
+			switch tt.verdict {
+			case kstatus.InProgressStatus:
+				require.NotNil(t, reconciling, "Reconciling")
+				assert.Equal(t, tt.reason, reconciling.Reason)
+				assert.Nil(t, stalled)
+			case kstatus.FailedStatus:
+				require.NotNil(t, stalled, "Stalled")
+				assert.Equal(t, tt.reason, stalled.Reason)
+				assert.Equal(t, ready.Message, stalled.Message)
+				assert.Nil(t, reconciling)
+			default:
+				assert.Nil(t, reconciling)
+				assert.Nil(t, stalled)
+			}
+			e.assertVerdict(b, tt.verdict, tt.argo, tt.name)
+		})
+	}
+
+	// A spec change the controller has not observed yet reads as in progress again, even on a
+	// build that was Ready (the update response is the object as stored).
+	b := e.build(&v1alpha1.AgentBuild{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "state-2"}})
+	require.True(t, b.Status.IsReady())
+	b.Spec.BuildOutput.Tag = "v2"
+	u := &unstructured.Unstructured{}
+	raw, err = runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+	require.NoError(t, err)
+	u.Object = raw
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentBuild"))
+	require.NoError(t, e.c.Update(ctx, u))
+	e.checkVerdict(u, kstatus.InProgressStatus, "Progressing", "new generation")
+}
+
+func readyStatus(s kstatus.Status) metav1.ConditionStatus {
+	if s == kstatus.CurrentStatus {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+// assertVerdict reads the build back as GitOps tools do (unstructured) and checks their verdicts.
+func (e *env) assertVerdict(b *v1alpha1.AgentBuild, want kstatus.Status, argo, state string) {
+	e.t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentBuild"))
+	require.NoError(e.t, e.c.Get(context.Background(), client.ObjectKeyFromObject(b), u))
+	e.checkVerdict(u, want, argo, state)
+}
+
+func (e *env) checkVerdict(u *unstructured.Unstructured, want kstatus.Status, argo, state string) {
+	e.t.Helper()
+	v := testsupport.Verdicts(e.t, u)
+	assert.Equal(e.t, want, v.Kstatus, "kstatus, %s: %s", state, v.Message)
+	assert.Equal(e.t, argo, v.Argo, "Argo CD health, %s: %s", state, v.Message)
+}
+
 // --- helpers ---
+
+func controllerScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, v1alpha1.AddToScheme(s))
+	require.NoError(t, tekton.AddToScheme(s))
+	return s
+}
 
 func newBuild(ns, name string, to *v1alpha1.DeployTo) *v1alpha1.AgentBuild {
 	return &v1alpha1.AgentBuild{

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 // annotationWorkspaceCleaned marks a finished run whose workspace volumes were deleted.
@@ -22,7 +22,7 @@ const annotationWorkspaceCleaned = "kagenti.io/workspace-cleaned"
 // prune cancels runs of older generations that are still running (they build a superseded spec)
 // and deletes all but the newest historyLimit runs, with their Pipelines.
 func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.AgentBuild) error {
-	list := &pipelinev1.PipelineRunList{}
+	list := &tekton.PipelineRunList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBuildUID: string(b.UID)}); err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.AgentBuild) error {
 			continue
 		}
 		if generationOf(run) < b.Generation && !run.IsDone() && !run.IsCancelled() {
-			patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"status":"`+pipelinev1.PipelineRunSpecStatusCancelled+`"}}`))
+			patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"status":"`+tekton.PipelineRunSpecStatusCancelled+`"}}`))
 			if err := r.Client.Patch(ctx, run, patch); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("cancelling superseded PipelineRun %s: %w", run.Name, err)
 			}
@@ -54,10 +54,10 @@ func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.AgentBuild) error {
 // deleteRun deletes a pruned run's Pipeline first, then the run: should the controller stop between
 // the two, the run is still listed and the next prune finishes the job, so a Pipeline is never left
 // behind by a run that is gone.
-func (r *Reconciler) deleteRun(ctx context.Context, run *pipelinev1.PipelineRun) error {
+func (r *Reconciler) deleteRun(ctx context.Context, run *tekton.PipelineRun) error {
 	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
 	if run.Spec.PipelineRef != nil {
-		p := &pipelinev1.Pipeline{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: run.Spec.PipelineRef.Name}}
+		p := &tekton.Pipeline{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: run.Spec.PipelineRef.Name}}
 		if err := r.Client.Delete(ctx, p, bg); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("pruning Pipeline %s: %w", p.Name, err)
 		}
@@ -68,14 +68,14 @@ func (r *Reconciler) deleteRun(ctx context.Context, run *pipelinev1.PipelineRun)
 	return nil
 }
 
-func generationOf(run *pipelinev1.PipelineRun) int64 {
+func generationOf(run *tekton.PipelineRun) int64 {
 	g, _ := strconv.ParseInt(run.Labels[resources.LabelBuildGeneration], 10, 64)
 	return g
 }
 
 // cleanupWorkspace deletes the volumes Tekton created for the finished run's volumeClaimTemplate
 // workspaces (they are owned by the run) and marks the run, so it is done once.
-func (r *Reconciler) cleanupWorkspace(ctx context.Context, run *pipelinev1.PipelineRun) error {
+func (r *Reconciler) cleanupWorkspace(ctx context.Context, run *tekton.PipelineRun) error {
 	if run.Annotations[annotationWorkspaceCleaned] == "true" {
 		return nil
 	}

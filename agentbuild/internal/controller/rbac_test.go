@@ -98,7 +98,7 @@ func TestShippedRBACScopesBuilds(t *testing.T) {
 	dep := e.createDeployment(allowed, "agent")
 	b := e.createBuild(allowed, "agent", deployTo)
 	e.setSucceeded(e.waitRun(allowed, "agent-1"), devImg+":latest", digestA)
-	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, ReasonImageDeployed)
+	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed)
 	got := &appsv1.Deployment{}
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), got))
 	assert.Equal(t, devImg+"@"+digestA, got.Spec.Template.Spec.Containers[0].Image)

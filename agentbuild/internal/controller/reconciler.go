@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 )
 
@@ -46,6 +44,7 @@ type Reconciler struct {
 	API      client.Reader // uncached reads: templates, deploy targets, just-created runs
 	Scheme   *runtime.Scheme
 	Recorder recorder.EventRecorder
+	Status   *duck.StatusApplier
 	Loader   *templates.Loader
 	Resolver *duck.Resolver
 	Tekton   *tektonWatch
@@ -53,31 +52,32 @@ type Reconciler struct {
 }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	b := &v1alpha1.AgentBuild{}
-	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+	current := &v1alpha1.AgentBuild{}
+	if err := r.Client.Get(ctx, req.NamespacedName, current); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !b.DeletionTimestamp.IsZero() {
+	if !current.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // owned Pipelines and PipelineRuns are garbage-collected
 	}
-	s := newStatus(b)
-	result, err := r.reconcile(ctx, b, s)
-	if applyErr := r.applyStatus(ctx, b, s); applyErr != nil {
+	desired := current.DeepCopy()
+	s := newStatus(desired)
+	result, err := r.reconcile(ctx, desired, s)
+	if err != nil && !s.hasVerdict() {
+		return result, err // retried; the stored status keeps saying what it said
+	}
+	if applyErr := r.Status.Apply(ctx, current, desired); applyErr != nil {
 		return ctrl.Result{}, errors.Join(err, applyErr)
 	}
 	return result, err
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, b *v1alpha1.AgentBuild, s *status) (ctrl.Result, error) {
+func (r *Reconciler) reconcile(ctx context.Context, b *v1alpha1.AgentBuild, s status) (ctrl.Result, error) {
 	served, err := r.Tekton.Ensure(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !served {
-		if c := findCondition(b, v1alpha1.ConditionReady); c == nil || c.Reason != ReasonTektonNotInstalled {
-			r.event(b, "Warning", ReasonTektonNotInstalled, "Build", "Tekton Pipelines is not installed; retrying every "+r.Opts.TektonCheckInterval.String())
-		}
-		s.tektonNotInstalled()
+		s.tektonNotInstalled(r.Opts.TektonCheckInterval.String())
 		return ctrl.Result{RequeueAfter: r.Opts.TektonCheckInterval}, nil
 	}
 	run, err := r.currentRun(ctx, b)
@@ -109,8 +109,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *v1alpha1.AgentBuild, s *s
 }
 
 // currentRun returns the PipelineRun of the build's generation, or nil.
-func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*pipelinev1.PipelineRun, error) {
-	run := &pipelinev1.PipelineRun{}
+func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*tekton.PipelineRun, error) {
+	run := &tekton.PipelineRun{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: resources.RunName(b)}, run)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -121,7 +121,7 @@ func (r *Reconciler) currentRun(ctx context.Context, b *v1alpha1.AgentBuild) (*p
 // startRun loads the template, renders and creates the Pipeline and PipelineRun. The run's name
 // is deterministic, so when the cache has not seen a run created by an earlier attempt, creation
 // fails with AlreadyExists and the existing run is used: a generation never gets two runs.
-func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s *status) (*pipelinev1.PipelineRun, time.Duration, error) {
+func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s status) (*tekton.PipelineRun, time.Duration, error) {
 	loaded, err := r.Loader.Load(ctx, b)
 	var rendered *resources.Rendered
 	if err == nil {
@@ -132,7 +132,9 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s *st
 		if reason == "" {
 			return nil, 0, err
 		}
-		if c := findCondition(b, v1alpha1.ConditionTemplateResolved); c == nil || c.Reason != reason || c.Message != err.Error() || c.ObservedGeneration != b.Generation {
+		// Ready's Event (from the StatusApplier) says TemplateNotResolved; this one names the
+		// precise problem, also when it changes while Ready stays the same.
+		if c := b.Status.Condition(v1alpha1.ConditionTemplateResolved); c == nil || c.Reason != reason || c.Message != err.Error() || c.ObservedGeneration != b.Generation {
 			r.event(b, "Warning", reason, "ResolveTemplate", err.Error())
 		}
 		s.templateFailed(reason, err.Error())
@@ -145,7 +147,7 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s *st
 	err = r.Client.Create(ctx, run, client.FieldOwner(fieldOwner))
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		run = &pipelinev1.PipelineRun{}
+		run = &tekton.PipelineRun{}
 		if err := r.API.Get(ctx, client.ObjectKeyFromObject(rendered.PipelineRun), run); err != nil {
 			return nil, 0, err
 		}
@@ -163,29 +165,4 @@ func (r *Reconciler) event(b *v1alpha1.AgentBuild, eventType, reason, action, no
 	if r.Recorder != nil {
 		r.Recorder.Eventf(b, nil, eventType, reason, action, "%s", note)
 	}
-}
-
-// applyStatus writes the status with server-side apply when it changed.
-func (r *Reconciler) applyStatus(ctx context.Context, b *v1alpha1.AgentBuild, s *status) error {
-	if equality.Semantic.DeepEqual(b.Status, s.AgentBuildStatus) {
-		return nil
-	}
-	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s.AgentBuildStatus)
-	if err != nil {
-		return err
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{"status": st}}
-	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentBuild"))
-	u.SetName(b.Name)
-	u.SetNamespace(b.Namespace)
-	return r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership)
-}
-
-func findCondition(b *v1alpha1.AgentBuild, t string) *metav1.Condition {
-	for i := range b.Status.Conditions {
-		if b.Status.Conditions[i].Type == t {
-			return &b.Status.Conditions[i]
-		}
-	}
-	return nil
 }

@@ -81,11 +81,16 @@ var targetChanged = predicate.Funcs{
 
 func newReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	opts.defaults()
+	events := mgr.GetEventRecorder(resources.ManagedBy)
 	return &Reconciler{
 		Client:   mgr.GetClient(),
 		API:      mgr.GetAPIReader(),
 		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder(resources.ManagedBy),
+		Recorder: events,
+		Status: &duck.StatusApplier{
+			Client: mgr.GetClient(), FieldOwner: fieldOwner, Recorder: events,
+			Conditions: []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionTemplateResolved, v1alpha1.ConditionDeployed},
+		},
 		Loader:   &templates.Loader{Reader: mgr.GetAPIReader(), Namespace: opts.TemplateNamespace},
 		Resolver: &duck.Resolver{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()},
 		Tekton:   &tektonWatch{mapper: mgr.GetRESTMapper(), cache: mgr.GetCache(), scheme: mgr.GetScheme()},

@@ -5,129 +5,117 @@ import (
 	"regexp"
 	"strings"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"knative.dev/pkg/apis"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
-// Condition reasons.
-const (
-	ReasonTektonNotInstalled = "TektonNotInstalled"
-	ReasonResolved           = "Resolved"
-	ReasonWaitingForTekton   = "Pending"
-	ReasonBuilding           = "Building"
-	ReasonBuildSucceeded     = "BuildSucceeded"
-	ReasonBuildFailed        = "BuildFailed"
-	ReasonMissingImageResult = "MissingImageResult"
-	ReasonNameConflict       = "NameConflict"
-	ReasonAwaitingBuild      = "AwaitingBuild"
-	ReasonImageDeployed      = "ImageDeployed"
-	ReasonContainerNotFound  = "ContainerNotFound"
-	ReasonDeployFailed       = "DeployFailed"
-	ReasonTemplateFailed     = "TemplateNotResolved"
-)
-
-// status is the status being computed for one reconcile, starting from the stored one so that
-// condition transition times survive (meta.SetStatusCondition only moves them on a change).
+// status is the desired status being computed for one reconcile. It starts from the stored one,
+// so that condition transition times survive (meta.SetStatusCondition moves them only on a change)
+// and the StatusApplier writes nothing when the verdict is the same.
 type status struct {
-	v1alpha1.AgentBuildStatus
+	*v1alpha1.AgentBuildStatus
 	generation int64
 }
 
-func newStatus(b *v1alpha1.AgentBuild) *status {
-	s := &status{AgentBuildStatus: *b.Status.DeepCopy(), generation: b.Generation}
-	s.ObservedGeneration = b.Generation
-	if b.Spec.DeployTo == nil {
-		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionDeployed)
+// newStatus points at desired's status, which describes desired's generation from now on.
+func newStatus(desired *v1alpha1.AgentBuild) status {
+	s := status{AgentBuildStatus: &desired.Status, generation: desired.Generation}
+	s.Observe(desired.Generation)
+	if desired.Spec.DeployTo == nil {
+		s.Remove(v1alpha1.ConditionDeployed)
 		s.Deployment = nil
 	}
 	return s
 }
 
-func (s *status) set(condType string, st metav1.ConditionStatus, reason, format string, args ...any) {
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
-		Type: condType, Status: st, Reason: reason, Message: fmt.Sprintf(format, args...), ObservedGeneration: s.generation,
-	})
+// hasVerdict reports whether Ready describes this generation: only then is the status written
+// after an error, so a failed reconcile never presents an older generation's verdict as current.
+func (s status) hasVerdict() bool {
+	c := s.Condition(v1alpha1.ConditionReady)
+	return c != nil && c.ObservedGeneration == s.generation
+}
+
+func (s status) set(condType string, st metav1.ConditionStatus, reason, format string, args ...any) {
+	s.Set(condType, st, reason, fmt.Sprintf(format, args...))
 }
 
 // newGeneration forgets the previous generation's run before a new one is resolved.
-func (s *status) newGeneration() {
+func (s status) newGeneration() {
 	s.PipelineRunName, s.BuiltImage, s.LastBuildTime, s.CompletionTime = "", "", nil, nil
 }
 
-func (s *status) tektonNotInstalled() {
+func (s status) tektonNotInstalled(retry string) {
 	s.Phase = v1alpha1.PhasePending
-	s.Message = "Tekton Pipelines is not installed: the tekton.dev/v1 Pipeline and PipelineRun kinds are not served"
-	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTektonNotInstalled, "%s", s.Message)
-	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonTektonNotInstalled, "the build waits for Tekton Pipelines")
+	s.Message = "Tekton Pipelines is not installed: the tekton.dev/v1 Pipeline and PipelineRun kinds are not served; checking again every " + retry
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, v1alpha1.ReasonTektonNotInstalled, "the build waits for Tekton Pipelines")
+	s.MarkStalled(v1alpha1.ReasonTektonNotInstalled, s.Message)
 }
 
-func (s *status) templateFailed(reason, msg string) {
+func (s status) templateFailed(reason, msg string) {
 	s.newGeneration()
 	s.Phase, s.Message = v1alpha1.PhasePending, msg
 	s.set(v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, reason, "%s", msg)
-	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonTemplateFailed, "the build cannot start until its template resolves")
-	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonTemplateFailed, "%s", msg)
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, v1alpha1.ReasonTemplateNotResolved, "the build cannot start until its template resolves")
+	s.MarkStalled(v1alpha1.ReasonTemplateNotResolved, msg)
 }
 
-func (s *status) nameConflict(name string) {
+func (s status) nameConflict(name string) {
 	s.Phase = v1alpha1.PhaseFailed
 	s.Message = fmt.Sprintf("PipelineRun %s exists and is not owned by this AgentBuild", name)
-	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonNameConflict, "%s", s.Message)
-	s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNameConflict, "%s", s.Message)
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonNameConflict, "%s", s.Message)
+	s.MarkStalled(v1alpha1.ReasonNameConflict, s.Message)
 }
 
 // observeRun maps the PipelineRun's Succeeded condition and results to the build's status.
-func (s *status) observeRun(run *pipelinev1.PipelineRun) {
+func (s status) observeRun(run *tekton.PipelineRun) {
 	s.PipelineRunName = run.Name
 	start := run.CreationTimestamp
 	if run.Status.StartTime != nil {
 		start = *run.Status.StartTime
 	}
 	s.LastBuildTime, s.CompletionTime, s.BuiltImage = &start, run.Status.CompletionTime, ""
-	s.set(v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, ReasonResolved, "rendered into Pipeline %s", run.Spec.PipelineRef.Name)
-	c := run.Status.GetCondition(apis.ConditionSucceeded)
+	s.set(v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, v1alpha1.ReasonResolved, "rendered into Pipeline %s", run.Spec.PipelineRef.Name)
+	c := run.Succeeded()
 	switch {
 	case c == nil:
 		s.Phase, s.Message = v1alpha1.PhasePending, fmt.Sprintf("PipelineRun %s is waiting for Tekton to start it", run.Name)
-		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonWaitingForTekton, "%s", s.Message)
-		s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuilding, "%s", s.Message)
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, v1alpha1.ReasonPending, "%s", s.Message)
+		s.MarkReconciling(v1alpha1.ReasonBuilding, s.Message)
 	case c.Status == corev1.ConditionUnknown:
 		s.Phase, s.Message = v1alpha1.PhaseBuilding, fmt.Sprintf("PipelineRun %s: %s", run.Name, orReason(c))
-		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonBuilding, "%s", s.Message)
-		s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuilding, "%s", s.Message)
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, v1alpha1.ReasonBuilding, "%s", s.Message)
+		s.MarkReconciling(v1alpha1.ReasonBuilding, s.Message)
 	case c.Status == corev1.ConditionFalse:
 		s.Phase, s.Message = v1alpha1.PhaseFailed, fmt.Sprintf("PipelineRun %s failed: %s", run.Name, orReason(c))
-		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonBuildFailed, "%s", s.Message)
-		s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBuildFailed, "%s", s.Message)
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonBuildFailed, "%s", s.Message)
+		s.MarkStalled(v1alpha1.ReasonBuildFailed, s.Message)
 	default:
 		image, err := BuiltImage(runResult(run, resources.ResultImageURL), runResult(run, resources.ResultImageDigest))
 		if err != nil {
 			s.Phase, s.Message = v1alpha1.PhaseFailed, fmt.Sprintf("PipelineRun %s succeeded but %v", run.Name, err)
-			s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, ReasonMissingImageResult, "%s", s.Message)
-			s.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonMissingImageResult, "%s", s.Message)
+			s.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonMissingImageResult, "%s", s.Message)
+			s.MarkStalled(v1alpha1.ReasonMissingImageResult, s.Message)
 			return
 		}
 		s.BuiltImage = image
 		s.Phase, s.Message = v1alpha1.PhaseSucceeded, fmt.Sprintf("built %s", image)
-		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonBuildSucceeded, "PipelineRun %s built %s", run.Name, image)
-		s.set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonBuildSucceeded, "%s", s.Message)
+		s.set(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReasonBuildSucceeded, "PipelineRun %s built %s", run.Name, image)
+		s.MarkReady(v1alpha1.ReasonBuildSucceeded, s.Message)
 	}
 }
 
-func orReason(c *apis.Condition) string {
+func orReason(c *tekton.Condition) string {
 	if c.Message != "" {
 		return c.Reason + ": " + c.Message
 	}
 	return c.Reason
 }
 
-func runResult(run *pipelinev1.PipelineRun, name string) string {
+func runResult(run *tekton.PipelineRun, name string) string {
 	for _, r := range run.Status.Results {
 		if r.Name == name {
 			return strings.TrimSpace(r.Value.StringVal)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 // tektonWatch adds the PipelineRun watch to the controller the first time the Tekton kinds are
@@ -40,16 +40,16 @@ func (t *tektonWatch) Ensure(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	for _, kind := range []string{"Pipeline", "PipelineRun"} {
-		gk := pipelinev1.SchemeGroupVersion.WithKind(kind).GroupKind()
-		if _, err := t.mapper.RESTMapping(gk, pipelinev1.SchemeGroupVersion.Version); err != nil {
+		gk := tekton.GroupVersion.WithKind(kind).GroupKind()
+		if _, err := t.mapper.RESTMapping(gk, tekton.GroupVersion.Version); err != nil {
 			if meta.IsNoMatchError(err) {
 				return false, nil
 			}
 			return false, fmt.Errorf("discovering %s: %w", gk, err)
 		}
 	}
-	src := source.Kind(t.cache, &pipelinev1.PipelineRun{},
-		handler.TypedEnqueueRequestForOwner[*pipelinev1.PipelineRun](t.scheme, t.mapper, &v1alpha1.AgentBuild{}, handler.OnlyControllerOwner()))
+	src := source.Kind(t.cache, &tekton.PipelineRun{},
+		handler.TypedEnqueueRequestForOwner[*tekton.PipelineRun](t.scheme, t.mapper, &v1alpha1.AgentBuild{}, handler.OnlyControllerOwner()))
 	if err := t.controller.Watch(src); err != nil {
 		return false, fmt.Errorf("watching PipelineRuns: %w", err)
 	}

@@ -3,8 +3,6 @@ package resources
 import (
 	"fmt"
 
-	"github.com/tektoncd/pipeline/pkg/apis/pipeline/pod"
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/params"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 )
 
@@ -33,8 +32,8 @@ const (
 
 // Rendered is the Pipeline and PipelineRun of one build generation.
 type Rendered struct {
-	Pipeline    *pipelinev1.Pipeline
-	PipelineRun *pipelinev1.PipelineRun
+	Pipeline    *tekton.Pipeline
+	PipelineRun *tekton.PipelineRun
 }
 
 // Render resolves every step's parameters and returns the build's Pipeline and PipelineRun.
@@ -54,7 +53,7 @@ func Render(b *v1alpha1.AgentBuild, l *templates.Loaded) (*Rendered, error) {
 // MakePipeline returns the Pipeline of the build's current generation: one task per enabled step,
 // in order (each runs after the previous), its TaskSpec embedded and its parameters resolved.
 // It also returns the AgentBuild's parameter layer, which the PipelineRun needs.
-func MakePipeline(b *v1alpha1.AgentBuild, l *templates.Loaded) (*pipelinev1.Pipeline, []params.Param, error) {
+func MakePipeline(b *v1alpha1.AgentBuild, l *templates.Loaded) (*tekton.Pipeline, []params.Param, error) {
 	buildParams := BuildParameters(b, l.Template.Parameters)
 	stepParams := make([]params.Param, 0)
 	for _, s := range l.Steps {
@@ -63,7 +62,7 @@ func MakePipeline(b *v1alpha1.AgentBuild, l *templates.Loaded) (*pipelinev1.Pipe
 	if err := params.CheckRequired(l.Template.RequiredParameters, buildParams, stepParams, l.Template.Parameters); err != nil {
 		return nil, nil, err
 	}
-	spec := pipelinev1.PipelineSpec{Description: l.Template.Description}
+	spec := tekton.PipelineSpec{Description: l.Template.Description}
 	workspaces := map[string]bool{} // name → optional in every task declaring it
 	var order []string
 	var imageTask string
@@ -88,21 +87,21 @@ func MakePipeline(b *v1alpha1.AgentBuild, l *templates.Loaded) (*pipelinev1.Pipe
 		spec.Tasks = append(spec.Tasks, task)
 	}
 	if imageTask == "" {
-		return nil, nil, &templates.Error{Reason: templates.ReasonInvalidTemplate, Message: fmt.Sprintf(
+		return nil, nil, &templates.Error{Reason: v1alpha1.ReasonInvalidTemplate, Message: fmt.Sprintf(
 			"no enabled step of mode %s declares the results %s and %s", l.Mode, ResultImageURL, ResultImageDigest)}
 	}
 	for _, name := range order {
-		spec.Workspaces = append(spec.Workspaces, pipelinev1.PipelineWorkspaceDeclaration{Name: name, Optional: workspaces[name]})
+		spec.Workspaces = append(spec.Workspaces, tekton.PipelineWorkspaceDeclaration{Name: name, Optional: workspaces[name]})
 	}
 	for _, r := range []string{ResultImageURL, ResultImageDigest} {
-		spec.Results = append(spec.Results, pipelinev1.PipelineResult{
+		spec.Results = append(spec.Results, tekton.PipelineResult{
 			Name:  r,
-			Type:  pipelinev1.ResultsTypeString,
-			Value: *pipelinev1.NewStructuredValues(fmt.Sprintf("$(tasks.%s.results.%s)", imageTask, r)),
+			Type:  tekton.ParamTypeString,
+			Value: tekton.NewString(fmt.Sprintf("$(tasks.%s.results.%s)", imageTask, r)),
 		})
 	}
-	p := &pipelinev1.Pipeline{
-		TypeMeta:   metav1.TypeMeta{APIVersion: pipelinev1.SchemeGroupVersion.String(), Kind: "Pipeline"},
+	p := &tekton.Pipeline{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tekton.GroupVersion.String(), Kind: "Pipeline"},
 		ObjectMeta: objectMeta(b),
 		Spec:       spec,
 	}
@@ -112,12 +111,12 @@ func MakePipeline(b *v1alpha1.AgentBuild, l *templates.Loaded) (*pipelinev1.Pipe
 	return p, buildParams, nil
 }
 
-func makeTask(s templates.LoadedStep, buildParams, globals []params.Param) (pipelinev1.PipelineTask, error) {
+func makeTask(s templates.LoadedStep, buildParams, globals []params.Param) (tekton.PipelineTask, error) {
 	declared := make([]params.Declared, 0, len(s.TaskSpec.Params))
 	for _, ps := range s.TaskSpec.Params {
-		if ps.Type != "" && ps.Type != pipelinev1.ParamTypeString {
+		if ps.Type != "" && ps.Type != tekton.ParamTypeString {
 			if ps.Default == nil {
-				return pipelinev1.PipelineTask{}, &templates.Error{Reason: templates.ReasonInvalidStep, Message: fmt.Sprintf(
+				return tekton.PipelineTask{}, &templates.Error{Reason: v1alpha1.ReasonInvalidStep, Message: fmt.Sprintf(
 					"step %s: parameter %s has type %s without a default; only string parameters can be set", s.Name, ps.Name, ps.Type)}
 			}
 			continue // Tekton uses the default
@@ -130,22 +129,22 @@ func makeTask(s templates.LoadedStep, buildParams, globals []params.Param) (pipe
 	}
 	values, err := params.Resolve(s.Name, declared, params.Layers{Build: buildParams, Step: s.Parameters, Template: globals})
 	if err != nil {
-		return pipelinev1.PipelineTask{}, err
+		return tekton.PipelineTask{}, err
 	}
-	task := pipelinev1.PipelineTask{
+	task := tekton.PipelineTask{
 		Name:     s.Name,
-		TaskSpec: &pipelinev1.EmbeddedTask{TaskSpec: *s.TaskSpec.DeepCopy()},
+		TaskSpec: &tekton.EmbeddedTask{TaskSpec: *s.TaskSpec.DeepCopy()},
 	}
 	for _, v := range values {
-		task.Params = append(task.Params, pipelinev1.Param{Name: v.Name, Value: *pipelinev1.NewStructuredValues(v.Value)})
+		task.Params = append(task.Params, tekton.Param{Name: v.Name, Value: tekton.NewString(v.Value)})
 	}
 	for _, w := range s.TaskSpec.Workspaces {
-		task.Workspaces = append(task.Workspaces, pipelinev1.WorkspacePipelineTaskBinding{Name: w.Name, Workspace: w.Name})
+		task.Workspaces = append(task.Workspaces, tekton.WorkspacePipelineTaskBinding{Name: w.Name, Workspace: w.Name})
 	}
 	return task, nil
 }
 
-func declaresResults(ts *pipelinev1.TaskSpec, names ...string) bool {
+func declaresResults(ts *tekton.TaskSpec, names ...string) bool {
 	for _, n := range names {
 		found := false
 		for _, r := range ts.Results {
@@ -165,48 +164,48 @@ func declaresResults(ts *pipelinev1.TaskSpec, names ...string) bool {
 // (volumeClaimTemplate), credentials workspaces are bound to the Secrets the spec names, and the
 // pods run as non-root with the RuntimeDefault seccomp profile and an fsGroup that lets the
 // unprivileged steps write the volume.
-func MakePipelineRun(b *v1alpha1.AgentBuild, p *pipelinev1.Pipeline, buildParams []params.Param, t templates.Template) (*pipelinev1.PipelineRun, error) {
+func MakePipelineRun(b *v1alpha1.AgentBuild, p *tekton.Pipeline, buildParams []params.Param, t templates.Template) (*tekton.PipelineRun, error) {
 	size := t.WorkspaceSize
 	if size == "" {
 		size = defaultWorkspaceSize
 	}
 	quantity, err := resource.ParseQuantity(size)
 	if err != nil {
-		return nil, &templates.Error{Reason: templates.ReasonInvalidTemplate, Message: fmt.Sprintf("workspaceSize %q: %v", size, err)}
+		return nil, &templates.Error{Reason: v1alpha1.ReasonInvalidTemplate, Message: fmt.Sprintf("workspaceSize %q: %v", size, err)}
 	}
 	secrets := map[string]string{
 		WorkspaceGitCredentials: b.Spec.Source.CredentialsSecret,
 		WorkspaceDockerConfig:   b.Spec.BuildOutput.CredentialsSecret,
 		WorkspaceCosignKey:      first(ParamCosignKeySecret, buildParams, t.Parameters),
 	}
-	var bindings []pipelinev1.WorkspaceBinding
+	var bindings []tekton.WorkspaceBinding
 	for _, w := range p.Spec.Workspaces {
 		switch secret, isSecret := secrets[w.Name]; {
 		case w.Name == WorkspaceSource:
-			bindings = append(bindings, pipelinev1.WorkspaceBinding{Name: w.Name, VolumeClaimTemplate: &corev1.PersistentVolumeClaim{
+			bindings = append(bindings, tekton.WorkspaceBinding{Name: w.Name, VolumeClaimTemplate: &corev1.PersistentVolumeClaim{
 				Spec: corev1.PersistentVolumeClaimSpec{
 					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: quantity}},
 				},
 			}})
 		case isSecret && secret != "":
-			bindings = append(bindings, pipelinev1.WorkspaceBinding{Name: w.Name, Secret: &corev1.SecretVolumeSource{SecretName: secret}})
+			bindings = append(bindings, tekton.WorkspaceBinding{Name: w.Name, Secret: &corev1.SecretVolumeSource{SecretName: secret}})
 		case isSecret && w.Optional:
 			// not bound: the step sees $(workspaces.<name>.bound) == false
 		case isSecret:
-			return nil, &templates.Error{Reason: templates.ReasonMissingParameter, Message: fmt.Sprintf(
+			return nil, &templates.Error{Reason: v1alpha1.ReasonMissingParameter, Message: fmt.Sprintf(
 				"workspace %s needs a Secret: set %s", w.Name, secretField(w.Name))}
 		case !w.Optional:
-			bindings = append(bindings, pipelinev1.WorkspaceBinding{Name: w.Name, EmptyDir: &corev1.EmptyDirVolumeSource{}})
+			bindings = append(bindings, tekton.WorkspaceBinding{Name: w.Name, EmptyDir: &corev1.EmptyDirVolumeSource{}})
 		}
 	}
-	return &pipelinev1.PipelineRun{
-		TypeMeta:   metav1.TypeMeta{APIVersion: pipelinev1.SchemeGroupVersion.String(), Kind: "PipelineRun"},
+	return &tekton.PipelineRun{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tekton.GroupVersion.String(), Kind: "PipelineRun"},
 		ObjectMeta: objectMeta(b),
-		Spec: pipelinev1.PipelineRunSpec{
-			PipelineRef: &pipelinev1.PipelineRef{Name: p.Name},
+		Spec: tekton.PipelineRunSpec{
+			PipelineRef: &tekton.PipelineRef{Name: p.Name},
 			Workspaces:  bindings,
-			TaskRunTemplate: pipelinev1.PipelineTaskRunTemplate{PodTemplate: &pod.PodTemplate{
+			TaskRunTemplate: tekton.PipelineTaskRunTemplate{PodTemplate: &tekton.PodTemplate{
 				SecurityContext: &corev1.PodSecurityContext{
 					RunAsNonRoot:   ptr.To(true),
 					FSGroup:        ptr.To[int64](65532),

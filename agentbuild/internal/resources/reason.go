@@ -3,6 +3,7 @@ package resources
 import (
 	"errors"
 
+	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/params"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 )
@@ -16,7 +17,7 @@ func Reason(err error) string {
 	case errors.As(err, &te):
 		return te.Reason
 	case errors.As(err, &me):
-		return templates.ReasonMissingParameter
+		return v1alpha1.ReasonMissingParameter
 	}
 	return ""
 }

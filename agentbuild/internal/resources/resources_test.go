@@ -3,6 +3,7 @@ package resources
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -75,11 +77,17 @@ func TestGolden(t *testing.T) {
 			modes[b.Spec.ModeOrDefault()] = true
 			r, err := render(t, l, b)
 			require.NoError(t, err)
-			// Tekton's own validation (what its admission webhook runs) accepts both objects.
-			if ferr := r.Pipeline.DeepCopy().Validate(context.Background()); ferr != nil {
+			// Both objects are Tekton's: they decode strictly into Tekton's own types, Tekton's
+			// validation (what its admission webhook runs) accepts them, and Tekton's types write
+			// them back as the same JSON, so nothing is lost or added on the way to the API server.
+			p := &pipelinev1.Pipeline{}
+			asTekton(t, r.Pipeline, p)
+			if ferr := p.Validate(context.Background()); ferr != nil {
 				t.Errorf("Tekton rejects the Pipeline: %v", ferr)
 			}
-			if ferr := r.PipelineRun.DeepCopy().Validate(context.Background()); ferr != nil {
+			pr := &pipelinev1.PipelineRun{}
+			asTekton(t, r.PipelineRun, pr)
+			if ferr := pr.Validate(context.Background()); ferr != nil {
 				t.Errorf("Tekton rejects the PipelineRun: %v", ferr)
 			}
 			got := marshal(t, r)
@@ -104,6 +112,20 @@ func TestGolden(t *testing.T) {
 	for _, g := range goldens {
 		assert.True(t, used[g], "golden file %s has no input; delete it", g)
 	}
+}
+
+// asTekton decodes ours strictly into Tekton's type theirs and checks that theirs marshals to the
+// same JSON.
+func asTekton(t *testing.T, ours, theirs any) {
+	t.Helper()
+	data, err := json.Marshal(ours)
+	require.NoError(t, err)
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	require.NoError(t, d.Decode(theirs), "decoding into Tekton's %T", theirs)
+	back, err := json.Marshal(theirs)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(data), string(back), "Tekton's %T writes other JSON", theirs)
 }
 
 func marshal(t testing.TB, r *Rendered) []byte {
@@ -163,7 +185,7 @@ steps:
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "step-needs-foo"}}}
 		},
-		reason: templates.ReasonMissingParameter, msg: `step "build" requires parameter(s) FOO`,
+		reason: v1alpha1.ReasonMissingParameter, msg: `step "build" requires parameter(s) FOO`,
 	}, {
 		name: "template's required parameter without value",
 		mutate: func(b *v1alpha1.AgentBuild) {
@@ -171,29 +193,29 @@ steps:
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Parameters: []v1alpha1.Parameter{{Name: "COSIGN_KEY_SECRET", Value: ""}}}
 			b.Spec.BuildOutput.Registry = "quay.io"
 		},
-		reason: templates.ReasonMissingParameter, msg: "the template requires parameter(s) COSIGN_KEY_SECRET with no value",
+		reason: v1alpha1.ReasonMissingParameter, msg: "the template requires parameter(s) COSIGN_KEY_SECRET with no value",
 	}, {
 		name: "step ConfigMap not found",
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "nope"}}}
 		},
-		reason: templates.ReasonStepNotFound, msg: "ConfigMap nope (step build) not found in namespace agents or kagenti-system",
+		reason: v1alpha1.ReasonStepNotFound, msg: "ConfigMap nope (step build) not found in namespace agents or kagenti-system",
 	}, {
 		name: "new step without configMap",
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "extra"}}}
 		},
-		reason: templates.ReasonInvalidStep, msg: `the template has no step "extra", so configMap is required`,
+		reason: v1alpha1.ReasonInvalidStep, msg: `the template has no step "extra", so configMap is required`,
 	}, {
 		name: "no step produces the image results",
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "step-no-image"}}}
 		},
-		reason: templates.ReasonInvalidTemplate, msg: "declares the results IMAGE_URL and IMAGE_DIGEST",
+		reason: v1alpha1.ReasonInvalidTemplate, msg: "declares the results IMAGE_URL and IMAGE_DIGEST",
 	}, {
 		name:   "invalid template in the build's namespace wins over the default",
 		mutate: func(b *v1alpha1.AgentBuild) { b.Spec.Mode = v1alpha1.ModePreprod },
-		reason: templates.ReasonInvalidTemplate, msg: "ConfigMap agents/pipeline-template-preprod",
+		reason: v1alpha1.ReasonInvalidTemplate, msg: "ConfigMap agents/pipeline-template-preprod",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,7 +238,7 @@ func TestTemplateNotFound(t *testing.T) {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	l := &templates.Loader{Reader: fake.NewClientBuilder().WithScheme(scheme).Build(), Namespace: templateNS}
 	_, err := render(t, l, readBuild(t, "testdata/dev.input.yaml"))
-	assert.Equal(t, templates.ReasonTemplateNotFound, Reason(err))
+	assert.Equal(t, v1alpha1.ReasonTemplateNotFound, Reason(err))
 	assert.EqualError(t, err, "ConfigMap pipeline-template-dev (template of mode dev) not found in namespace agents or kagenti-system")
 }
 

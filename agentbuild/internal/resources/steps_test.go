@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
@@ -57,7 +57,7 @@ func TestStepsKeepParametersOutOfShell(t *testing.T) {
 }
 
 // cloneStep renders a dev build of revision and returns its clone task.
-func cloneStep(t *testing.T, repo, revision string) pipelinev1.PipelineTask {
+func cloneStep(t *testing.T, repo, revision string) tekton.PipelineTask {
 	t.Helper()
 	b := &v1alpha1.AgentBuild{
 		ObjectMeta: metav1.ObjectMeta{Name: "weather-agent", Namespace: "agents", UID: "0b7c6f1e-0000-4000-8000-000000000001", Generation: 1},
@@ -75,12 +75,12 @@ func cloneStep(t *testing.T, repo, revision string) pipelinev1.PipelineTask {
 		}
 	}
 	t.Fatal("no clone task")
-	return pipelinev1.PipelineTask{}
+	return tekton.PipelineTask{}
 }
 
 // runStep runs the script of the task's only step as Tekton would: its environment with
 // $(params.…), $(workspaces.…) and $(results.…) substituted, HOME in a temporary directory.
-func runStep(t *testing.T, task pipelinev1.PipelineTask, workspace, result string) (string, error) {
+func runStep(t *testing.T, task tekton.PipelineTask, workspace, result string) (string, error) {
 	t.Helper()
 	require.Len(t, task.TaskSpec.Steps, 1)
 	step := task.TaskSpec.Steps[0]

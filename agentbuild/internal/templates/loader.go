@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 // Loaded is a mode template with the TaskSpec of every enabled step, ready for rendering.
@@ -25,7 +25,7 @@ type Loaded struct {
 // LoadedStep is an enabled step with its TaskSpec.
 type LoadedStep struct {
 	Step
-	TaskSpec *pipelinev1.TaskSpec
+	TaskSpec *tekton.TaskSpec
 	// Source is namespace/name of the step ConfigMap.
 	Source string
 }
@@ -48,12 +48,12 @@ func (l *Loader) Load(ctx context.Context, b *v1alpha1.AgentBuild) (*Loaded, err
 	case err != nil:
 		return nil, err
 	case cm == nil && mode != v1alpha1.ModeCustom:
-		return nil, errorf(ReasonTemplateNotFound, "ConfigMap %s (template of mode %s) not found in namespace %s or %s",
+		return nil, errorf(v1alpha1.ReasonTemplateNotFound, "ConfigMap %s (template of mode %s) not found in namespace %s or %s",
 			TemplateConfigMapName(mode), mode, b.Namespace, l.Namespace)
 	case cm != nil:
 		t, err := ParseTemplate([]byte(cm.Data[TemplateKey]))
 		if err != nil {
-			return nil, errorf(ReasonInvalidTemplate, "ConfigMap %s/%s: %v", cm.Namespace, cm.Name, err)
+			return nil, errorf(v1alpha1.ReasonInvalidTemplate, "ConfigMap %s/%s: %v", cm.Namespace, cm.Name, err)
 		}
 		out.Template, out.Source = *t, cm.Namespace+"/"+cm.Name
 	}
@@ -66,24 +66,24 @@ func (l *Loader) Load(ctx context.Context, b *v1alpha1.AgentBuild) (*Loaded, err
 			continue
 		}
 		if s.ConfigMap == "" {
-			return nil, errorf(ReasonInvalidStep, "spec.pipeline.steps[%s]: the template has no step %q, so configMap is required", s.Name, s.Name)
+			return nil, errorf(v1alpha1.ReasonInvalidStep, "spec.pipeline.steps[%s]: the template has no step %q, so configMap is required", s.Name, s.Name)
 		}
 		scm, err := l.get(ctx, b.Namespace, s.ConfigMap)
 		if err != nil {
 			return nil, err
 		}
 		if scm == nil {
-			return nil, errorf(ReasonStepNotFound, "ConfigMap %s (step %s) not found in namespace %s or %s",
+			return nil, errorf(v1alpha1.ReasonStepNotFound, "ConfigMap %s (step %s) not found in namespace %s or %s",
 				s.ConfigMap, s.Name, b.Namespace, l.Namespace)
 		}
 		ts, err := ParseTaskSpec([]byte(scm.Data[TaskSpecKey]))
 		if err != nil {
-			return nil, errorf(ReasonInvalidStep, "ConfigMap %s/%s (step %s): %v", scm.Namespace, scm.Name, s.Name, err)
+			return nil, errorf(v1alpha1.ReasonInvalidStep, "ConfigMap %s/%s (step %s): %v", scm.Namespace, scm.Name, s.Name, err)
 		}
 		out.Steps = append(out.Steps, LoadedStep{Step: s, TaskSpec: ts, Source: scm.Namespace + "/" + scm.Name})
 	}
 	if len(out.Steps) == 0 {
-		return nil, errorf(ReasonInvalidTemplate, "mode %s has no enabled step", mode)
+		return nil, errorf(v1alpha1.ReasonInvalidTemplate, "mode %s has no enabled step", mode)
 	}
 	return out, nil
 }

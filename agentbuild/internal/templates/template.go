@@ -9,12 +9,12 @@ package templates
 import (
 	"fmt"
 
-	pipelinev1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/params"
+	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
 
 const (
@@ -26,16 +26,8 @@ const (
 	DefaultNamespace = "kagenti-system"
 )
 
-// Reasons of template errors; they become the TemplateResolved condition's reason.
-const (
-	ReasonTemplateNotFound = "TemplateNotFound"
-	ReasonInvalidTemplate  = "InvalidTemplate"
-	ReasonStepNotFound     = "StepNotFound"
-	ReasonInvalidStep      = "InvalidStep"
-	ReasonMissingParameter = "MissingParameter"
-)
-
-// Error is a template problem the user can fix; Reason is a CamelCase condition reason.
+// Error is a template problem the user can fix; Reason is the TemplateResolved condition's reason
+// (v1alpha1.ReasonTemplateNotFound, …).
 type Error struct {
 	Reason  string
 	Message string
@@ -99,9 +91,10 @@ func ParseTemplate(data []byte) (*Template, error) {
 	return &t, nil
 }
 
-// ParseTaskSpec reads task-spec.yaml strictly into a Tekton TaskSpec.
-func ParseTaskSpec(data []byte) (*pipelinev1.TaskSpec, error) {
-	var ts pipelinev1.TaskSpec
+// ParseTaskSpec reads task-spec.yaml strictly into a Tekton TaskSpec: a field Tekton does not
+// know, at any depth, is an error.
+func ParseTaskSpec(data []byte) (*tekton.TaskSpec, error) {
+	var ts tekton.TaskSpec
 	if err := yaml.UnmarshalStrict(data, &ts); err != nil {
 		return nil, fmt.Errorf("%s: %w", TaskSpecKey, err)
 	}
