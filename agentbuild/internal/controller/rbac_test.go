@@ -80,7 +80,7 @@ func TestShippedRBACScopesBuilds(t *testing.T) {
 	saCfg := asServiceAccount(cfg, templates.DefaultNamespace, sa)
 	e.opts = Options{TemplateNamespace: templates.DefaultNamespace, TektonCheckInterval: 200 * time.Millisecond, TemplateRetryInterval: 200 * time.Millisecond}
 	e.mgr, err = ctrl.NewManager(saCfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 controllerScheme(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
