@@ -228,6 +228,9 @@ func (c Config) validate() []error {
 	}
 	ports("outbound.trafficInterception.excludePorts", c.Outbound.Interception.ExcludePorts)
 	if c.Exchanges() {
+		if !c.ClientRegistration.Enabled && !(c.Spiffe.Enabled && c.Spiffe.OutputFormat == OutputJWT) {
+			add("outbound.tokenExchange.enabled", "token exchange needs the workload's credentials: enable clientRegistration (client secret), or spiffe with outputFormat jwt (JWT SVID as client assertion)")
+		}
 		tx := c.Outbound.TokenExchange
 		httpURL("outbound.tokenExchange.tokenUrl", tx.TokenURL)
 		required("outbound.tokenExchange.defaultTarget.audience", tx.DefaultTarget.Audience)
