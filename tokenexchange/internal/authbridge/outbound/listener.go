@@ -132,7 +132,7 @@ func (l *chanListener) push(ctx context.Context, c net.Conn) bool {
 	}
 }
 
-func (l *chanListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
+func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
 func (l *chanListener) Addr() net.Addr { return l.addr }
 
 // tunnel copies bytes both ways between the client and its original destination, starting with

@@ -179,7 +179,9 @@ func TestRunnerRegistersAndFollowsTheConfiguration(t *testing.T) {
 	d.mu.Unlock()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte("clientRegistration: {keycloak: {tokenExchangeEnabled: false}}\n"), 0o644))
 	cfg.Reload()
-	eventually(t, "failure reported", func() bool { return len(r.Ready()) > 0 && strings.Contains(r.Ready()[0], "registration with the identity provider failed") })
+	eventually(t, "failure reported", func() bool {
+		return len(r.Ready()) > 0 && strings.Contains(r.Ready()[0], "registration with the identity provider failed")
+	})
 	d.mu.Lock()
 	d.down = false
 	d.mu.Unlock()

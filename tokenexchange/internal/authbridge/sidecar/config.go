@@ -60,8 +60,11 @@ func (s Source) Load() (Snapshot, error) {
 	}
 	c, err := authconfig.Resolve(s.Defaults, spec, s.Workload)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("configuration (defaults from the environment, overrides from %s) is invalid:\n%w",
-			filepath.Join(s.Dir, authconfig.ConfigFile), err)
+		from := "the environment alone"
+		if _, ok := files[authconfig.ConfigFile]; ok {
+			from = "the environment, overridden by " + filepath.Join(s.Dir, authconfig.ConfigFile)
+		}
+		return Snapshot{}, fmt.Errorf("the configuration from %s is invalid:\n%w", from, err)
 	}
 	return Snapshot{Config: c, ContentHash: authconfig.ContentHash(files), LoadedAt: time.Now()}, nil
 }
