@@ -18,6 +18,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idptest"
@@ -31,7 +32,7 @@ const (
 )
 
 // agent is the workload behind the proxy: it echoes what reached it.
-func agent(t *testing.T) (port int32) {
+func agent(t testing.TB) (port int32) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Seen-Claims", r.Header.Get(ClaimsHeader))
@@ -48,7 +49,7 @@ func agent(t *testing.T) (port int32) {
 }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	key   idptest.Key
 	jwks  *idptest.JWKSServer
 	dir   string
@@ -76,13 +77,17 @@ func source(dir string, jwksURL string, targetPort int32) sidecar.Source {
 	}
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	f := &fixture{t: t, key: idptest.NewRSAKey(t, "k1"), dir: t.TempDir()}
 	f.jwks = idptest.NewJWKSServer(t, f.key)
 	var err error
-	f.cfg, err = sidecar.NewConfig(source(f.dir, f.jwks.URL(), agent(t)), zaptest.NewLogger(t))
+	log := zap.NewNop()
+	if _, isTest := t.(*testing.T); isTest {
+		log = zaptest.NewLogger(t)
+	}
+	f.cfg, err = sidecar.NewConfig(source(f.dir, f.jwks.URL(), agent(t)), log)
 	require.NoError(t, err)
-	f.proxy = New(f.cfg, http.DefaultClient, zaptest.NewLogger(t))
+	f.proxy = New(f.cfg, http.DefaultClient, log)
 	srv := httptest.NewUnstartedServer(f.proxy)
 	srv.Config.Protocols = ServerProtocols()
 	srv.Start()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
@@ -39,7 +40,7 @@ type tokenEndpoint struct {
 	lifetime int64
 }
 
-func newTokenEndpoint(t *testing.T) *tokenEndpoint {
+func newTokenEndpoint(t testing.TB) *tokenEndpoint {
 	te := &tokenEndpoint{lifetime: 300}
 	te.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		te.mu.Lock()
@@ -86,7 +87,7 @@ func (te *tokenEndpoint) Calls() []url.Values {
 func (te *tokenEndpoint) set(f func(*tokenEndpoint)) { te.mu.Lock(); f(te); te.mu.Unlock() }
 
 // callee echoes what reached it; it speaks HTTP/1.1 and h2c.
-func callee(t *testing.T) netip.AddrPort {
+func callee(t testing.TB) netip.AddrPort {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "proto=%s host=%s auth=%s", r.Proto, r.Host, r.Header.Get("Authorization"))
 	}))
@@ -99,7 +100,7 @@ func callee(t *testing.T) netip.AddrPort {
 }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	idp    *tokenEndpoint
 	shared string
 	dir    string
@@ -123,7 +124,7 @@ const rules = `outbound:
     - match: {host: "*.googleapis.com"}
 `
 
-func newFixture(t *testing.T, configYAML string) *fixture {
+func newFixture(t testing.TB, configYAML string) *fixture {
 	f := &fixture{t: t, idp: newTokenEndpoint(t), shared: t.TempDir(), dir: t.TempDir()}
 	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.ClientIDFile), []byte("agents/caller\n"), 0o640))
 	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.ClientSecretFile), []byte("s3cret:&=\n"), 0o640))
@@ -147,7 +148,10 @@ func newFixture(t *testing.T, configYAML string) *fixture {
 			},
 		},
 	}
-	log := zaptest.NewLogger(t)
+	log := zap.NewNop()
+	if _, isTest := t.(*testing.T); isTest {
+		log = zaptest.NewLogger(t)
+	}
 	var err error
 	f.cfg, err = sidecar.NewConfig(src, log)
 	require.NoError(t, err)
