@@ -4,12 +4,14 @@ package inbound
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -56,11 +58,60 @@ type Policy struct {
 }
 
 // Validator checks bearer JWTs: signature by a key of the KeySet, issuer, expiry, audience and
-// scopes.
+// scopes. A token it accepted is remembered for up to CacheTTL (never past its expiry), so that a
+// caller reusing its token costs one signature verification, not one per request; the cache
+// belongs to this Validator, which is replaced with any change of the policy or the JWKS URL.
 type Validator struct {
 	Keys   *KeySet
 	Policy Policy
 	Now    func() time.Time
+
+	cache validated
+}
+
+// CacheTTL bounds how long an accepted token is trusted without verifying it again (a key removed
+// from the JWKS stops admitting its tokens within this time).
+const CacheTTL = time.Minute
+
+// maxCached bounds the cache of accepted tokens.
+const maxCached = 4096
+
+type validated struct {
+	mu      sync.Mutex
+	entries map[[32]byte]validEntry
+}
+
+type validEntry struct {
+	claims *Claims
+	until  time.Time
+}
+
+func (c *validated) get(key [32]byte, now time.Time) *Claims {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok && now.Before(e.until) {
+		return e.claims
+	}
+	return nil
+}
+
+func (c *validated) put(key [32]byte, claims *Claims, until time.Time, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[[32]byte]validEntry{}
+	}
+	if len(c.entries) >= maxCached {
+		for k, e := range c.entries {
+			if !now.Before(e.until) {
+				delete(c.entries, k)
+			}
+		}
+		if len(c.entries) >= maxCached {
+			clear(c.entries) // all live: start over rather than track recency
+		}
+	}
+	c.entries[key] = validEntry{claims: claims, until: until}
 }
 
 // Claims are a validated token's claims: the registered ones and the raw payload.
@@ -75,6 +126,28 @@ func (v *Validator) Validate(ctx context.Context, token string) (*Claims, error)
 	if len(token) > maxTokenSize {
 		return nil, invalid("token exceeds %d bytes", maxTokenSize)
 	}
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	key := sha256.Sum256([]byte(token))
+	if c := v.cache.get(key, now()); c != nil {
+		return c, nil
+	}
+	c, err := v.verify(ctx, token, now)
+	if err != nil {
+		return nil, err
+	}
+	until := now().Add(CacheTTL)
+	if exp := c.Expiry.Time(); exp.Before(until) {
+		until = exp
+	}
+	v.cache.put(key, c, until, now())
+	return c, nil
+}
+
+// verify checks the token fully.
+func (v *Validator) verify(ctx context.Context, token string, now func() time.Time) (*Claims, error) {
 	tok, err := jwt.ParseSigned(token, SignatureAlgorithms)
 	if err != nil {
 		return nil, invalid("malformed or unsupported token: %s", describeParseError(token, err))
@@ -89,10 +162,6 @@ func (v *Validator) Validate(ctx context.Context, token string) (*Claims, error)
 	var c Claims
 	if err := tok.Claims(key, &c.Claims, &c.Raw); err != nil {
 		return nil, invalid("signature verification failed")
-	}
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
 	}
 	if c.Expiry == nil {
 		return nil, invalid("token has no expiry (exp)")
