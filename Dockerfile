@@ -1,10 +1,15 @@
 # One image per binary: docker build --build-arg PILLAR=<pillar> -t kagenti-<pillar> .
-# Static binary on a distroless base, running as the distroless nonroot user (65532).
+# A binary that lives in another pillar's module names itself too: kagenti-authbridge, the
+# tokenexchange data plane, is --build-arg PILLAR=tokenexchange --build-arg BINARY=kagenti-authbridge.
+# Static binary on a distroless base, running as the distroless nonroot user (65532) unless the pod
+# says otherwise (the identity containers set their own UIDs).
 FROM golang:1.26 AS build
 ARG PILLAR
+ARG BINARY=kagenti-${PILLAR}
+ARG VERSION=dev
 WORKDIR /src
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/manager ./${PILLAR}/cmd/kagenti-${PILLAR}
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/manager ./${PILLAR}/cmd/${BINARY}
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/manager /manager

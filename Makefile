@@ -34,7 +34,7 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: tools
-tools: ## Build etcd, kube-*, kubectl, kwok, controller-gen, helm and kind into bin/ (cached).
+tools: ## Build etcd, kube-*, kubectl, kwok, controller-gen, helm, kind and the identity test bed (SPIRE, spiffe-helper, kagenti-dev-idp) into bin/ (cached).
 	@hack/tools.sh all
 
 .PHONY: generate
@@ -54,7 +54,7 @@ lint: ## gofmt everything; go vet every workspace module (the hack/ modules are 
 	@go vet $(addprefix ./,$(addsuffix /...,$(MODULES) e2e))
 
 .PHONY: build
-build: ## Build every pillar binary, and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti), into bin/.
+build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data plane, included) and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti) into bin/.
 	@for p in $(PILLARS); do go build -o $(BIN)/ ./$$p/cmd/...; done
 	@go build -o $(BIN)/ ./cli/cmd/...
 
@@ -66,6 +66,7 @@ test: tools verify-generate lint unit render e2e ## The one test command: genera
 .PHONY: unit
 unit: ## Unit and integration tests (envtest on bin/) of every module, with -race.
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
+	@hack/tools.sh identity
 	go test $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
 	cd examples/agent-telemetry && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
 
@@ -102,5 +103,5 @@ run: build ## make up, apply deploy/samples, summarise what each pillar did, str
 ##@ Images
 
 .PHONY: images
-images: ## Build one container image per binary (needs a Docker engine).
-	@hack/images.sh $(PILLARS)
+images: ## Build one container image per binary, kagenti-authbridge included (needs a Docker engine).
+	@hack/images.sh $(PILLARS) authbridge

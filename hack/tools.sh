@@ -14,6 +14,10 @@ KWOK_VERSION=v0.8.0
 CONTROLLER_GEN_VERSION=v0.23.0
 HELM_VERSION=v3.22.0
 KIND_VERSION=v0.33.0
+# Identity test bed (docs/identity.md): SPIRE (hack/spire) and spiffe-helper (hack/spiffe-helper),
+# whose go.mod files pin these versions, and the development OpenID provider of hack/idp.
+SPIRE_VERSION=v1.13.3
+SPIFFE_HELPER_VERSION=v0.11.0
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 
@@ -54,6 +58,53 @@ build_etcd() {
   stamp etcd "$key"
 }
 
+# SPIRE's go.mod carries replaces, so `go install …@version` is refused: hack/spire requires it as a
+# tool dependency and builds it. The version is stamped the way SPIRE's release builds do.
+build_spire() {
+  local key; key="${SPIRE_VERSION}-$(module_key "${ROOT}/hack/spire")"
+  grep -q "github.com/spiffe/spire ${SPIRE_VERSION}\b" "${ROOT}/hack/spire/go.mod" ||
+    { log "hack/spire/go.mod does not require github.com/spiffe/spire ${SPIRE_VERSION}"; return 1; }
+  local need=()
+  for t in spire-server spire-agent; do
+    wanted "$t" "$key" && need+=("github.com/spiffe/spire/cmd/$t")
+  done
+  [[ ${#need[@]} -eq 0 ]] && return 0
+  log "building ${need[*]} (SPIRE ${SPIRE_VERSION}; ~5 min on a cold cache)"
+  (cd "${ROOT}/hack/spire" && GOWORK=off go build -trimpath \
+    -ldflags "-s -w -X github.com/spiffe/spire/pkg/common/version.gittag=${SPIRE_VERSION}" -o "${BIN}/" "${need[@]}")
+  for t in "${need[@]}"; do stamp "$(basename "$t")" "$key"; done
+}
+
+# spiffe-helper's own module is fine, but `go install …@version` asks the proxy for the module's
+# version list (deprecation check), which the proxy refuses here: hack/spiffe-helper requires it as
+# a tool dependency instead.
+build_spiffe_helper() {
+  local key; key="${SPIFFE_HELPER_VERSION}-$(module_key "${ROOT}/hack/spiffe-helper")"
+  grep -q "github.com/spiffe/spiffe-helper ${SPIFFE_HELPER_VERSION}\\b" "${ROOT}/hack/spiffe-helper/go.mod" ||
+    { log "hack/spiffe-helper/go.mod does not require github.com/spiffe/spiffe-helper ${SPIFFE_HELPER_VERSION}"; return 1; }
+  wanted spiffe-helper "$key" || return 0
+  log "building spiffe-helper ${SPIFFE_HELPER_VERSION}"
+  (cd "${ROOT}/hack/spiffe-helper" && GOWORK=off go build -trimpath \
+    -ldflags "-s -w -X github.com/spiffe/spiffe-helper/pkg/version.gittag=${SPIFFE_HELPER_VERSION}" \
+    -o "${BIN}/spiffe-helper" github.com/spiffe/spiffe-helper/cmd/spiffe-helper)
+  stamp spiffe-helper "$key"
+}
+
+# The development OpenID provider is our own code: its key covers the sources too.
+build_idp() {
+  local key; key="$(cat "${ROOT}/hack/idp/go.mod" "${ROOT}/hack/idp/go.sum" "${ROOT}"/hack/idp/*.go | sha256sum | cut -c1-16)"
+  wanted kagenti-dev-idp "$key" || return 0
+  log "building kagenti-dev-idp (hack/idp)"
+  (cd "${ROOT}/hack/idp" && GOWORK=off go build -trimpath -ldflags "-s -w" -o "${BIN}/kagenti-dev-idp" .)
+  stamp kagenti-dev-idp "$key"
+}
+
+identity() {
+  build_spire
+  build_spiffe_helper
+  build_idp
+}
+
 # go_install <binary> <package> <version>
 go_install() {
   local tool=$1 pkg=$2 version=$3
@@ -71,11 +122,13 @@ all() {
   go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}"
   go_install helm helm.sh/helm/v3/cmd/helm "${HELM_VERSION}"
   go_install kind sigs.k8s.io/kind "${KIND_VERSION}"
+  identity
 }
 
 case "${1:-all}" in
   all) all ;;
   envtest) build_etcd; build_kube ;;
+  identity) identity ;;
   controller-gen) go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}" ;;
-  *) echo "usage: $0 [all|envtest|controller-gen]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|envtest|identity|controller-gen]" >&2; exit 2 ;;
 esac

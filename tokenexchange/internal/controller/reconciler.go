@@ -40,7 +40,6 @@ type Reconciler struct {
 	Resolver  *duck.Resolver
 	Applier   *configmap.Applier
 	Recorder  events.EventRecorder
-	Defaults  resources.Defaults
 	Selectors *SelectorIndex
 }
 
@@ -128,8 +127,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 
 	// The ConfigMap is written whether or not the workload is injected yet: it is inert until the
 	// injector mounts it, and then takes effect without another reconcile.
-	target := resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace(), ServiceAccount: tmpl.Spec.ServiceAccountName}
-	desired := resources.MakeConfigMap(te, target, r.Defaults)
+	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace()})
 	st.s.ConfigMapName = desired.Name
 	res, err := r.Applier.Apply(ctx, desired, te)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
-	"github.com/kagenti/platform/tokenexchange/internal/resources"
 	"github.com/kagenti/platform/tokenexchange/internal/webhook"
 )
 
@@ -46,7 +45,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Resolver:  duck.NewManagerResolver(mgr),
 		Applier:   &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Recorder:  mgr.GetEventRecorder(Name),
-		Defaults:  resources.DefaultIdentity(),
 		Selectors: NewSelectorIndex(),
 	}
 	if opts.MaxConcurrentReconciles <= 0 {

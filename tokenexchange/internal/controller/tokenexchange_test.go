@@ -154,7 +154,7 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return strings.Contains(cm.Data[resources.RoutesKey], "api.example.com"), cm.Data[resources.RoutesKey]
+		return strings.Contains(cm.Data[resources.ConfigKey], "api.example.com"), cm.Data[resources.ConfigKey]
 	})
 	te = waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	assert.Equal(t, readySince, condition(te, v1alpha1.ConditionReady).LastTransitionTime, "lastTransitionTime only moves on a status change")
@@ -393,7 +393,7 @@ func TestOtherWorkloadKinds(t *testing.T) {
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	cm, err := getCM(ctx, ns, "db-agent-token-exchange")
 	require.NoError(t, err)
-	assert.Contains(t, cm.Data[resources.ConfigKey], "kind: StatefulSet")
+	assert.Equal(t, "StatefulSet/db-agent", cm.Annotations[resources.TargetAnno])
 }
 
 // updateRetrying applies mutate to the latest version of obj and updates it, retrying on conflicts:

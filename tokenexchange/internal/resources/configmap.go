@@ -3,33 +3,39 @@
 package resources
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
-	"path"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
-// Keys of the ConfigMap, files under /etc/kagenti/token-exchange/ (ARCHITECTURE.md §6).
+// Keys and annotations of the ConfigMap, whose files are mounted under /etc/kagenti/token-exchange/.
 const (
-	ConfigKey  = "config.yaml"
-	RoutesKey  = "routes.yaml"
-	HelperKey  = "helper.conf"
+	ConfigKey  = authconfig.ConfigFile
 	TargetAnno = "kagenti.io/target"
 )
+
+// Target is the workload the ConfigMap is for.
+type Target struct {
+	Kind      string
+	Name      string
+	Namespace string
+}
 
 // ConfigMapName is the name of the ConfigMap for workload, shared with the injector.
 func ConfigMapName(workload string) string { return configmap.TokenExchangeName(workload) }
 
-// MakeConfigMap renders the ConfigMap {workload}-token-exchange for te and its workload t. The
-// owner reference, managed-by label and content hash are added by configmap.Applier.
-func MakeConfigMap(te *v1alpha1.TokenExchange, t Target, d Defaults) *corev1.ConfigMap {
-	c := ResolveConfig(te, t, d)
+// MakeConfigMap renders the ConfigMap {workload}-token-exchange for te and its workload t. Its
+// one key, config.yaml, holds what te's spec sets and nothing else: the identity sidecars merge it
+// over the defaults the injector gave them (authconfig.Resolve), so the defaults live in one
+// place. The owner reference, managed-by label and content hash are added by configmap.Applier.
+func MakeConfigMap(te *v1alpha1.TokenExchange, t Target) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -39,72 +45,31 @@ func MakeConfigMap(te *v1alpha1.TokenExchange, t Target, d Defaults) *corev1.Con
 			Annotations: map[string]string{TargetAnno: t.Kind + "/" + t.Name},
 		},
 		Data: map[string]string{
-			ConfigKey: header("config.yaml", te) + mustYAML(c),
-			RoutesKey: header("routes.yaml", te) + mustYAML(Routes(c)),
-			HelperKey: HelperConf(c, d),
+			ConfigKey: fmt.Sprintf("# Rendered by kagenti-tokenexchange from TokenExchange %s/%s: what it sets over the injector's defaults. Do not edit: changes are overwritten.\n",
+				te.Namespace, te.Name) + string(authconfig.Marshal(Overrides(te))),
 		},
 	}
 }
 
-func header(file string, te *v1alpha1.TokenExchange) string {
-	return fmt.Sprintf("# %s rendered by kagenti-tokenexchange from TokenExchange %s/%s. Do not edit: changes are overwritten.\n",
-		file, te.Namespace, te.Name)
-}
-
-// Route is one entry of routes.yaml, the format the auth sidecars read; the first matching host
-// wins. token_scopes is space-separated, as in an OAuth scope parameter.
-type Route struct {
-	Host           string `json:"host"`
-	TargetAudience string `json:"target_audience,omitempty"`
-	TokenScopes    string `json:"token_scopes,omitempty"`
-	TokenURL       string `json:"token_url,omitempty"`
-	Passthrough    bool   `json:"passthrough"`
-}
-
-// Routes turns the resolved destination rules into routes. A rule without a target, and every
-// rule when token exchange is disabled, passes the original token through.
-func Routes(c Config) []Route {
-	tx := c.Outbound.TokenExchange
-	routes := make([]Route, 0, len(tx.DestinationRules))
-	for _, r := range tx.DestinationRules {
-		if r.Target == nil || !tx.Enabled {
-			routes = append(routes, Route{Host: r.Host, Passthrough: true})
-			continue
-		}
-		routes = append(routes, Route{
-			Host:           r.Host,
-			TargetAudience: r.Target.Audience,
-			TokenScopes:    strings.Join(r.Target.Scopes, " "),
-			TokenURL:       tx.TokenURL,
-		})
-	}
-	return routes
-}
-
-// HelperConf renders the spiffe-helper configuration (HCL) for the resolved SPIFFE settings.
-func HelperConf(c Config, d Defaults) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# helper.conf rendered by kagenti-tokenexchange for %s %s/%s. Do not edit.\n",
-		c.Workload.Kind, c.Workload.Namespace, c.Workload.Name)
-	fmt.Fprintf(&b, "agent_address = %q\n", c.Spiffe.SocketPath)
-	b.WriteString("cmd = \"\"\ncmd_args = \"\"\n")
-	fmt.Fprintf(&b, "cert_dir = %q\n", d.SharedDir)
-	b.WriteString("daemon_mode = true\n")
-	switch c.Spiffe.OutputFormat {
-	case "x509":
-		b.WriteString("svid_file_name = \"svid.pem\"\nsvid_key_file_name = \"svid_key.pem\"\nsvid_bundle_file_name = \"svid_bundle.pem\"\n")
-	default:
-		fmt.Fprintf(&b, "jwt_svids = [{jwt_audience = %q, jwt_svid_file_name = %q}]\n",
-			c.Spiffe.Audience, path.Join(d.SharedDir, "jwt_svid.token"))
-	}
-	return b.String()
-}
-
-// mustYAML marshals the plain structs of this package, which cannot fail.
-func mustYAML(v any) string {
-	b, err := yaml.Marshal(v)
+// Overrides is te's spec in the data plane's schema. The two share their JSON shape (targetRef
+// aside); the conversion decodes strictly, and a test converts a spec with every field set, so a
+// field added to the API and not to the schema fails the build's tests rather than vanishing.
+func Overrides(te *v1alpha1.TokenExchange) authconfig.Spec {
+	s := te.Spec
+	b, err := json.Marshal(struct {
+		Spiffe             *v1alpha1.SpiffeSpec             `json:"spiffe,omitempty"`
+		ClientRegistration *v1alpha1.ClientRegistrationSpec `json:"clientRegistration,omitempty"`
+		Inbound            *v1alpha1.InboundSpec            `json:"inbound,omitempty"`
+		Outbound           *v1alpha1.OutboundSpec           `json:"outbound,omitempty"`
+	}{s.Spiffe, s.ClientRegistration, s.Inbound, s.Outbound})
 	if err != nil {
-		panic(fmt.Sprintf("rendering %T: %v", v, err))
+		panic(fmt.Sprintf("marshalling TokenExchange spec: %v", err)) // plain structs: cannot fail
 	}
-	return string(b)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var out authconfig.Spec
+	if err := dec.Decode(&out); err != nil {
+		panic(fmt.Sprintf("TokenExchange spec does not fit the data plane's schema (authconfig.Spec): %v", err))
+	}
+	return out
 }

@@ -1,8 +1,11 @@
 package resources
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -10,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
 // Golden files: testdata/<case>.input.yaml is a TokenExchange, testdata/<case>.golden.yaml the
@@ -27,7 +32,7 @@ func readInput(t testing.TB, path string) *v1alpha1.TokenExchange {
 }
 
 func targetOf(te *v1alpha1.TokenExchange) Target {
-	return Target{Kind: te.Spec.TargetRef.Kind, Name: te.Spec.TargetRef.Name, Namespace: te.Namespace, ServiceAccount: "agent-sa"}
+	return Target{Kind: te.Spec.TargetRef.Kind, Name: te.Spec.TargetRef.Name, Namespace: te.Namespace}
 }
 
 func TestMakeConfigMapGolden(t *testing.T) {
@@ -41,7 +46,7 @@ func TestMakeConfigMapGolden(t *testing.T) {
 		used[golden] = true
 		t.Run(name, func(t *testing.T) {
 			te := readInput(t, in)
-			got, err := yaml.Marshal(MakeConfigMap(te, targetOf(te), DefaultIdentity()))
+			got, err := yaml.Marshal(MakeConfigMap(te, targetOf(te)))
 			require.NoError(t, err)
 			if update {
 				require.NoError(t, os.WriteFile(golden, got, 0o644))
@@ -67,60 +72,74 @@ func TestMakeConfigMapGolden(t *testing.T) {
 
 func TestMakeConfigMapIsDeterministic(t *testing.T) {
 	te := readInput(t, "testdata/seed.input.yaml")
-	a := MakeConfigMap(te, targetOf(te), DefaultIdentity())
+	a := MakeConfigMap(te, targetOf(te))
 	for range 20 {
-		assert.Equal(t, a, MakeConfigMap(te, targetOf(te), DefaultIdentity()))
+		assert.Equal(t, a, MakeConfigMap(te, targetOf(te)))
 	}
 }
 
 func TestMakeConfigMapNameAndKeys(t *testing.T) {
 	te := readInput(t, "testdata/minimal.input.yaml")
-	cm := MakeConfigMap(te, targetOf(te), DefaultIdentity())
+	cm := MakeConfigMap(te, targetOf(te))
 	assert.Equal(t, "weather-agent-token-exchange", cm.Name)
 	assert.Equal(t, "agents", cm.Namespace)
-	assert.ElementsMatch(t, []string{ConfigKey, RoutesKey, HelperKey}, keys(cm.Data))
+	assert.ElementsMatch(t, []string{ConfigKey}, keys(cm.Data), "config.yaml only: helper.conf is rendered in the pod at start, routes live in config.yaml")
 
 	long := strings.Repeat("a", 60)
-	cm = MakeConfigMap(te, Target{Kind: "Deployment", Name: long, Namespace: "agents"}, DefaultIdentity())
+	cm = MakeConfigMap(te, Target{Kind: "Deployment", Name: long, Namespace: "agents"})
 	assert.LessOrEqual(t, len(cm.Name), 63, "names are shortened with a hash")
 }
 
-func TestResolveConfigDefaults(t *testing.T) {
-	te := readInput(t, "testdata/minimal.input.yaml")
-	d := DefaultIdentity()
-	c := ResolveConfig(te, targetOf(te), d)
-	assert.Equal(t, "cluster.local", c.Spiffe.TrustDomain)
-	assert.Equal(t, "/run/spire/agent-sockets/agent.sock", c.Spiffe.SocketPath)
-	assert.Equal(t, "kagenti-agents", c.Spiffe.Audience)
-	assert.Equal(t, "http://keycloak.kagenti-system.svc:8080", c.ClientRegistration.Keycloak.URL)
-	assert.Equal(t, "default", c.ClientRegistration.Keycloak.Realm)
-	assert.True(t, c.ClientRegistration.Keycloak.TokenExchangeEnabled)
-	assert.Equal(t, int32(8080), c.Inbound.Port)
-	assert.Equal(t, int32(8081), c.Inbound.TargetPort)
-	assert.Equal(t, "spiffe://cluster.local/ns/agents/sa/agent-sa", c.Inbound.Validation.Audience)
-	assert.Equal(t, "http://keycloak.kagenti-system.svc:8080/realms/default", c.Inbound.Validation.Issuer)
-	name, err := v1alpha1.RenderClientName(c.ClientRegistration.Keycloak.ClientNameTemplate,
-		v1alpha1.ClientNameVars{Namespace: "agents", WorkloadName: "agent"})
-	assert.NoError(t, err, "the default clientNameTemplate is one the sidecar can render")
-	assert.Equal(t, "agents/agent", name)
-	assert.Equal(t, int32(15123), c.Outbound.TrafficInterception.ProxyPort)
-	assert.Equal(t, int64(1337), c.Outbound.TrafficInterception.ProxyUID)
-	assert.Equal(t, []int32{8080}, c.Outbound.TrafficInterception.ExcludePorts)
-	assert.Equal(t, "downstream-service", c.Outbound.TokenExchange.DefaultTarget.Audience)
-	assert.Equal(t, "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token", c.Outbound.TokenExchange.TokenURL)
+// TestOverridesCarryEveryField converts a spec with every field set: each one reaches the data
+// plane's schema with its value (and the conversion's strict decoding accepts it).
+func TestOverridesCarryEveryField(t *testing.T) {
+	te := &v1alpha1.TokenExchange{}
+	fill(reflect.ValueOf(&te.Spec).Elem(), 1)
+	te.Spec.TargetRef = duck.TargetRef{Kind: "Deployment", Name: "w"}
+	got, err := json.Marshal(Overrides(te))
+	require.NoError(t, err)
+	want, err := json.Marshal(te.Spec)
+	require.NoError(t, err)
+	var gotMap, wantMap map[string]any
+	require.NoError(t, json.Unmarshal(got, &gotMap))
+	require.NoError(t, json.Unmarshal(want, &wantMap))
+	delete(wantMap, "targetRef")
+	assert.Equal(t, wantMap, gotMap)
 }
 
-func TestRoutesShapes(t *testing.T) {
-	te := readInput(t, "testdata/rules.input.yaml")
-	routes := Routes(ResolveConfig(te, targetOf(te), DefaultIdentity()))
-	tokenURL := "http://keycloak.kagenti-system.svc:8080/realms/agents/protocol/openid-connect/token"
-	assert.Equal(t, []Route{
-		{Host: "premium-api.external.com", TargetAudience: "premium-api", TokenScopes: "weather:premium weather:historical", TokenURL: tokenURL},
-		{Host: "weather-tool.agents.svc.cluster.local:8000", TargetAudience: "weather-tool", TokenScopes: "openid default:read", TokenURL: tokenURL},
-		{Host: "*.tools.svc.cluster.local", TargetAudience: "default-aud", TokenScopes: "tools:invoke", TokenURL: tokenURL},
-		{Host: "catalog.internal", TargetAudience: "default-aud", TokenScopes: "openid default:read", TokenURL: tokenURL},
-		{Host: "*.googleapis.com", Passthrough: true},
-	}, routes)
+func TestOverridesCarryOnlyWhatIsSet(t *testing.T) {
+	te := readInput(t, "testdata/minimal.input.yaml")
+	assert.Equal(t, authconfig.Spec{}, Overrides(te), "a TokenExchange that sets nothing overrides nothing")
+	cm := MakeConfigMap(te, targetOf(te))
+	spec, err := authconfig.Parse([]byte(cm.Data[ConfigKey]))
+	require.NoError(t, err)
+	assert.Equal(t, authconfig.Spec{}, spec)
+}
+
+// fill sets every field reachable from v (pointers allocated, strings, numbers and slices set).
+func fill(v reflect.Value, seed int) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), seed)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fill(v.Field(i), seed+i+1)
+		}
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		fill(s.Index(0), seed)
+		fill(s.Index(1), seed+100)
+		v.Set(s)
+	case reflect.String:
+		v.SetString(fmt.Sprintf("v%d", seed))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int32, reflect.Int64:
+		v.SetInt(int64(seed))
+	default:
+		panic("fill: unhandled kind " + v.Kind().String())
+	}
 }
 
 func keys(m map[string]string) []string {
@@ -133,10 +152,10 @@ func keys(m map[string]string) []string {
 
 func BenchmarkMakeConfigMap(b *testing.B) {
 	te := readInput(b, "testdata/seed.input.yaml")
-	t, d := targetOf(te), DefaultIdentity()
+	t := targetOf(te)
 	b.ReportAllocs()
 	for b.Loop() {
-		MakeConfigMap(te, t, d)
+		MakeConfigMap(te, t)
 	}
 }
 
@@ -149,9 +168,9 @@ func BenchmarkMakeConfigMap64Rules(b *testing.B) {
 		rules = append(rules, r)
 	}
 	te.Spec.Outbound.TokenExchange.DestinationRules = rules
-	t, d := targetOf(te), DefaultIdentity()
+	t := targetOf(te)
 	b.ReportAllocs()
 	for b.Loop() {
-		MakeConfigMap(te, t, d)
+		MakeConfigMap(te, t)
 	}
 }

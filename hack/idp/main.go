@@ -1,0 +1,109 @@
+// Command kagenti-dev-idp is an OpenID provider for tests and the local cluster: client
+// credentials, RFC 8693 token exchange, JWKS and discovery (zitadel/oidc's op), RFC 7591 dynamic
+// client registration, and JWT SVIDs as client assertions. State lives in memory; the signing key
+// is generated at start. Never use it for anything but development.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/zitadel/oidc/v3/pkg/op"
+)
+
+type clientFlags []string
+
+func (c *clientFlags) String() string     { return strings.Join(*c, " ") }
+func (c *clientFlags) Set(v string) error { *c = append(*c, v); return nil }
+
+func main() {
+	var (
+		addr, issuer, bundle, trustDomain, initialToken string
+		lifetime                                        time.Duration
+		requireAudience                                 bool
+		clients                                         clientFlags
+	)
+	flag.StringVar(&addr, "addr", "127.0.0.1:9080", "listen address (loopback: this is a development tool)")
+	flag.StringVar(&issuer, "issuer", "", "issuer URL (default http://<addr>)")
+	flag.Var(&clients, "client", "a client, id:secret[:audience,audience…] (repeatable); the audiences of its client-credentials tokens, default its ID")
+	flag.StringVar(&bundle, "spiffe-bundle", "", "SPIFFE trust bundle (spire-server bundle show -format spiffe) to accept JWT SVIDs as client assertions")
+	flag.StringVar(&trustDomain, "spiffe-trust-domain", "", "trust domain of --spiffe-bundle")
+	flag.StringVar(&initialToken, "initial-access-token", "", "require this bearer token for RFC 7591 registration (default: open registration)")
+	flag.DurationVar(&lifetime, "token-lifetime", 5*time.Minute, "lifetime of issued access tokens")
+	flag.BoolVar(&requireAudience, "require-client-in-audience", true, "token exchange requires the requesting client among the subject token's audiences (as Keycloak's standard token exchange)")
+	flag.Parse()
+	if err := run(addr, issuer, bundle, trustDomain, initialToken, lifetime, requireAudience, clients); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.Duration, requireAudience bool, clients []string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	if issuer == "" {
+		issuer = "http://" + ln.Addr().String()
+	}
+	s, err := newStorage(lifetime, requireAudience)
+	if err != nil {
+		return err
+	}
+	for _, c := range clients {
+		parts := strings.SplitN(c, ":", 3)
+		if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+			return fmt.Errorf("--client %q: want id:secret[:audiences]", c)
+		}
+		cl := &client{id: parts[0], secret: parts[1], name: parts[0], grants: allGrants}
+		if len(parts) == 3 {
+			cl.audience = strings.Split(parts[2], ",")
+		}
+		s.addClient(cl)
+	}
+	key := sha256.Sum256([]byte(s.svidSecret)) // access tokens are JWTs; the AES key only guards opaque ones
+	provider, err := op.NewOpenIDProvider(issuer, &op.Config{CryptoKey: key}, s, op.WithAllowInsecure())
+	if err != nil {
+		return err
+	}
+	var handler http.Handler = provider
+	if bundle != "" {
+		td, err := spiffeid.TrustDomainFromString(trustDomain)
+		if err != nil {
+			return fmt.Errorf("--spiffe-trust-domain: %w", err)
+		}
+		tokenURL := issuer + provider.TokenEndpoint().Relative()
+		a := &svidAuthenticator{bundleFile: bundle, trustDomain: td, audiences: []string{issuer, tokenURL}, secret: s.svidSecret}
+		handler = a.wrap(provider.TokenEndpoint().Relative(), handler)
+	}
+	mux := http.NewServeMux()
+	reg := &registrationHandler{s: s, issuer: issuer, initialToken: initialToken}
+	mux.Handle("/register", reg)
+	mux.Handle("/register/", reg)
+	mux.Handle("/", handler)
+
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown(context.Background())
+	}()
+	log.Printf("kagenti-dev-idp: issuer %s, token %s%s, JWKS %s%s, registration %s/register", issuer,
+		issuer, provider.TokenEndpoint().Relative(), issuer, provider.KeysEndpoint().Relative(), issuer)
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/zitadel/oidc/v3/pkg/oidc"
+)
+
+// registrationHandler implements RFC 7591 dynamic client registration at /register and the
+// RFC 7592 update at /register/{client_id}.
+type registrationHandler struct {
+	s            *storage
+	issuer       string
+	initialToken string // required as Bearer when set
+}
+
+type clientMetadata struct {
+	ClientID                string   `json:"client_id,omitempty"`
+	ClientName              string   `json:"client_name"`
+	GrantTypes              []string `json:"grant_types"`
+	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method,omitempty"`
+}
+
+func (h *registrationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	var m clientMetadata
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&m); err != nil {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_client_metadata", err.Error())
+		return
+	}
+	grants := []oidc.GrantType{}
+	for _, g := range m.GrantTypes {
+		switch oidc.GrantType(g) {
+		case oidc.GrantTypeClientCredentials, oidc.GrantTypeTokenExchange:
+			grants = append(grants, oidc.GrantType(g))
+		default:
+			writeOAuthError(w, http.StatusBadRequest, "invalid_client_metadata", "unsupported grant type "+g)
+			return
+		}
+	}
+	if m.TokenEndpointAuthMethod != "" && m.TokenEndpointAuthMethod != "client_secret_basic" {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_client_metadata", "token_endpoint_auth_method must be client_secret_basic")
+		return
+	}
+	bearer := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/register":
+		if h.initialToken != "" && bearer != h.initialToken {
+			writeOAuthError(w, http.StatusUnauthorized, "invalid_token", "an initial access token is required")
+			return
+		}
+		c := &client{id: "dyn-" + randomID(8), secret: randomID(24), name: m.ClientName, grants: grants, regToken: randomID(24)}
+		h.s.addClient(c)
+		w.WriteHeader(http.StatusCreated)
+		h.answer(w, c, true)
+	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/register/"):
+		id := strings.TrimPrefix(r.URL.Path, "/register/")
+		c, err := h.s.client(id)
+		if err != nil || c.regToken == "" || bearer != c.regToken || m.ClientID != id {
+			writeOAuthError(w, http.StatusUnauthorized, "invalid_token", "unknown client or registration access token")
+			return
+		}
+		h.s.mu.Lock()
+		c.name, c.grants = m.ClientName, grants
+		h.s.mu.Unlock()
+		h.answer(w, c, false)
+	default:
+		writeOAuthError(w, http.StatusMethodNotAllowed, "invalid_request", "POST /register or PUT /register/{client_id}")
+	}
+}
+
+func (h *registrationHandler) answer(w http.ResponseWriter, c *client, withSecret bool) {
+	out := map[string]any{
+		"client_id": c.id, "client_name": c.name, "grant_types": c.grants, "token_endpoint_auth_method": "client_secret_basic",
+		"registration_access_token": c.regToken, "registration_client_uri": h.issuer + "/register/" + c.id,
+	}
+	if withSecret {
+		out["client_secret"], out["client_secret_expires_at"] = c.secret, 0
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func writeOAuthError(w http.ResponseWriter, status int, code, description string) {
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": description})
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/zitadel/oidc/v3/pkg/oidc"
+	"github.com/zitadel/oidc/v3/pkg/op"
+)
+
+// client is an OAuth client of the provider: configured on the command line, registered through
+// RFC 7591, or a SPIFFE workload authenticated by its JWT SVID.
+type client struct {
+	id       string
+	secret   string
+	name     string
+	audience []string // of the tokens it gets with client credentials; default its own ID
+	grants   []oidc.GrantType
+	regToken string // RFC 7592 registration access token
+	lifetime time.Duration
+}
+
+func (c *client) GetID() string                        { return c.id }
+func (c *client) RedirectURIs() []string               { return nil }
+func (c *client) PostLogoutRedirectURIs() []string     { return nil }
+func (c *client) ApplicationType() op.ApplicationType  { return op.ApplicationTypeWeb }
+func (c *client) AuthMethod() oidc.AuthMethod          { return oidc.AuthMethodBasic }
+func (c *client) ResponseTypes() []oidc.ResponseType   { return nil }
+func (c *client) GrantTypes() []oidc.GrantType         { return c.grants }
+func (c *client) LoginURL(string) string               { return "" }
+func (c *client) AccessTokenType() op.AccessTokenType  { return op.AccessTokenTypeJWT }
+func (c *client) IDTokenLifetime() time.Duration       { return c.lifetime }
+func (c *client) DevMode() bool                        { return true }
+func (c *client) IsScopeAllowed(string) bool           { return true }
+func (c *client) IDTokenUserinfoClaimsAssertion() bool { return false }
+func (c *client) ClockSkew() time.Duration             { return 0 }
+func (c *client) RestrictAdditionalIdTokenScopes() func([]string) []string {
+	return func(s []string) []string { return s }
+}
+func (c *client) RestrictAdditionalAccessTokenScopes() func([]string) []string {
+	return func(s []string) []string { return s }
+}
+
+// storage is an in-memory op.Storage with client credentials and token exchange. The
+// authorization code flow is not offered: agents authenticate as themselves.
+type storage struct {
+	key      *rsa.PrivateKey
+	keyID    string
+	lifetime time.Duration
+	// svidSecret is what the JWT SVID middleware passes as the secret of a client it
+	// authenticated; nobody else knows it.
+	svidSecret string
+	// requireAudience makes token exchange refuse a subject token whose audience lacks the
+	// requesting client, as Keycloak's standard token exchange does.
+	requireAudience bool
+
+	mu      sync.Mutex
+	clients map[string]*client
+	issued  map[string]issuedToken // by token ID (jti)
+}
+
+type issuedToken struct {
+	audience []string
+	expires  time.Time
+}
+
+func newStorage(lifetime time.Duration, requireAudience bool) (*storage, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	return &storage{key: key, keyID: randomID(8), lifetime: lifetime, svidSecret: randomID(32), requireAudience: requireAudience,
+		clients: map[string]*client{}, issued: map[string]issuedToken{}}, nil
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var allGrants = []oidc.GrantType{oidc.GrantTypeClientCredentials, oidc.GrantTypeTokenExchange}
+
+func (s *storage) addClient(c *client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.lifetime == 0 {
+		c.lifetime = s.lifetime
+	}
+	s.clients[c.id] = c
+}
+
+func (s *storage) client(id string) (*client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.clients[id]; ok {
+		return c, nil
+	}
+	if strings.HasPrefix(id, "spiffe://") {
+		// A workload authenticated by its JWT SVID (svid.go) is a client by its SPIFFE ID.
+		return &client{id: id, secret: s.svidSecret, grants: allGrants, lifetime: s.lifetime}, nil
+	}
+	return nil, fmt.Errorf("unknown client %q", id)
+}
+
+// OPStorage
+
+func (s *storage) GetClientByClientID(_ context.Context, id string) (op.Client, error) {
+	return s.client(id)
+}
+
+func (s *storage) AuthorizeClientIDSecret(_ context.Context, id, secret string) error {
+	c, err := s.client(id)
+	if err != nil {
+		return err
+	}
+	if c.secret == "" || c.secret != secret {
+		return errors.New("invalid client secret")
+	}
+	return nil
+}
+
+func (s *storage) SetUserinfoFromScopes(context.Context, *oidc.UserInfo, string, string, []string) error {
+	return nil
+}
+func (s *storage) SetUserinfoFromToken(context.Context, *oidc.UserInfo, string, string, string) error {
+	return nil
+}
+func (s *storage) SetIntrospectionFromToken(context.Context, *oidc.IntrospectionResponse, string, string, string) error {
+	return nil
+}
+
+// GetPrivateClaimsFromScopes puts the granted scopes into the access token (RFC 8693 §4.2 scope).
+func (s *storage) GetPrivateClaimsFromScopes(_ context.Context, _, _ string, scopes []string) (map[string]any, error) {
+	if len(scopes) == 0 {
+		return nil, nil
+	}
+	return map[string]any{"scope": strings.Join(scopes, " ")}, nil
+}
+
+func (s *storage) GetKeyByIDAndClientID(context.Context, string, string) (*jose.JSONWebKey, error) {
+	return nil, errors.New("JWT profile client keys are not supported")
+}
+func (s *storage) ValidateJWTProfileScopes(_ context.Context, _ string, scopes []string) ([]string, error) {
+	return scopes, nil
+}
+
+// AuthStorage: tokens and keys.
+
+func (s *storage) CreateAccessToken(_ context.Context, r op.TokenRequest) (string, time.Time, error) {
+	id := randomID(16)
+	exp := time.Now().Add(s.lifetime)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for k, t := range s.issued {
+		if now.After(t.expires) {
+			delete(s.issued, k)
+		}
+	}
+	s.issued[id] = issuedToken{audience: slices.Clone(r.GetAudience()), expires: exp}
+	return id, exp, nil
+}
+
+func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
+	return "", "", time.Time{}, errors.New("refresh tokens are not issued")
+}
+func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
+	return nil, op.ErrInvalidRefreshToken
+}
+func (s *storage) TerminateSession(context.Context, string, string) error { return nil }
+func (s *storage) RevokeToken(context.Context, string, string, string) *oidc.Error {
+	return oidc.ErrRequestNotSupported().WithDescription("revocation is not offered")
+}
+func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, string, error) {
+	return "", "", op.ErrInvalidRefreshToken
+}
+
+func (s *storage) CreateAuthRequest(context.Context, *oidc.AuthRequest, string) (op.AuthRequest, error) {
+	return nil, errors.New("the authorization code flow is not offered")
+}
+func (s *storage) AuthRequestByID(context.Context, string) (op.AuthRequest, error) {
+	return nil, errors.New("no authorization requests")
+}
+func (s *storage) AuthRequestByCode(context.Context, string) (op.AuthRequest, error) {
+	return nil, errors.New("no authorization requests")
+}
+func (s *storage) SaveAuthCode(context.Context, string, string) error { return errors.New("no codes") }
+func (s *storage) DeleteAuthRequest(context.Context, string) error    { return nil }
+
+type signingKey struct {
+	id  string
+	key *rsa.PrivateKey
+}
+
+func (k signingKey) SignatureAlgorithm() jose.SignatureAlgorithm { return jose.RS256 }
+func (k signingKey) Key() any                                    { return k.key }
+func (k signingKey) ID() string                                  { return k.id }
+
+type publicKey struct{ signingKey }
+
+func (k publicKey) Algorithm() jose.SignatureAlgorithm { return jose.RS256 }
+func (k publicKey) Use() string                        { return "sig" }
+func (k publicKey) Key() any                           { return &k.key.PublicKey }
+
+func (s *storage) SigningKey(context.Context) (op.SigningKey, error) {
+	return signingKey{id: s.keyID, key: s.key}, nil
+}
+func (s *storage) SignatureAlgorithms(context.Context) ([]jose.SignatureAlgorithm, error) {
+	return []jose.SignatureAlgorithm{jose.RS256}, nil
+}
+func (s *storage) KeySet(context.Context) ([]op.Key, error) {
+	return []op.Key{publicKey{signingKey{id: s.keyID, key: s.key}}}, nil
+}
+
+func (s *storage) Health(context.Context) error { return nil }
+
+// Client credentials.
+
+func (s *storage) ClientCredentials(ctx context.Context, id, secret string) (op.Client, error) {
+	if err := s.AuthorizeClientIDSecret(ctx, id, secret); err != nil {
+		return nil, err
+	}
+	return s.client(id)
+}
+
+func (s *storage) ClientCredentialsTokenRequest(_ context.Context, id string, scopes []string) (op.TokenRequest, error) {
+	c, err := s.client(id)
+	if err != nil {
+		return nil, err
+	}
+	aud := c.audience
+	if len(aud) == 0 {
+		aud = []string{id}
+	}
+	return &oidc.JWTTokenRequest{Subject: id, Audience: aud, Scopes: scopes}, nil
+}
+
+// Token exchange (RFC 8693).
+
+func (s *storage) ValidateTokenExchangeRequest(_ context.Context, r op.TokenExchangeRequest) error {
+	if r.GetRequestedTokenType() == "" {
+		r.SetRequestedTokenType(oidc.AccessTokenType)
+	}
+	if r.GetRequestedTokenType() != oidc.AccessTokenType {
+		return oidc.ErrInvalidRequest().WithDescription("only access tokens are issued")
+	}
+	if len(r.GetAudience()) == 0 {
+		return oidc.ErrInvalidTarget().WithDescription("audience is required")
+	}
+	if s.requireAudience {
+		s.mu.Lock()
+		t, ok := s.issued[r.GetExchangeSubjectTokenIDOrToken()]
+		s.mu.Unlock()
+		if !ok || !slices.Contains(t.audience, r.GetClientID()) {
+			return oidc.ErrAccessDenied().WithDescription("client %q is not an audience of the subject token", r.GetClientID())
+		}
+	}
+	r.SetCurrentScopes(r.GetScopes())
+	return nil
+}
+
+func (s *storage) CreateTokenExchangeRequest(context.Context, op.TokenExchangeRequest) error {
+	return nil
+}
+
+func (s *storage) GetPrivateClaimsFromTokenExchangeRequest(ctx context.Context, r op.TokenExchangeRequest) (map[string]any, error) {
+	claims, _ := s.GetPrivateClaimsFromScopes(ctx, "", r.GetClientID(), r.GetScopes())
+	if claims == nil {
+		claims = map[string]any{}
+	}
+	// RFC 8693 §4.1: the exchanging client acts for the subject.
+	claims["act"] = map[string]any{"sub": r.GetClientID()}
+	return claims, nil
+}
+
+func (s *storage) SetUserinfoFromTokenExchangeRequest(context.Context, *oidc.UserInfo, op.TokenExchangeRequest) error {
+	return nil
+}

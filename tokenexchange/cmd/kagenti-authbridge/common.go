@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// Status ports of the roles (all interfaces: the kubelet probes them and the tokenexchange
+// controller reads /status from the pod IP), and spiffe-helper's health port. proxy-init never
+// redirects them.
+const (
+	registerAdminPort      = 15124
+	inboundAdminPort       = 15125
+	outboundAdminPort      = 15126
+	spiffeHelperHealthPort = 15127
+)
+
+type commonFlags struct {
+	configDir string
+	sharedDir string
+	poll      time.Duration
+	logLevel  string
+}
+
+func (c *commonFlags) register(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&c.configDir, "config-dir", envOr("KAGENTI_CONFIG_DIR", authconfig.ConfigDir),
+		"directory of the mounted ConfigMap {workload}-token-exchange (config.yaml; may be empty or missing) [$KAGENTI_CONFIG_DIR]")
+	f.StringVar(&c.sharedDir, "shared-dir", envOr("KAGENTI_SHARED_DIR", authconfig.SharedDir),
+		"the volume the identity containers share (SVID, client credentials) [$KAGENTI_SHARED_DIR]")
+	f.DurationVar(&c.poll, "poll-interval", 10*time.Second, "how often files are re-read besides change notifications")
+	f.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (c *commonFlags) logger(role string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(c.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	cfg.Sampling = nil
+	log, err := cfg.Build()
+	if err != nil {
+		return nil, err
+	}
+	return log.With(zap.String("role", role)), nil
+}
+
+// config loads the role's configuration (defaults from the environment, config.yaml over them).
+func (c *commonFlags) config(log *zap.Logger) (*sidecar.Config, error) {
+	src, err := sidecar.SourceFromEnv(c.configDir)
+	if err != nil {
+		return nil, err
+	}
+	return sidecar.NewConfig(src, log)
+}
+
+// idpClient is the HTTP client for the identity provider (JWKS, token, registration): bounded
+// time, and the environment's HTTP proxy settings honoured.
+func idpClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 16
+	return &http.Client{Transport: t, Timeout: 15 * time.Second}
+}
+
+// runRole runs the role's long-lived parts: the configuration watch, the status server and the
+// role's own tasks, until ctx ends or one of them fails.
+func runRole(ctx context.Context, role, adminAddr string, cfg *sidecar.Config, poll time.Duration, readiness sidecar.Readiness,
+	log *zap.Logger, tasks ...func(context.Context) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { cfg.Run(ctx, poll); return nil })
+	g.Go(func() error {
+		if err := sidecar.Serve(ctx, adminAddr, sidecar.AdminHandler(role, cfg, readiness), log); err != nil {
+			return fmt.Errorf("status server on %s: %w", adminAddr, err)
+		}
+		return nil
+	})
+	for _, t := range tasks {
+		g.Go(func() error { return t(ctx) })
+	}
+	log.Info("started", zap.String("version", version), zap.String("status", adminAddr))
+	err := g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envSummary() string {
+	return strings.Join(authconfig.EnvNames(), ", ")
+}
+
+func adminAddress(port int) string { return net.JoinHostPort("", fmt.Sprint(port)) }

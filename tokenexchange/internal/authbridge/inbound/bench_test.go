@@ -1,0 +1,70 @@
+package inbound
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idptest"
+)
+
+func measure(b *testing.B, url, token string) {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for b.Loop() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		lat = append(lat, time.Since(start))
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkAgentDirect is the baseline: the agent without the proxy.
+func BenchmarkAgentDirect(b *testing.B) {
+	port := agent(b)
+	measure(b, "http://127.0.0.1:"+strconv.Itoa(int(port))+"/tasks", "x")
+}
+
+// BenchmarkThroughInbound validates an RS256 token on every request: the proxy's overhead is this
+// minus BenchmarkAgentDirect.
+func BenchmarkThroughInbound(b *testing.B) {
+	f := newFixture(b)
+	measure(b, f.url+"/tasks", f.token(f.valid(nil)))
+}
+
+// BenchmarkValidate is the validation alone, per signature algorithm.
+func BenchmarkValidate(b *testing.B) {
+	for _, key := range []idptest.Key{idptest.NewRSAKey(b, "rsa"), idptest.NewECKey(b, "ec")} {
+		b.Run(string(key.Alg), func(b *testing.B) {
+			jwks := idptest.NewJWKSServer(b, key)
+			v := &Validator{Keys: NewKeySet(jwks.URL(), http.DefaultClient), Policy: Policy{Issuer: issuer, Audience: audience, RequiredScopes: []string{"agent:invoke"}}}
+			tok := key.Sign(b, idptest.Claims(issuer, audience, time.Hour, map[string]any{"scope": "agent:invoke"}))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.Validate(ctx, tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

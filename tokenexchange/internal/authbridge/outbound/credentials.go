@@ -1,0 +1,69 @@
+package outbound
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// CredentialSource reads the workload's credentials from the shared volume: the client ID and
+// secret client-registration writes, or the JWT SVID spiffe-helper writes. Which one the proxy
+// presents follows the configuration: the registered client when registration is on, else the
+// JWT SVID.
+type CredentialSource struct {
+	clientID, clientSecret, svid *sidecar.SharedFile
+	now                          func() time.Time
+}
+
+// NewCredentialSource follows the files in dir (the shared volume).
+func NewCredentialSource(dir string) *CredentialSource {
+	s := &CredentialSource{now: time.Now}
+	s.clientID = sidecar.NewSharedFile(filepath.Join(dir, authconfig.ClientIDFile), nil)
+	s.clientSecret = sidecar.NewSharedFile(filepath.Join(dir, authconfig.ClientSecretFile), nil)
+	s.svid = sidecar.NewSharedFile(filepath.Join(dir, authconfig.JWTSVIDFile), func(b []byte) error {
+		if _, ok := jwtExpiry(string(b)); !ok {
+			return errors.New("not a JWT with an expiry")
+		}
+		return nil
+	})
+	return s
+}
+
+// Refresh re-reads the files.
+func (s *CredentialSource) Refresh() {
+	s.clientID.Refresh()
+	s.clientSecret.Refresh()
+	s.svid.Refresh()
+}
+
+// Get returns the credentials to present under c, or why there are none yet.
+func (s *CredentialSource) Get(c authconfig.Config) (Credentials, error) {
+	switch {
+	case c.ClientRegistration.Enabled:
+		id, err := s.clientID.Get()
+		if err != nil {
+			return Credentials{}, fmt.Errorf("no client credentials yet (client-registration writes them): %w", err)
+		}
+		secret, err := s.clientSecret.Get()
+		if err != nil {
+			return Credentials{}, fmt.Errorf("no client credentials yet (client-registration writes them): %w", err)
+		}
+		return Credentials{ClientID: string(id), ClientSecret: string(secret)}, nil
+	case c.Spiffe.Enabled && c.Spiffe.OutputFormat == authconfig.OutputJWT:
+		svid, err := s.svid.Get()
+		if err != nil {
+			return Credentials{}, fmt.Errorf("no JWT SVID yet (spiffe-helper writes it): %w", err)
+		}
+		if exp, _ := jwtExpiry(string(svid)); !s.now().Before(exp) {
+			return Credentials{}, fmt.Errorf("the JWT SVID in %s expired at %s (spiffe-helper renews it; is the SPIRE agent reachable?)",
+				s.svid.Path, exp.UTC().Format(time.RFC3339))
+		}
+		return Credentials{ClientID: c.SpiffeID, Assertion: string(svid)}, nil
+	default:
+		return Credentials{}, errors.New("token exchange needs credentials: enable clientRegistration, or spiffe with outputFormat jwt")
+	}
+}

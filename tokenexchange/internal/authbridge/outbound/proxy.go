@@ -1,0 +1,229 @@
+// Package outbound is the outbound role (the seed's envoy-proxy): a transparent proxy for the
+// workload's outgoing TCP connections, which proxy-init redirects to it. HTTP/1.1 and h2c
+// requests to a destination that calls for it leave with the caller's token exchanged (RFC 8693)
+// for one with the destination's audience; everything else passes untouched.
+package outbound
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+)
+
+// Proxy is the outbound proxy.
+type Proxy struct {
+	cfg       *sidecar.Config
+	creds     *CredentialSource
+	exchanger *Exchanger
+	log       *zap.Logger
+	rp        *httputil.ReverseProxy
+	dialer    *net.Dialer
+
+	// Destination finds where a redirected connection was going (OriginalDestination; tests
+	// that run without a network namespace give another).
+	Destination func(net.Conn) (netip.AddrPort, error)
+	// DetectionTimeout is how long the proxy waits for a client's first bytes before it takes the
+	// connection for a server-first protocol and tunnels it.
+	DetectionTimeout time.Duration
+}
+
+type ctxKey struct{}
+
+// New builds the proxy.
+func New(cfg *sidecar.Config, creds *CredentialSource, exchanger *Exchanger, log *zap.Logger) *Proxy {
+	p := &Proxy{
+		cfg: cfg, creds: creds, exchanger: exchanger, log: log,
+		dialer:           &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
+		Destination:      OriginalDestination,
+		DetectionTimeout: 5 * time.Second,
+	}
+	h1 := &http.Transport{
+		Proxy:               nil, // the original destination, never an HTTP proxy from the environment
+		DialContext:         p.dialer.DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	h2 := h1.Clone()
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme = "http"
+			r.Out.URL.Host = r.In.Context().Value(ctxKey{}).(netip.AddrPort).String()
+			// A transparent proxy adds nothing and keeps what the client sent.
+			for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v, ok := r.In.Header[h]; ok {
+					r.Out.Header[h] = v
+				}
+			}
+		},
+		Transport:     protocolTransport{h1: h1, h2: h2},
+		FlushInterval: -1,
+		ErrorLog:      zap.NewStdLog(log),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			dst := r.Context().Value(ctxKey{}).(netip.AddrPort)
+			writeError(w, http.StatusBadGateway, "upstream_unavailable", fmt.Sprintf("kagenti outbound proxy: %s (%s) did not answer: %v", r.Host, dst, err))
+		},
+	}
+	return p
+}
+
+// Serve accepts the redirected connections of ln until ctx ends.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	httpLn := newChanListener(ln.Addr())
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          zap.NewStdLog(p.log),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, ctxKey{}, c.(*redirectedConn).dst)
+		},
+	}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(httpLn) }()
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	self, _ := netip.ParseAddrPort(ln.Addr().String())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				<-served
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		go p.handle(ctx, c, self, httpLn)
+	}
+}
+
+func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, httpLn *chanListener) {
+	dst, err := p.Destination(c)
+	if err != nil {
+		p.log.Warn("dropping a connection with no original destination", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
+		c.Close()
+		return
+	}
+	if dst.Port() == self.Port() && (dst.Addr().IsLoopback() || dst.Addr() == self.Addr()) {
+		p.log.Warn("dropping a connection to the proxy itself", zap.Stringer("from", c.RemoteAddr()))
+		c.Close()
+		return
+	}
+	proto, prefix, err := sniff(c, p.DetectionTimeout)
+	if err != nil && len(prefix) == 0 {
+		c.Close()
+		return
+	}
+	if proto == protoOther {
+		if err := tunnel(c, prefix, dst, p.dialer); err != nil {
+			p.log.Info("tunnel failed", zap.Stringer("to", dst), zap.Error(err))
+		}
+		return
+	}
+	rc := &redirectedConn{Conn: c, dst: dst, prefix: bytes.NewReader(prefix)}
+	if !httpLn.push(ctx, rc) {
+		c.Close()
+	}
+}
+
+// ServeHTTP forwards one request, with an exchanged token when its destination calls for one.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	dst := r.Context().Value(ctxKey{}).(netip.AddrPort)
+	c := p.cfg.Current().Config
+	host := r.Host
+	if host == "" {
+		host = dst.Addr().String()
+	}
+	d := Decide(c, host, strconv.Itoa(int(dst.Port())))
+	if d.Exchange {
+		if subject, ok := bearer(r); ok {
+			creds, err := p.creds.Get(c)
+			if err != nil {
+				writeError(w, http.StatusServiceUnavailable, "credentials_unavailable", "kagenti outbound proxy: "+err.Error())
+				return
+			}
+			tok, err := p.exchanger.Exchange(r.Context(), Request{
+				TokenURL: c.Outbound.TokenExchange.TokenURL, SubjectToken: subject,
+				Audience: d.Target.Audience, Scopes: d.Target.Scopes, Credentials: creds,
+			})
+			if err != nil {
+				var xe *ExchangeError
+				if !errors.As(err, &xe) {
+					xe = &ExchangeError{Status: http.StatusBadGateway, Description: err.Error()}
+				}
+				p.log.Warn("token exchange failed", zap.String("host", host), zap.String("audience", d.Target.Audience), zap.Error(err))
+				writeError(w, xe.Status, "token_exchange_failed", fmt.Sprintf("kagenti outbound proxy: exchanging the token for audience %q (destination %s) failed: %s",
+					d.Target.Audience, host, xe.Description))
+				return
+			}
+			r.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+	p.rp.ServeHTTP(w, r)
+}
+
+// Ready lists what the proxy waits for: the workload's credentials, when it exchanges.
+func (p *Proxy) Ready() []string {
+	c := p.cfg.Current().Config
+	if !c.Exchanges() {
+		return nil
+	}
+	if _, err := p.creds.Get(c); err != nil {
+		return []string{err.Error()}
+	}
+	return nil
+}
+
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func writeError(w http.ResponseWriter, status int, code, description string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": description})
+}
+
+// protocolTransport forwards an HTTP/2 request over h2c and any other over HTTP/1.1: the
+// destination speaks what the client spoke to it.
+type protocolTransport struct{ h1, h2 http.RoundTripper }
+
+func (t protocolTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ProtoMajor == 2 {
+		return t.h2.RoundTrip(r)
+	}
+	return t.h1.RoundTrip(r)
+}

@@ -1,0 +1,394 @@
+package outbound
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// tokenEndpoint is an RFC 8693 token endpoint double: it checks the workload's credentials and
+// issues "exchanged(<subject>→<audience>|<scope>)".
+type tokenEndpoint struct {
+	*httptest.Server
+	mu       sync.Mutex
+	calls    []url.Values
+	down     bool
+	refuse   string // an OAuth error to answer with
+	lifetime int64
+}
+
+func newTokenEndpoint(t testing.TB) *tokenEndpoint {
+	te := &tokenEndpoint{lifetime: 300}
+	te.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		te.mu.Lock()
+		defer te.mu.Unlock()
+		if te.down {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		_ = r.ParseForm()
+		form := r.PostForm
+		if id, secret, ok := r.BasicAuth(); ok {
+			// RFC 6749 §2.3.1: the client ID and secret are form-encoded inside Basic.
+			id, _ = url.QueryUnescape(id)
+			secret, _ = url.QueryUnescape(secret)
+			form.Set("basic_id", id)
+			form.Set("basic_secret", secret)
+		}
+		te.calls = append(te.calls, form)
+		w.Header().Set("Content-Type", "application/json")
+		if te.refuse != "" {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": te.refuse, "error_description": "subject token not allowed"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"access_token":      fmt.Sprintf("exchanged(%s→%s|%s)", form.Get("subject_token"), form.Get("audience"), form.Get("scope")),
+			"issued_token_type": TokenTypeAccessToken, "token_type": "Bearer", "expires_in": te.lifetime,
+		})
+	}))
+	t.Cleanup(te.Close)
+	return te
+}
+
+func (te *tokenEndpoint) Calls() []url.Values {
+	te.mu.Lock()
+	defer te.mu.Unlock()
+	return append([]url.Values(nil), te.calls...)
+}
+
+func (te *tokenEndpoint) set(f func(*tokenEndpoint)) { te.mu.Lock(); f(te); te.mu.Unlock() }
+
+// callee echoes what reached it; it speaks HTTP/1.1 and h2c.
+func callee(t testing.TB) netip.AddrPort {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s host=%s auth=%s", r.Proto, r.Host, r.Header.Get("Authorization"))
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return netip.MustParseAddrPort(srv.Listener.Addr().String())
+}
+
+type fixture struct {
+	t      testing.TB
+	idp    *tokenEndpoint
+	shared string
+	dir    string
+	cfg    *sidecar.Config
+	proxy  *Proxy
+	creds  *CredentialSource
+	addr   string
+	dst    atomic.Pointer[netip.AddrPort] // where the "redirected" connections were going
+}
+
+const rules = `outbound:
+  tokenExchange:
+    defaultTarget: {audience: fallback}
+    destinationRules:
+    - match: {host: "api.example.com"}
+      target: {audience: api, scopes: [read, write]}
+    - match: {host: "svc.example.com:9443"}
+      target: {audience: svc-tls-port}
+    - match: {host: "*.tools.svc.cluster.local"}
+      target: {audience: tools}
+    - match: {host: "*.googleapis.com"}
+`
+
+func newFixture(t testing.TB, configYAML string) *fixture {
+	f := &fixture{t: t, idp: newTokenEndpoint(t), shared: t.TempDir(), dir: t.TempDir()}
+	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.ClientIDFile), []byte("agents/caller\n"), 0o640))
+	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.ClientSecretFile), []byte("s3cret:&=\n"), 0o640))
+	if configYAML != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(f.dir, authconfig.ConfigFile), []byte(configYAML), 0o644))
+	}
+	p := func(i int32) *int32 { return &i }
+	uid := int64(1337)
+	src := sidecar.Source{
+		Dir:      f.dir,
+		Workload: authconfig.Workload{Namespace: "agents", Name: "caller", ServiceAccount: "caller"},
+		Defaults: authconfig.Spec{
+			Spiffe: &authconfig.SpiffeSpec{TrustDomain: "cluster.local", SocketPath: "/run/spire/agent-sockets/agent.sock", Audience: "kagenti-agents"},
+			ClientRegistration: &authconfig.ClientRegistrationSpec{Provider: "oidc", OIDC: &authconfig.OIDCSpec{
+				Issuer: f.idp.URL, TokenURL: f.idp.URL + "/token", JWKSURL: f.idp.URL + "/keys", RegistrationURL: f.idp.URL + "/register"},
+				Keycloak: &authconfig.KeycloakSpec{ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}"}},
+			Inbound: &authconfig.InboundSpec{Port: p(8080), TargetPort: p(8081)},
+			Outbound: &authconfig.OutboundSpec{
+				TrafficInterception: &authconfig.TrafficInterceptionSpec{ProxyPort: p(15123), ProxyUID: &uid},
+				TokenExchange:       &authconfig.TokenExchangeSpec{DefaultTarget: &authconfig.ExchangeTarget{Audience: "downstream"}},
+			},
+		},
+	}
+	log := zap.NewNop()
+	if _, isTest := t.(*testing.T); isTest {
+		log = zaptest.NewLogger(t)
+	}
+	var err error
+	f.cfg, err = sidecar.NewConfig(src, log)
+	require.NoError(t, err)
+	require.NoError(t, f.cfg.Err())
+	f.creds = NewCredentialSource(f.shared)
+	f.proxy = New(f.cfg, f.creds, NewExchanger(http.DefaultClient), log)
+	f.proxy.Destination = func(net.Conn) (netip.AddrPort, error) { return *f.dst.Load(), nil }
+	f.proxy.DetectionTimeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.proxy.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f.addr = ln.Addr().String()
+	return f
+}
+
+// call sends a request for host through the proxy, as if the client connected to dst.
+func (f *fixture) call(dst netip.AddrPort, host, token string) (int, string) {
+	f.t.Helper()
+	f.dst.Store(&dst)
+	req, err := http.NewRequest(http.MethodGet, "http://"+f.addr+"/path", nil)
+	require.NoError(f.t, err)
+	req.Host = host
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	// A fresh connection per call, so that each one is "redirected" to the dst set above.
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestRoutesDecideTheExchangedToken(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	for _, tc := range []struct{ host, want string }{
+		{"api.example.com", "auth=Bearer exchanged(user-token→api|read write)"},
+		{"API.example.com:80", "auth=Bearer exchanged(user-token→api|read write)"},
+		{"svc.example.com:9443", "auth=Bearer exchanged(user-token→svc-tls-port|)"},
+		{"svc.example.com", "auth=Bearer exchanged(user-token→fallback|)"}, // the rule's port does not match
+		{"weather.tools.svc.cluster.local", "auth=Bearer exchanged(user-token→tools|)"},
+		{"storage.googleapis.com", "auth=Bearer user-token"}, // pass-through rule
+		{"elsewhere.example.org", "auth=Bearer exchanged(user-token→fallback|)"},
+	} {
+		status, body := f.call(up, tc.host, "user-token")
+		assert.Equal(t, http.StatusOK, status, tc.host)
+		assert.Contains(t, body, tc.want, tc.host)
+		assert.Contains(t, body, "host="+tc.host, "the Host header is kept")
+	}
+	call := f.idp.Calls()[0]
+	assert.Equal(t, GrantTokenExchange, call.Get("grant_type"))
+	assert.Equal(t, TokenTypeAccessToken, call.Get("subject_token_type"))
+	assert.Equal(t, TokenTypeAccessToken, call.Get("requested_token_type"))
+	assert.Equal(t, "agents/caller", call.Get("basic_id"), "client_secret_basic with the registered client")
+	assert.Equal(t, "s3cret:&=", call.Get("basic_secret"))
+}
+
+func TestExchangedTokensAreCached(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	for range 5 {
+		status, _ := f.call(up, "api.example.com", "user-token")
+		require.Equal(t, http.StatusOK, status)
+	}
+	assert.Len(t, f.idp.Calls(), 1, "one exchange for five requests")
+	f.call(up, "api.example.com", "another-user")
+	assert.Len(t, f.idp.Calls(), 2, "another subject token is another exchange")
+}
+
+func TestIdPOutage(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	status, _ := f.call(up, "api.example.com", "cached-user")
+	require.Equal(t, http.StatusOK, status)
+	f.idp.set(func(te *tokenEndpoint) { te.down = true })
+
+	status, body := f.call(up, "api.example.com", "new-user")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, `exchanging the token for audience \"api\" (destination api.example.com) failed: identity provider at `)
+	assert.Contains(t, body, "answered 503 Service Unavailable")
+
+	status, body = f.call(up, "api.example.com", "cached-user")
+	assert.Equal(t, http.StatusOK, status, "a cached token keeps working while the provider is down")
+	assert.Contains(t, body, "exchanged(cached-user→api")
+
+	f.idp.Close()
+	status, body = f.call(up, "api.example.com", "new-user")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "identity provider unreachable at")
+}
+
+func TestRefusedExchangeIsForbidden(t *testing.T) {
+	f := newFixture(t, rules)
+	f.idp.set(func(te *tokenEndpoint) { te.refuse = "invalid_grant" })
+	status, body := f.call(callee(t), "api.example.com", "user-token")
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, "invalid_grant (subject token not allowed)")
+
+	f.idp.set(func(te *tokenEndpoint) { te.refuse = "invalid_client" })
+	status, _ = f.call(callee(t), "api.example.com", "user-token-2")
+	assert.Equal(t, http.StatusBadGateway, status, "the workload's own credentials were refused: not the caller's fault")
+}
+
+func TestRequestsWithoutTokenOrExchangePassThrough(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	_, body := f.call(up, "api.example.com", "")
+	assert.True(t, strings.HasSuffix(body, "auth="), "no token, nothing to exchange: %s", body)
+	assert.Empty(t, f.idp.Calls())
+
+	writeConfig(t, f.dir, rules+"    enabled: false\n")
+	f.cfg.Reload()
+	require.NoError(t, f.cfg.Err())
+	_, body = f.call(up, "api.example.com", "user-token")
+	assert.Contains(t, body, "auth=Bearer user-token", "exchange off: every token passes through")
+}
+
+func TestTokenEndpointIsNeverExchanged(t *testing.T) {
+	f := newFixture(t, rules)
+	u, _ := url.Parse(f.idp.URL)
+	status, _ := f.call(netip.MustParseAddrPort(u.Host), u.Host, "user-token")
+	assert.Equal(t, http.StatusMethodNotAllowed, status, "the token endpoint got the request as sent (and refused the GET)")
+	assert.Empty(t, f.idp.Calls(), "no exchange for a request to the identity provider")
+}
+
+func TestRouteChangeTakesEffectWithoutRestart(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	_, body := f.call(up, "api.example.com", "user-token")
+	require.Contains(t, body, "→api|")
+	writeConfig(t, f.dir, strings.Replace(rules, "audience: api,", "audience: api-v2,", 1))
+	f.cfg.Reload()
+	_, body = f.call(up, "api.example.com", "user-token")
+	assert.Contains(t, body, "→api-v2|")
+}
+
+func TestMissingCredentials(t *testing.T) {
+	f := newFixture(t, rules)
+	require.NoError(t, os.Remove(filepath.Join(f.shared, authconfig.ClientSecretFile)))
+	f2 := NewCredentialSource(f.shared)
+	_, err := f2.Get(f.cfg.Current().Config)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no client credentials yet")
+	f.proxy.creds = f2
+	status, body := f.call(callee(t), "api.example.com", "user-token")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, "client-secret.txt")
+	assert.NotEmpty(t, f.proxy.Ready())
+}
+
+func TestJWTSVIDAuthentication(t *testing.T) {
+	f := newFixture(t, rules+"clientRegistration: {enabled: false}\n")
+	svid := "eyJhbGciOiJFUzI1NiJ9." + b64(`{"sub":"spiffe://cluster.local/ns/agents/sa/caller","exp":`+fmt.Sprint(time.Now().Add(time.Hour).Unix())+`}`) + ".sig"
+	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.JWTSVIDFile), []byte(svid), 0o640))
+	f.creds.Refresh()
+	status, _ := f.call(callee(t), "api.example.com", "user-token")
+	require.Equal(t, http.StatusOK, status)
+	call := f.idp.Calls()[0]
+	assert.Equal(t, AssertionTypeJWT, call.Get("client_assertion_type"))
+	assert.Equal(t, svid, call.Get("client_assertion"))
+	assert.Equal(t, "spiffe://cluster.local/ns/agents/sa/caller", call.Get("client_id"))
+	assert.Empty(t, call.Get("basic_id"))
+
+	expired := "eyJhbGciOiJFUzI1NiJ9." + b64(`{"exp":1}`) + ".sig"
+	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.JWTSVIDFile), []byte(expired), 0o640))
+	f.creds.Refresh()
+	_, err := f.creds.Get(f.cfg.Current().Config)
+	assert.ErrorContains(t, err, "expired")
+}
+
+func TestH2CThroughTheProxy(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	f.dst.Store(&up)
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+f.addr+"/", nil)
+	req.Host = "api.example.com"
+	req.Header.Set("Authorization", "Bearer user-token")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, 2, resp.ProtoMajor)
+	assert.Contains(t, string(b), "proto=HTTP/2.0 host=api.example.com auth=Bearer exchanged(user-token→api|read write)")
+}
+
+func TestNonHTTPTrafficIsTunnelledUntouched(t *testing.T) {
+	f := newFixture(t, rules)
+	// An echo server standing for a database, or TLS.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	dst := netip.MustParseAddrPort(ln.Addr().String())
+	f.dst.Store(&dst)
+	for name, payload := range map[string]string{
+		"tls client hello":  "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 Authorization: Bearer x",
+		"binary":            "\x00\x01\x02\x03 hello",
+		"almost HTTP":       "GETX / HTTP/1.1\r\n\r\n",
+		"server-first wait": "", // the client says nothing first: tunnelled after the detection timeout
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", f.addr)
+			require.NoError(t, err)
+			defer c.Close()
+			if payload == "" {
+				time.Sleep(300 * time.Millisecond)
+				payload = "late bytes"
+			}
+			_, err = c.Write([]byte(payload))
+			require.NoError(t, err)
+			got := make([]byte, len(payload))
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = io.ReadFull(bufio.NewReader(c), got)
+			require.NoError(t, err)
+			assert.Equal(t, payload, string(got))
+		})
+	}
+	assert.Empty(t, f.idp.Calls())
+}
+
+func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func writeConfig(t *testing.T, dir, content string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte(content), 0o644))
+}

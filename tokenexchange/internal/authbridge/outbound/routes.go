@@ -1,0 +1,100 @@
+package outbound
+
+import (
+	"net"
+	"strings"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// Decision is what the proxy does with one request.
+type Decision struct {
+	// Exchange is false for a pass-through: the request leaves with its own token.
+	Exchange bool
+	Target   authconfig.Target
+	// Rule is the matching destination rule's host, or "" for the default target.
+	Rule string
+}
+
+// Decide applies the configuration to a request for host (the Host header or :authority, with or
+// without a port) on destination port port: the first route whose host pattern matches decides;
+// a pattern with a port matches only that port. With no match, the default target applies when
+// exchange is on. Requests to the identity provider's token endpoint are never exchanged.
+func Decide(c authconfig.Config, host string, port string) Decision {
+	if !c.Exchanges() {
+		return Decision{}
+	}
+	name := strings.ToLower(host)
+	if h, p, err := net.SplitHostPort(name); err == nil {
+		name, port = h, p
+	}
+	name = strings.TrimSuffix(strings.Trim(name, "[]"), ".")
+	if tokenHost(c) == name+":"+port {
+		return Decision{}
+	}
+	for _, r := range c.Outbound.TokenExchange.Routes {
+		if !matchHost(strings.ToLower(r.Host), name, port) {
+			continue
+		}
+		if r.Passthrough {
+			return Decision{Rule: r.Host}
+		}
+		return Decision{Exchange: true, Target: r.Target, Rule: r.Host}
+	}
+	return Decision{Exchange: true, Target: c.Outbound.TokenExchange.DefaultTarget}
+}
+
+// matchHost matches a host pattern, "*" standing for any run of characters, with an optional
+// ":port" that must equal port.
+func matchHost(pattern, host, port string) bool {
+	if i := strings.LastIndexByte(pattern, ':'); i >= 0 {
+		if pattern[i+1:] != port {
+			return false
+		}
+		pattern = pattern[:i]
+	}
+	return glob(pattern, host)
+}
+
+// glob matches s against pattern, where '*' matches any run of characters (iteratively, in
+// linear time for the patterns of the schema).
+func glob(pattern, s string) bool {
+	px, sx := 0, 0
+	star, mark := -1, 0
+	for sx < len(s) {
+		switch {
+		case px < len(pattern) && pattern[px] == '*':
+			star, mark = px, sx
+			px++
+		case px < len(pattern) && pattern[px] == s[sx]:
+			px++
+			sx++
+		case star >= 0:
+			px, mark = star+1, mark+1
+			sx = mark
+		default:
+			return false
+		}
+	}
+	for px < len(pattern) && pattern[px] == '*' {
+		px++
+	}
+	return px == len(pattern)
+}
+
+// tokenHost returns host:port of the token endpoint.
+func tokenHost(c authconfig.Config) string {
+	u := c.Outbound.TokenExchange.TokenURL
+	rest, ok := strings.CutPrefix(u, "https://")
+	port := "443"
+	if !ok {
+		rest, _ = strings.CutPrefix(u, "http://")
+		port = "80"
+	}
+	hostport, _, _ := strings.Cut(rest, "/")
+	hostport = strings.ToLower(hostport)
+	if _, _, err := net.SplitHostPort(hostport); err == nil {
+		return hostport
+	}
+	return hostport + ":" + port
+}

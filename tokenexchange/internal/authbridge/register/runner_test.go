@@ -1,0 +1,195 @@
+package register
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// dcr is an RFC 7591/7592 registration endpoint double.
+type dcr struct {
+	*httptest.Server
+	mu       sync.Mutex
+	iat      string // required initial access token, if any
+	clients  map[string]map[string]any
+	requests []string
+	down     bool
+}
+
+func newDCR(t *testing.T) *dcr {
+	d := &dcr{clients: map[string]map[string]any{}}
+	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.requests = append(d.requests, r.Method+" "+r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		if d.down {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/register":
+			if d.iat != "" && r.Header.Get("Authorization") != "Bearer "+d.iat {
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error":"invalid_token","error_description":"initial access token required"}`))
+				return
+			}
+			id := fmt.Sprintf("client-%d", len(d.clients)+1)
+			d.clients[id] = m
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "client_secret": "secret-of-" + id, "client_name": m["client_name"],
+				"registration_access_token": "rat-" + id, "registration_client_uri": d.URL + "/register/" + id, "client_secret_expires_at": 0})
+		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/register/"):
+			id := strings.TrimPrefix(r.URL.Path, "/register/")
+			if _, ok := d.clients[id]; !ok || r.Header.Get("Authorization") != "Bearer rat-"+id || m["client_id"] != id {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			d.clients[id] = m
+			_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "client_name": m["client_name"]}) // secret left out: unchanged
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(d.Close)
+	return d
+}
+
+func (d *dcr) Requests() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.requests...)
+}
+
+func TestDynamicRegistration(t *testing.T) {
+	d := newDCR(t)
+	d.iat = "initial-token"
+	state := filepath.Join(t.TempDir(), authconfig.RegistrationFile)
+	p := &DynamicRegistration{URL: d.URL + "/register", HTTP: http.DefaultClient, StateFile: state,
+		Admin: adminDir(t, map[string]string{"initial-access-token": "initial-token"})}
+	ctx := context.Background()
+	c := Client{Name: "agents/weather", TokenExchange: true}
+	creds, err := p.Register(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, Credentials{ClientID: "client-1", ClientSecret: "secret-of-client-1"}, creds)
+	assert.Equal(t, []any{"client_credentials", "urn:ietf:params:oauth:grant-type:token-exchange"}, d.clients["client-1"]["grant_types"])
+	assert.Equal(t, "client_secret_basic", d.clients["client-1"]["token_endpoint_auth_method"])
+	info, err := os.Stat(state)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the registration access token stays private")
+
+	again, err := p.Register(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, creds, again)
+	assert.Len(t, d.Requests(), 1, "unchanged metadata: no call")
+
+	c.Name = "agents/weather-v2"
+	updated, err := p.Register(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, creds, updated, "an RFC 7592 update keeps the client and its secret")
+	assert.Equal(t, "PUT /register/client-1", d.Requests()[1])
+	assert.Equal(t, "agents/weather-v2", d.clients["client-1"]["client_name"])
+	assert.Len(t, d.clients, 1)
+
+	p.Admin = adminDir(t, nil)
+	p.StateFile = filepath.Join(t.TempDir(), "registration.json")
+	_, err = p.Register(ctx, c)
+	assert.ErrorContains(t, err, "401 invalid_token (initial access token required)")
+}
+
+func runnerConfig(t *testing.T, registrationURL string) (*sidecar.Config, string) {
+	dir := t.TempDir()
+	p := func(i int32) *int32 { return &i }
+	uid := int64(1337)
+	cfg, err := sidecar.NewConfig(sidecar.Source{
+		Dir:      dir,
+		Workload: authconfig.Workload{Namespace: "agents", Name: "weather", PodName: "weather-abc", ServiceAccount: "weather"},
+		Defaults: authconfig.Spec{
+			Spiffe: &authconfig.SpiffeSpec{TrustDomain: "cluster.local", SocketPath: "/run/spire/agent-sockets/agent.sock", Audience: "a"},
+			ClientRegistration: &authconfig.ClientRegistrationSpec{Provider: "oidc",
+				OIDC:     &authconfig.OIDCSpec{Issuer: "http://idp", TokenURL: "http://idp/token", JWKSURL: "http://idp/keys", RegistrationURL: registrationURL},
+				Keycloak: &authconfig.KeycloakSpec{ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}"}},
+			Inbound: &authconfig.InboundSpec{Port: p(8080), TargetPort: p(8081)},
+			Outbound: &authconfig.OutboundSpec{TrafficInterception: &authconfig.TrafficInterceptionSpec{ProxyPort: p(15123), ProxyUID: &uid},
+				TokenExchange: &authconfig.TokenExchangeSpec{DefaultTarget: &authconfig.ExchangeTarget{Audience: "d"}}},
+		},
+	}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	return cfg, dir
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRunnerRegistersAndFollowsTheConfiguration(t *testing.T) {
+	d := newDCR(t)
+	cfg, dir := runnerConfig(t, d.URL+"/register")
+	shared := t.TempDir()
+	r := NewRunner(cfg, AdminCredentials{Dir: t.TempDir()}, shared, http.DefaultClient, zaptest.NewLogger(t))
+	assert.NotEmpty(t, r.Ready(), "not ready before the first registration")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+
+	read := func(f string) string { b, _ := os.ReadFile(filepath.Join(shared, f)); return string(b) }
+	eventually(t, "credentials written", func() bool { return read(authconfig.ClientSecretFile) == "secret-of-client-1" })
+	assert.Equal(t, "client-1", read(authconfig.ClientIDFile))
+	eventually(t, "ready", func() bool { return len(r.Ready()) == 0 })
+	assert.Equal(t, "agents/weather", d.clients["client-1"]["client_name"])
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile),
+		[]byte("clientRegistration: {keycloak: {clientNameTemplate: 'agent-{{.PodName}}'}}\n"), 0o644))
+	cfg.Reload()
+	eventually(t, "re-registered under the new name", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.clients["client-1"]["client_name"] == "agent-weather-abc"
+	})
+	eventually(t, "ready again", func() bool { return len(r.Ready()) == 0 })
+
+	// The provider fails: the runner keeps running, reports it, and recovers.
+	d.mu.Lock()
+	d.down = true
+	d.mu.Unlock()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte("clientRegistration: {keycloak: {tokenExchangeEnabled: false}}\n"), 0o644))
+	cfg.Reload()
+	eventually(t, "failure reported", func() bool {
+		return len(r.Ready()) > 0 && strings.Contains(r.Ready()[0], "registration with the identity provider failed")
+	})
+	d.mu.Lock()
+	d.down = false
+	d.mu.Unlock()
+	eventually(t, "recovered", func() bool { return len(r.Ready()) == 0 })
+	assert.Equal(t, []any{"client_credentials"}, d.clients["client-1"]["grant_types"])
+	select {
+	case <-done:
+		t.Fatal("the runner must keep running (a native sidecar must not exit)")
+	default:
+	}
+}

@@ -1,0 +1,83 @@
+package authconfig
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Where the files live in a pod (ARCHITECTURE.md §5, §6).
+const (
+	// ConfigDir is where the ConfigMap {workload}-token-exchange is mounted (optional volume).
+	ConfigDir = "/etc/kagenti/token-exchange"
+	// ConfigFile is the key of that ConfigMap holding a Spec.
+	ConfigFile = "config.yaml"
+	// SharedDir is the emptyDir the identity sidecars exchange files through.
+	SharedDir = "/shared"
+	// IdPCredentialsDir is where the injector mounts the Secret with the identity provider's
+	// registration credentials (optional volume).
+	IdPCredentialsDir = "/etc/kagenti/idp-credentials"
+)
+
+// Files under SharedDir. The names are relative: spiffe-helper joins them to its cert_dir.
+const (
+	HelperConfFile   = "helper.conf"       // written by proxy-init, read by spiffe-helper
+	JWTSVIDFile      = "jwt_svid.token"    // written by spiffe-helper
+	ClientIDFile     = "client-id.txt"     // written by client-registration
+	ClientSecretFile = "client-secret.txt" // written by client-registration
+	RegistrationFile = "registration.json" // client-registration's own state (RFC 7591/7592)
+	X509SVIDFile     = "svid.pem"          // written by spiffe-helper for outputFormat x509
+	X509KeyFile      = "svid_key.pem"
+	X509BundleFile   = "svid_bundle.pem"
+)
+
+// MaxConfigSize bounds config.yaml; a ConfigMap holds at most 1 MiB.
+const MaxConfigSize = 1 << 20
+
+// Parse reads config.yaml strictly: unknown fields and malformed values are errors. An empty
+// document is an empty Spec.
+func Parse(data []byte) (Spec, error) {
+	var s Spec
+	if len(data) > MaxConfigSize {
+		return s, fmt.Errorf("%d bytes exceed the limit of %d", len(data), MaxConfigSize)
+	}
+	if err := yaml.UnmarshalStrict(data, &s); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// Marshal renders s as config.yaml.
+func Marshal(s Spec) []byte {
+	b, err := yaml.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("marshalling Spec: %v", err)) // plain structs: cannot fail
+	}
+	return b
+}
+
+// ContentHash is the hash of a ConfigMap's content as the kubelet projects it into a volume:
+// one file per key. It equals pkg/configmap.ContentHash of a ConfigMap with these data keys (the
+// value the controller records in the kagenti.io/content-hash annotation), so a role reports
+// the same value for the content it runs as the controller for the content it wrote. An empty
+// map (no ConfigMap) hashes to "".
+func ContentHash(files map[string][]byte) string {
+	if len(files) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(files))
+	for k := range files {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "d%d:%s", len(k), k)
+		fmt.Fprintf(h, "%d:", len(files[k]))
+		h.Write(files[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}

@@ -1,0 +1,230 @@
+package authconfig
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
+)
+
+// seedEnv is the environment the injector gives the identity sidecars with its default
+// configuration (ARCHITECTURE.md §5): docs/identity.md lists the same.
+func seedEnv() map[string]string {
+	return map[string]string{
+		"POD_NAME":                "weather-agent-7d9f-abcde",
+		"POD_NAMESPACE":           "agents",
+		"KAGENTI_SERVICE_ACCOUNT": "agent-sa",
+		"KAGENTI_WORKLOAD":        "weather-agent",
+
+		"KAGENTI_SPIFFE_ENABLED":              "true",
+		"KAGENTI_TRUST_DOMAIN":                "cluster.local",
+		"KAGENTI_SPIFFE_SOCKET":               "/run/spire/agent-sockets/agent.sock",
+		"KAGENTI_JWT_AUDIENCE":                "kagenti-agents",
+		"KAGENTI_CLIENT_REGISTRATION_ENABLED": "true",
+		"KAGENTI_IDP_PROVIDER":                "keycloak",
+		"KAGENTI_IDP_URL":                     "http://keycloak.kagenti-system.svc:8080",
+		"KAGENTI_REALM":                       "default",
+		"KAGENTI_CLIENT_NAME_TEMPLATE":        "{{.Namespace}}/{{.WorkloadName}}",
+		"KAGENTI_TOKEN_EXCHANGE":              "true",
+		"KAGENTI_INBOUND_ENABLED":             "true",
+		"KAGENTI_INBOUND_PORT":                "8080",
+		"KAGENTI_TARGET_PORT":                 "8081",
+		"KAGENTI_INBOUND_PORTS_EXCLUDE":       "",
+		"KAGENTI_OUTBOUND_ENABLED":            "true",
+		"KAGENTI_OUTBOUND_PORT":               "15123",
+		"KAGENTI_PROXY_UID":                   "1337",
+		"KAGENTI_OUTBOUND_PORTS_EXCLUDE":      "5432",
+		"KAGENTI_DEFAULT_AUDIENCE":            "downstream-service",
+	}
+}
+
+func lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+func resolveEnv(t *testing.T, env map[string]string, overrides Spec) (Config, error) {
+	t.Helper()
+	d, err := DefaultsFromEnv(lookup(env))
+	require.NoError(t, err)
+	return Resolve(d, overrides, WorkloadFromEnv(lookup(env)))
+}
+
+func TestResolveSeedDefaults(t *testing.T) {
+	c, err := resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	assert.Equal(t, Config{
+		Workload: Workload{Namespace: "agents", Name: "weather-agent", PodName: "weather-agent-7d9f-abcde", ServiceAccount: "agent-sa"},
+		SpiffeID: "spiffe://cluster.local/ns/agents/sa/agent-sa",
+		Spiffe:   Spiffe{Enabled: true, TrustDomain: "cluster.local", SocketPath: "/run/spire/agent-sockets/agent.sock", OutputFormat: "jwt", Audience: "kagenti-agents"},
+		IdP: IdP{
+			Provider: "keycloak", KeycloakURL: "http://keycloak.kagenti-system.svc:8080", Realm: "default",
+			Issuer:   "http://keycloak.kagenti-system.svc:8080/realms/default",
+			TokenURL: "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
+			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
+		},
+		ClientRegistration: ClientRegistration{Enabled: true, ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}", ClientName: "agents/weather-agent", TokenExchangeEnabled: true},
+		Inbound: Inbound{Enabled: true, Port: 8080, TargetPort: 8081, ExcludePorts: []int32{}, Validation: Validation{
+			Enabled: true, Issuer: "http://keycloak.kagenti-system.svc:8080/realms/default",
+			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
+			Audience: "spiffe://cluster.local/ns/agents/sa/agent-sa", RequiredScopes: []string{},
+		}},
+		Outbound: Outbound{
+			Enabled:      true,
+			Interception: Interception{Enabled: true, ProxyPort: 15123, ProxyUID: 1337, ExcludePorts: []int32{5432}},
+			TokenExchange: TokenExchange{
+				Enabled:       true,
+				TokenURL:      "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
+				DefaultTarget: Target{Audience: "downstream-service", Scopes: []string{}},
+				Routes:        []Route{},
+			},
+		},
+	}, c)
+}
+
+func TestResolveOverridesFollowTheIdP(t *testing.T) {
+	// A TokenExchange that moves the workload to another Keycloak moves every derived endpoint
+	// with it, and keeps the ones it sets itself.
+	over, err := Parse([]byte(`
+clientRegistration:
+  keycloak: {url: "https://kc.example.com/", realm: prod}
+inbound:
+  validation: {issuer: "https://login.example.com/realms/prod", audience: self, requiredScopes: [agent:invoke]}
+outbound:
+  trafficInterception: {excludePorts: [9901, 5432]}
+  tokenExchange:
+    defaultTarget: {scopes: [downstream:access]}
+    destinationRules:
+    - match: {host: "api.example.com:443"}
+      target: {audience: api}
+    - match: {host: "*.googleapis.com"}
+`))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	assert.Equal(t, "https://kc.example.com/realms/prod/protocol/openid-connect/token", c.Outbound.TokenExchange.TokenURL)
+	assert.Equal(t, "https://kc.example.com/realms/prod/protocol/openid-connect/certs", c.Inbound.Validation.JWKSURL)
+	assert.Equal(t, "https://login.example.com/realms/prod", c.Inbound.Validation.Issuer)
+	assert.Equal(t, "spiffe://cluster.local/ns/agents/sa/agent-sa", c.Inbound.Validation.Audience, "self is the SPIFFE ID")
+	assert.Equal(t, []int32{5432, 9901}, c.Outbound.Interception.ExcludePorts, "the annotation's exclusions stay")
+	assert.Equal(t, Target{Audience: "downstream-service", Scopes: []string{"downstream:access"}}, c.Outbound.TokenExchange.DefaultTarget,
+		"a default target that sets only scopes keeps the default audience")
+	assert.Equal(t, []Route{
+		{Host: "api.example.com:443", Target: Target{Audience: "api", Scopes: []string{"downstream:access"}}},
+		{Host: "*.googleapis.com", Passthrough: true, Target: Target{Scopes: []string{}}},
+	}, c.Outbound.TokenExchange.Routes)
+}
+
+func TestResolveOIDCProvider(t *testing.T) {
+	env := seedEnv()
+	env["KAGENTI_IDP_PROVIDER"] = "oidc"
+	env["KAGENTI_OIDC_ISSUER"] = "http://127.0.0.1:9000"
+	env["KAGENTI_OIDC_TOKEN_URL"] = "http://127.0.0.1:9000/oauth/token"
+	env["KAGENTI_OIDC_JWKS_URL"] = "http://127.0.0.1:9000/keys"
+	env["KAGENTI_OIDC_REGISTRATION_URL"] = "http://127.0.0.1:9000/register"
+	c, err := resolveEnv(t, env, Spec{})
+	require.NoError(t, err)
+	assert.Equal(t, IdP{Provider: "oidc", Issuer: "http://127.0.0.1:9000", TokenURL: "http://127.0.0.1:9000/oauth/token",
+		JWKSURL: "http://127.0.0.1:9000/keys", RegistrationURL: "http://127.0.0.1:9000/register"}, c.IdP)
+	assert.Equal(t, "http://127.0.0.1:9000", c.Inbound.Validation.Issuer)
+	assert.Equal(t, "http://127.0.0.1:9000/oauth/token", c.Outbound.TokenExchange.TokenURL)
+}
+
+func TestResolveReportsEveryProblemWithItsPath(t *testing.T) {
+	env := seedEnv()
+	delete(env, "KAGENTI_IDP_URL")
+	over := Spec{
+		Spiffe:  &SpiffeSpec{OutputFormat: "pem", TrustDomain: "Bad Domain"},
+		Inbound: &InboundSpec{Port: ptr.To[int32](8081), Validation: &ValidationSpec{RequiredScopes: []string{"two words"}}},
+		Outbound: &OutboundSpec{
+			TrafficInterception: &TrafficInterceptionSpec{ProxyPort: ptr.To[int32](8081), ProxyUID: ptr.To[int64](0)},
+			TokenExchange: &TokenExchangeSpec{DestinationRules: []DestinationRule{
+				{Match: DestinationMatch{Host: "a.example.com"}}, {Match: DestinationMatch{Host: "a.example.com"}}, {Match: DestinationMatch{Host: "http://x"}},
+			}},
+		},
+		ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: "{{.Secret}}"}},
+	}
+	_, err := resolveEnv(t, env, over)
+	require.Error(t, err)
+	for _, want := range []string{
+		`spiffe.outputFormat: "pem" is not one of jwt, x509`,
+		`spiffe.trustDomain: "Bad Domain" is not a trust domain`,
+		"clientRegistration.keycloak.url: required (not set in config.yaml, and the default KAGENTI_IDP_URL is not set)",
+		"inbound.targetPort: must differ from inbound.port (8081)",
+		"inbound.validation.issuer: required (not set in config.yaml, and the default derived from KAGENTI_IDP_URL and KAGENTI_REALM (Keycloak) or KAGENTI_OIDC_ISSUER is not set)",
+		`inbound.validation.requiredScopes[0]: "two words" is not an OAuth scope token`,
+		"outbound.trafficInterception.proxyPort: must differ from inbound.port (8081)",
+		"outbound.trafficInterception.proxyUid: 0 must be a non-root UID",
+		`outbound.tokenExchange.destinationRules[1].match.host: "a.example.com" repeats destinationRules[0]`,
+		`outbound.tokenExchange.destinationRules[2].match.host: "http://x" is not a host pattern`,
+		`clientRegistration.keycloak.clientNameTemplate: "{{.Secret}}" at offset 0: unknown variable .Secret`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+func TestResolveChecksOnlyWhatIsEnabled(t *testing.T) {
+	env := seedEnv()
+	for _, k := range []string{"KAGENTI_IDP_URL", "KAGENTI_REALM", "KAGENTI_JWT_AUDIENCE", "KAGENTI_SPIFFE_SOCKET", "KAGENTI_CLIENT_NAME_TEMPLATE"} {
+		delete(env, k)
+	}
+	_, err := resolveEnv(t, env, Spec{})
+	require.Error(t, err)
+
+	off := false
+	_, err = resolveEnv(t, env, Spec{
+		Spiffe:             &SpiffeSpec{Enabled: &off},
+		ClientRegistration: &ClientRegistrationSpec{Enabled: &off, Provider: ProviderOIDC},
+		Inbound:            &InboundSpec{Validation: &ValidationSpec{Enabled: &off}},
+		Outbound:           &OutboundSpec{TokenExchange: &TokenExchangeSpec{Enabled: &off}},
+	})
+	assert.NoError(t, err, "nothing that is switched off needs an identity provider")
+}
+
+func TestDefaultsFromEnvRejectsMalformedValues(t *testing.T) {
+	env := map[string]string{"KAGENTI_INBOUND_PORT": "80a", "KAGENTI_SPIFFE_ENABLED": "yes please", "KAGENTI_OUTBOUND_PORTS_EXCLUDE": "1, 70000"}
+	_, err := DefaultsFromEnv(lookup(env))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `environment variable KAGENTI_INBOUND_PORT (inbound.port): "80a" is not a port`)
+	assert.Contains(t, err.Error(), `environment variable KAGENTI_SPIFFE_ENABLED (spiffe.enabled): "yes please" is not true or false`)
+	assert.Contains(t, err.Error(), `environment variable KAGENTI_OUTBOUND_PORTS_EXCLUDE (outbound.trafficInterception.excludePorts): "70000" is not a port`)
+}
+
+func TestEveryEnvDefaultSetsItsPath(t *testing.T) {
+	// Each variable sets the field its Path names: render the Spec it produces and look for
+	// the path's last element where the path says.
+	for _, e := range EnvDefaults {
+		t.Run(e.Name+"/"+e.Path, func(t *testing.T) {
+			var val string
+			switch {
+			case strings.HasSuffix(e.Path, "port"), strings.HasSuffix(e.Path, "Port"), strings.HasSuffix(e.Path, "Ports"), strings.HasSuffix(e.Path, "Uid"):
+				val = "4242"
+			case strings.HasSuffix(e.Path, "enabled"), strings.HasSuffix(e.Path, "Enabled"):
+				val = "false"
+			default:
+				val = "value-of-" + e.Name
+			}
+			s, err := DefaultsFromEnv(lookup(map[string]string{e.Name: val}))
+			require.NoError(t, err)
+			got := flatten(t, Marshal(s))
+			assert.Contains(t, got, e.Path, "variable %s sets %v", e.Name, got)
+		})
+	}
+}
+
+func TestPendingRestart(t *testing.T) {
+	started, err := resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	next, err := resolveEnv(t, seedEnv(), Spec{
+		Inbound:  &InboundSpec{Validation: &ValidationSpec{RequiredScopes: []string{"x"}}},
+		Outbound: &OutboundSpec{TrafficInterception: &TrafficInterceptionSpec{ProxyPort: ptr.To[int32](15001), ExcludePorts: []int32{9901}}},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"outbound.trafficInterception.proxyPort", "outbound.trafficInterception.excludePorts"}, PendingRestart(started, next))
+
+	running := next.WithStartupSettingsOf(started)
+	assert.Equal(t, int32(15123), running.Outbound.Interception.ProxyPort, "the proxy keeps the port traffic is redirected to")
+	assert.Equal(t, []string{"x"}, running.Inbound.Validation.RequiredScopes, "run-time settings apply at once")
+	assert.Empty(t, PendingRestart(started, running))
+}

@@ -1,0 +1,129 @@
+// Package authconfig is the configuration schema of the tokenexchange data plane
+// (kagenti-authbridge): the one Go package that the tokenexchange controller renders into the
+// ConfigMap {workload}-token-exchange and that every data-plane role loads from it, so the two
+// cannot drift.
+//
+// Three inputs make one configuration:
+//
+//   - the defaults the injector passes to every identity sidecar as environment variables
+//     (DefaultsFromEnv; the injector's configuration is their only source),
+//   - config.yaml of the ConfigMap, a Spec holding only what a TokenExchange sets (Parse),
+//   - the workload's identity from the downward API (WorkloadFromEnv).
+//
+// Resolve merges the Spec over the defaults for the workload into a Config in which every field
+// is set and checked. The package is pure and small on purpose: no Kubernetes client, no I/O
+// besides what callers hand it, so the sidecars stay small.
+package authconfig
+
+// Spec is config.yaml: identity settings of one workload, every field optional. A field left
+// out keeps its default. Its JSON shape is TokenExchangeSpec's (without targetRef), so the
+// controller renders a TokenExchange's spec as is; a few fields exist only here (marked below):
+// the injector sets them through the environment, and a later API version may expose them.
+type Spec struct {
+	Spiffe             *SpiffeSpec             `json:"spiffe,omitempty"`
+	ClientRegistration *ClientRegistrationSpec `json:"clientRegistration,omitempty"`
+	Inbound            *InboundSpec            `json:"inbound,omitempty"`
+	Outbound           *OutboundSpec           `json:"outbound,omitempty"`
+}
+
+// SpiffeSpec configures the workload's SPIFFE identity (spiffe-helper).
+type SpiffeSpec struct {
+	Enabled      *bool  `json:"enabled,omitempty"`
+	TrustDomain  string `json:"trustDomain,omitempty"`
+	SocketPath   string `json:"socketPath,omitempty"`
+	OutputFormat string `json:"outputFormat,omitempty"`
+	Audience     string `json:"audience,omitempty"`
+}
+
+// ClientRegistrationSpec configures the registration with the identity provider.
+type ClientRegistrationSpec struct {
+	Enabled  *bool         `json:"enabled,omitempty"`
+	Provider string        `json:"provider,omitempty"`
+	Keycloak *KeycloakSpec `json:"keycloak,omitempty"`
+	// OIDC configures a provider other than Keycloak, registered with through RFC 7591
+	// dynamic client registration. Only here (not in TokenExchange v1alpha1).
+	OIDC *OIDCSpec `json:"oidc,omitempty"`
+}
+
+// KeycloakSpec configures Keycloak, registered with through its admin REST API.
+type KeycloakSpec struct {
+	URL   string `json:"url,omitempty"`
+	Realm string `json:"realm,omitempty"`
+	// AdminCredentialsSecret is accepted for TokenExchange compatibility but read by no program:
+	// the Secret is mounted by the injector, which cannot read TokenExchanges (see
+	// docs/identity.md, "Fields that cannot take effect").
+	AdminCredentialsSecret string `json:"adminCredentialsSecret,omitempty"`
+	// ClientNameTemplate names the registered client, for every provider.
+	ClientNameTemplate   string `json:"clientNameTemplate,omitempty"`
+	TokenExchangeEnabled *bool  `json:"tokenExchangeEnabled,omitempty"`
+}
+
+// OIDCSpec locates a standards-compliant OpenID provider. Only here.
+type OIDCSpec struct {
+	Issuer          string `json:"issuer,omitempty"`
+	TokenURL        string `json:"tokenUrl,omitempty"`
+	JWKSURL         string `json:"jwksUrl,omitempty"`
+	RegistrationURL string `json:"registrationUrl,omitempty"`
+}
+
+// InboundSpec configures the inbound proxy (auth-proxy).
+type InboundSpec struct {
+	Enabled    *bool           `json:"enabled,omitempty"`
+	Port       *int32          `json:"port,omitempty"`
+	TargetPort *int32          `json:"targetPort,omitempty"`
+	Validation *ValidationSpec `json:"validation,omitempty"`
+	// ExcludePorts are inbound destination ports that are not redirected to the proxy (the
+	// workload annotation kagenti.io/inbound-ports-exclude). Only here.
+	ExcludePorts []int32 `json:"excludePorts,omitempty"`
+}
+
+// ValidationSpec configures inbound token validation.
+type ValidationSpec struct {
+	Enabled        *bool    `json:"enabled,omitempty"`
+	Issuer         string   `json:"issuer,omitempty"`
+	JWKSURL        string   `json:"jwksUrl,omitempty"`
+	Audience       string   `json:"audience,omitempty"`
+	RequiredScopes []string `json:"requiredScopes,omitempty"`
+}
+
+// OutboundSpec configures outbound traffic (the outbound proxy, seed name envoy-proxy).
+type OutboundSpec struct {
+	Enabled             *bool                    `json:"enabled,omitempty"`
+	TrafficInterception *TrafficInterceptionSpec `json:"trafficInterception,omitempty"`
+	TokenExchange       *TokenExchangeSpec       `json:"tokenExchange,omitempty"`
+}
+
+// TrafficInterceptionSpec configures the redirect of outgoing traffic to the proxy.
+type TrafficInterceptionSpec struct {
+	Enabled      *bool   `json:"enabled,omitempty"`
+	ProxyPort    *int32  `json:"proxyPort,omitempty"`
+	ProxyUID     *int64  `json:"proxyUid,omitempty"`
+	ExcludePorts []int32 `json:"excludePorts,omitempty"`
+}
+
+// TokenExchangeSpec configures RFC 8693 token exchange for outgoing requests.
+type TokenExchangeSpec struct {
+	Enabled          *bool             `json:"enabled,omitempty"`
+	TokenURL         string            `json:"tokenUrl,omitempty"`
+	DefaultTarget    *ExchangeTarget   `json:"defaultTarget,omitempty"`
+	DestinationRules []DestinationRule `json:"destinationRules,omitempty"`
+}
+
+// ExchangeTarget is what a token is exchanged for.
+type ExchangeTarget struct {
+	Audience string   `json:"audience,omitempty"`
+	Scopes   []string `json:"scopes,omitempty"`
+}
+
+// DestinationRule selects the token for requests to one host; without a target, matching
+// requests pass through with their original token.
+type DestinationRule struct {
+	Match  DestinationMatch `json:"match"`
+	Target *ExchangeTarget  `json:"target,omitempty"`
+}
+
+// DestinationMatch selects destinations: a host, * matching any run of characters, with an
+// optional :port that must match too.
+type DestinationMatch struct {
+	Host string `json:"host"`
+}
