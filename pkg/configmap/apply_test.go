@@ -2,8 +2,10 @@ package configmap
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -86,7 +88,7 @@ func desired(ns string, data map[string]string) *corev1.ConfigMap {
 func TestApplyWritesOnlyOnChange(t *testing.T) {
 	c, writes := countingClient(t)
 	ctx := context.Background()
-	ns := "apply"
+	ns := uniqueNamespace("apply")
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	own := owner(t, c, ns, "owner")
 	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-test"}
@@ -130,7 +132,7 @@ func TestApplyWritesOnlyOnChange(t *testing.T) {
 func TestApplyRefusesForeignConfigMaps(t *testing.T) {
 	c, _ := countingClient(t)
 	ctx := context.Background()
-	ns := "foreign"
+	ns := uniqueNamespace("foreign")
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-test"}
 
@@ -154,7 +156,7 @@ func TestApplyRefusesForeignConfigMaps(t *testing.T) {
 func TestApplyConcurrentWritersConverge(t *testing.T) {
 	c, _ := countingClient(t)
 	ctx := context.Background()
-	ns := "concurrent"
+	ns := uniqueNamespace("concurrent")
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	own := owner(t, c, ns, "owner")
 	a := &Applier{Client: c, Scheme: testScheme, ManagedBy: "kagenti-test"}
@@ -196,7 +198,7 @@ func TestContentHashIgnoresMapOrderButNotContent(t *testing.T) {
 func TestApplyAsksTheAPIServerWhatTheCacheDoesNotShow(t *testing.T) {
 	ctx := context.Background()
 	direct, _ := countingClient(t)
-	ns := "apply-filtered"
+	ns := uniqueNamespace("apply-filtered")
 	require.NoError(t, direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	blind := interceptor.NewClient(direct.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -223,7 +225,7 @@ func TestApplyAsksTheAPIServerWhatTheCacheDoesNotShow(t *testing.T) {
 func TestApplyObjectNetworkPolicy(t *testing.T) {
 	ctx := context.Background()
 	c, writes := countingClient(t)
-	ns := "apply-netpol"
+	ns := uniqueNamespace("apply-netpol")
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	*writes = 0
 	card := &unstructured.Unstructured{}
@@ -277,4 +279,10 @@ func TestApplyObjectNetworkPolicy(t *testing.T) {
 	require.ErrorAs(t, err, &notOwned)
 	assert.Equal(t, "NetworkPolicy", notOwned.Kind)
 	assert.Contains(t, err.Error(), "controlled by AgentCard card")
+}
+
+// uniqueNamespace names a test's namespace: a test may run more than once against the same API
+// server (-count, -cpu 1,4).
+func uniqueNamespace(prefix string) string {
+	return prefix + "-" + strings.ToLower(rand.Text()[:8])
 }

@@ -20,7 +20,7 @@ import (
 func TestApplyThroughDigestedCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns := "digest"
+	ns := uniqueNamespace("digest")
 	direct, err := client.New(testCfg, client.Options{Scheme: testScheme})
 	require.NoError(t, err)
 	require.NoError(t, direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))

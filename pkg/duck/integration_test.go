@@ -2,6 +2,7 @@ package duck
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -57,9 +59,12 @@ func newClient(t *testing.T) client.Client {
 	return c
 }
 
-func namespace(t *testing.T, c client.Client, name string) string {
-	require.NoError(t, c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-	return name
+// namespace creates a namespace named prefix-<random> (a test may run more than once per API
+// server: -count, -cpu 1,4) and returns its name.
+func namespace(t *testing.T, c client.Client, prefix string) string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	require.NoError(t, c.Create(context.Background(), ns))
+	return ns.Name
 }
 
 // createBuiltin stores one object of each built-in kind in ns and returns them by kind.
@@ -125,7 +130,7 @@ func TestResolveOnAPIServer(t *testing.T) {
 	t.Run("missing workload", func(t *testing.T) {
 		_, err := r.Resolve(ctx, ns, TargetRef{Kind: "Deployment", Name: "nope"})
 		assert.True(t, IsTargetNotFound(err), "%v", err)
-		assert.EqualError(t, err, `Deployment "nope" not found in namespace "resolve"`)
+		assert.EqualError(t, err, fmt.Sprintf(`Deployment "nope" not found in namespace %q`, ns))
 	})
 	t.Run("kind not served", func(t *testing.T) {
 		_, err := r.Resolve(ctx, ns, TargetRef{APIVersion: "example.kagenti.io/v1", Kind: "Nothing", Name: "x"})
@@ -157,7 +162,9 @@ func TestReferrersRecoverWhenTargetAppears(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	// The cache sees this test's namespace only: earlier runs' referrers stay in the API server.
+	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	require.NoError(t, err)
 	require.NoError(t, IndexTargetRef(ctx, mgr.GetFieldIndexer(), &testReferrer{}))
 
@@ -165,7 +172,8 @@ func TestReferrersRecoverWhenTargetAppears(t *testing.T) {
 	newList := func() client.ObjectList { return &testReferrerList{} }
 	agentSet := &unstructured.Unstructured{}
 	agentSet.SetGroupVersionKind(schema.GroupVersionKind{Group: "example.kagenti.io", Version: "v1", Kind: "AgentSet"})
-	err = builder.ControllerManagedBy(mgr).Named("referrers").For(&testReferrer{}).
+	// Controller names are unique per process, and a test may run twice (-count, -cpu 1,4).
+	err = builder.ControllerManagedBy(mgr).Named("referrers-"+ns).For(&testReferrer{}).
 		Watches(&appsDeployment{}, EnqueueReferrers(mgr.GetClient(), schema.GroupKind{Group: "apps", Kind: "Deployment"}, newList)).
 		Watches(agentSet, EnqueueReferrers(mgr.GetClient(), agentSet.GroupVersionKind().GroupKind(), newList)).
 		Complete(reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {

@@ -158,8 +158,9 @@ func TestRunnerRegistersAndFollowsTheConfiguration(t *testing.T) {
 	go func() { defer close(done); r.Run(ctx) }()
 
 	read := func(f string) string { b, _ := os.ReadFile(filepath.Join(shared, f)); return string(b) }
-	eventually(t, "credentials written", func() bool { return read(authconfig.ClientSecretFile) == "secret-of-client-1" })
-	assert.Equal(t, "client-1", read(authconfig.ClientIDFile))
+	// The ID is written last (a reader that sees it finds its secret): wait for it.
+	eventually(t, "credentials written", func() bool { return read(authconfig.ClientIDFile) == "client-1" })
+	assert.Equal(t, "secret-of-client-1", read(authconfig.ClientSecretFile))
 	eventually(t, "ready", func() bool { return len(r.Ready()) == 0 })
 	assert.Equal(t, "agents/weather", d.clients["client-1"]["client_name"])
 
