@@ -18,7 +18,7 @@ import (
 	"github.com/kagenti/platform/e2e/framework"
 )
 
-// The injected components (ARCHITECTURE.md §5); spiffe-helper only with kagenti.io/spiffe=enabled.
+// The injected components (docs/architecture.md §5); spiffe-helper only with kagenti.io/spiffe=enabled.
 var injectedSidecars = []string{"proxy-init", "client-registration", "auth-proxy", "envoy-proxy"}
 
 func initContainerNames(p *corev1.PodSpec) []string {

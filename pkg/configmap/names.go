@@ -5,7 +5,7 @@ package configmap
 
 import "knative.dev/pkg/kmeta"
 
-// Suffixes of the objects derived from a workload's name (ARCHITECTURE.md §5, §6).
+// Suffixes of the objects derived from a workload's name (docs/architecture.md §5, §6).
 const (
 	SuffixTokenExchange = "token-exchange"
 	SuffixTrace         = "trace"
@@ -44,7 +44,7 @@ func lower(s string) string {
 	return string(b)
 }
 
-// Labels and annotations on the objects controllers derive (ARCHITECTURE.md §4, §6).
+// Labels and annotations on the objects controllers derive (docs/architecture.md §4, §6).
 const (
 	// PartOfLabel is app.kubernetes.io/part-of; its value on derived objects is PartOf.
 	PartOfLabel = "app.kubernetes.io/part-of"
@@ -54,7 +54,7 @@ const (
 	InjectionStatusAnnotation = "kagenti.io/injection-status"
 )
 
-// What the injector adds to a pod template, by name (ARCHITECTURE.md §5). The controllers find
+// What the injector adds to a pod template, by name (docs/architecture.md §5). The controllers find
 // their mounts in pods by these names; users may exclude components by name.
 const (
 	// Volumes.

@@ -54,7 +54,7 @@ const (
 	FetchUnverified = "Unverified"
 )
 
-// Labels and annotations (ARCHITECTURE.md §4).
+// Labels and annotations (docs/architecture.md §4).
 const (
 	// LabelSignatureVerified is patched onto pods (never templates): "true" or "false".
 	LabelSignatureVerified = "kagenti.io/signature-verified"

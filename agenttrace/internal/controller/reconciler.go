@@ -46,7 +46,7 @@ const (
 	ReasonTargetNotInjected  = "TargetNotInjected"
 )
 
-// Pod-template facts the controller reads (ARCHITECTURE.md §4, §5).
+// Pod-template facts the controller reads (docs/architecture.md §4, §5).
 const (
 	InjectionStatusAnnotation = "kagenti.io/injection-status"
 	TraceVolumeName           = "kagenti-trace"

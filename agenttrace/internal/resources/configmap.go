@@ -13,7 +13,7 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Keys of the trace ConfigMap (ARCHITECTURE.md §6). Each becomes a file in /etc/kagenti/trace.
+// Keys of the trace ConfigMap (docs/architecture.md §6). Each becomes a file in /etc/kagenti/trace.
 const (
 	KeyOTelEndpoint            = "otel_endpoint"
 	KeyOTelProtocol            = "otel_protocol"

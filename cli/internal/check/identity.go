@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Identity defaults of the injector (ARCHITECTURE.md §5) and of the agentcard Deployment.
+// Identity defaults of the injector (docs/architecture.md §5) and of the agentcard Deployment.
 const (
 	defaultIdPURL       = "http://keycloak.kagenti-system.svc:8080"
 	defaultCSIDriver    = "csi.spiffe.io"

@@ -23,7 +23,7 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Labels, annotations and names of the contract (ARCHITECTURE.md §4, §5).
+// Labels, annotations and names of the contract (docs/architecture.md §4, §5).
 const (
 	LabelInjection            = "kagenti.io/injection"
 	LabelInject               = "kagenti.io/inject"

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Labels the composition relies on (ARCHITECTURE.md §4).
+// Labels the composition relies on (docs/architecture.md §4).
 const (
 	LabelInject    = "kagenti.io/inject"
 	LabelInjection = "kagenti.io/injection"

@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// The injector's defaults for the identity sidecars' ports (ARCHITECTURE.md §5): auth-proxy listens
+// The injector's defaults for the identity sidecars' ports (docs/architecture.md §5): auth-proxy listens
 // on 8080 and forwards to the agent on 8081; envoy-proxy receives outbound traffic on 15123.
 const (
 	defaultInboundPort  = 8080

@@ -13,7 +13,7 @@ import (
 	tracev1 "github.com/kagenti/platform/agenttrace/api/v1alpha1"
 )
 
-// The injector's default trust domain (ARCHITECTURE.md §5).
+// The injector's default trust domain (docs/architecture.md §5).
 const defaultTrustDomain = "cluster.local"
 
 // Reasons for the AgentRuntime fields without an equivalent.

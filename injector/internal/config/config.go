@@ -1,6 +1,6 @@
 // Package config is the injector's own configuration: the file config.yaml of the ConfigMap
 // kagenti-injector, hot-reloaded by the binary. It holds everything the admission path needs, so the
-// admission path makes no API calls (ARCHITECTURE.md §5).
+// admission path makes no API calls (docs/architecture.md §5).
 package config
 
 import (
@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Names of the injected components (ARCHITECTURE.md §5), in injection order.
+// Names of the injected components (docs/architecture.md §5), in injection order.
 const (
 	ProxyInit          = "proxy-init"
 	SpiffeHelper       = "spiffe-helper"
@@ -86,7 +86,7 @@ type SpireSocket struct {
 	HostPath string `json:"hostPath,omitempty"`
 }
 
-// Identity holds the identity defaults of ARCHITECTURE.md §5.
+// Identity holds the identity defaults of docs/architecture.md §5.
 type Identity struct {
 	TrustDomain   string `json:"trustDomain"`
 	SocketPath    string `json:"socketPath"`
@@ -103,7 +103,7 @@ type Identity struct {
 	DefaultAudience string `json:"defaultAudience"`
 }
 
-// Default returns the built-in configuration (the seed defaults of ARCHITECTURE.md §5).
+// Default returns the built-in configuration (the seed defaults of docs/architecture.md §5).
 func Default() *Config {
 	res := func(cpu, mem, memLimit string) corev1.ResourceRequirements {
 		return corev1.ResourceRequirements{

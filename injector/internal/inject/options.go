@@ -12,7 +12,7 @@ import (
 	"github.com/kagenti/platform/injector/internal/config"
 )
 
-// Labels and annotations read from the workload (ARCHITECTURE.md §4).
+// Labels and annotations read from the workload (docs/architecture.md §4).
 const (
 	LabelInject                 = "kagenti.io/inject"
 	LabelSpiffe                 = "kagenti.io/spiffe"

@@ -1,4 +1,4 @@
-// Package inject renders the identity infrastructure of ARCHITECTURE.md §5 and merges it into a pod
+// Package inject renders the identity infrastructure of docs/architecture.md §5 and merges it into a pod
 // template, Istio style: Render (configuration + workload options → components), Inject (template +
 // rendered → new template, recording what it added in the status annotation), Strip (removes exactly
 // what the status annotation lists). Everything here is pure: no client, no clock.
@@ -20,7 +20,7 @@ import (
 	"github.com/kagenti/platform/pkg/configmap"
 )
 
-// Volume names and mount paths of ARCHITECTURE.md §5.
+// Volume names and mount paths of docs/architecture.md §5.
 const (
 	VolumeShared        = "kagenti-shared"
 	VolumeSpireSocket   = "spire-agent-socket"

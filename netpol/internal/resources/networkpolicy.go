@@ -18,7 +18,7 @@ import (
 )
 
 const (
-	// ManagedByLabel marks the objects this controller writes (ARCHITECTURE.md §4).
+	// ManagedByLabel marks the objects this controller writes (docs/architecture.md §4).
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// ManagedByValue is the value of ManagedByLabel on netpol's policies.
 	ManagedByValue = "kagenti-netpol"

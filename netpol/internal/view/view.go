@@ -1,5 +1,5 @@
 // Package view is netpol's duck view of an AgentCard: just the fields this controller reads, parsed
-// from an unstructured object. netpol never imports the agentcard module (ARCHITECTURE.md §2); the
+// from an unstructured object. netpol never imports the agentcard module (docs/architecture.md §2); the
 // AgentCard CRD's schema is the source of truth, this package only follows it.
 package view
 

@@ -25,7 +25,7 @@ type EnvDefault struct {
 }
 
 // EnvDefaults lists every identity default the data plane reads from its environment. The
-// injector's configuration is their one source (ARCHITECTURE.md §5); config.yaml overrides them.
+// injector's configuration is their one source (docs/architecture.md §5); config.yaml overrides them.
 var EnvDefaults = []EnvDefault{
 	{"KAGENTI_SPIFFE_ENABLED", "spiffe.enabled", setBool(func(s *Spec) **bool { return &spiffe(s).Enabled })},
 	{"KAGENTI_TRUST_DOMAIN", "spiffe.trustDomain", setString(func(s *Spec) *string { return &spiffe(s).TrustDomain })},

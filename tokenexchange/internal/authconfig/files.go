@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Where the files live in a pod (ARCHITECTURE.md §5, §6).
+// Where the files live in a pod (docs/architecture.md §5, §6).
 const (
 	// ConfigDir is where the ConfigMap {workload}-token-exchange is mounted (optional volume).
 	ConfigDir = "/etc/kagenti/token-exchange"

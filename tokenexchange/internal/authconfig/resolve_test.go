@@ -10,7 +10,7 @@ import (
 )
 
 // seedEnv is the environment the injector gives the identity sidecars with its default
-// configuration (ARCHITECTURE.md §5): docs/identity.md lists the same.
+// configuration (docs/architecture.md §5): docs/identity.md lists the same.
 func seedEnv() map[string]string {
 	return map[string]string{
 		"POD_NAME":                "weather-agent-7d9f-abcde",

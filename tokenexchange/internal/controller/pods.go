@@ -14,7 +14,7 @@ import (
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
-// Names the injector uses (ARCHITECTURE.md §5).
+// Names the injector uses (docs/architecture.md §5).
 const (
 	TokenExchangeVolume = "kagenti-token-exchange"
 	SpiffeHelper        = "spiffe-helper"

@@ -24,7 +24,7 @@ import (
 )
 
 // InjectionStatusAnnotation is written by the injector on the pod template of every workload it
-// injected (ARCHITECTURE.md §4).
+// injected (docs/architecture.md §4).
 const InjectionStatusAnnotation = "kagenti.io/injection-status"
 
 // notOwnedRetry is how soon a TokenExchange blocked by someone else's ConfigMap looks again: the
