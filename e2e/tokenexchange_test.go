@@ -76,10 +76,10 @@ func TestTokenExchange(t *testing.T) {
 		if err := c.Get(ctx, cmKey, &cm); err != nil {
 			return false, err.Error(), nil
 		}
-		for _, k := range []string{"config.yaml", "routes.yaml", "helper.conf"} {
-			if cm.Data[k] == "" {
-				return false, "missing key " + k, nil
-			}
+		// config.yaml carries what the TokenExchange sets (the data plane merges it over the
+		// injector's defaults): here, the destination rule.
+		if !strings.Contains(cm.Data["config.yaml"], "api.example.com") {
+			return false, "config.yaml without the destination rule: " + cm.Data["config.yaml"], nil
 		}
 		return true, "", nil
 	})
