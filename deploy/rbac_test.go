@@ -94,6 +94,10 @@ func expectedAccess(ns string) []access {
 		access{sa: "kagenti-tokenexchange", verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "kagenti-injector"},
 		access{sa: "kagenti-tokenexchange", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-tokenexchange-cert", allowed: true},
 		access{sa: "kagenti-tokenexchange", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-injector-cert"},
+		// agentcard's discovery API rotator: its own Secret only, not the webhooks'.
+		access{sa: "kagenti-agentcard", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-agentcard-discovery-cert", allowed: true},
+		access{sa: "kagenti-agentcard", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-injector-cert"},
+		access{sa: "kagenti-agentcard", verb: "patch", resource: "secrets", namespace: ns, name: "kagenti-tokenexchange-cert"},
 	)
 	// agentbuild watches everywhere but builds and deploys only where it is bound.
 	const ab = "kagenti-agentbuild"

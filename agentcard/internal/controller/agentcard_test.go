@@ -218,7 +218,7 @@ func TestPerPodFailures(t *testing.T) {
 	c := getCard(t, ns, "mixed")
 	want := map[string][2]string{
 		"good":     {v1alpha1.FetchSuccess, ""},
-		"slow":     {v1alpha1.FetchFailed, "no answer within 1s"},
+		"slow":     {v1alpha1.FetchFailed, "no answer within 5s"},
 		"big":      {v1alpha1.FetchFailed, fmt.Sprintf("larger than %d bytes", fetch.MaxBodyBytes)},
 		"html":     {v1alpha1.FetchInvalid, "not a JSON object"},
 		"invalid":  {v1alpha1.FetchInvalid, "capabilities: required"},
@@ -304,7 +304,7 @@ func TestUnansweredFetchWritesNothingUntilItPersists(t *testing.T) {
 		if e == nil || e.FetchStatus != v1alpha1.FetchFailed || cond(c, "Synced") != "False/FetchFailed" {
 			return fmt.Sprintf("Synced=%s entry=%+v", cond(c, "Synced"), e)
 		}
-		assert.Contains(t, e.Error, "no answer within 1s")
+		assert.Contains(t, e.Error, "no answer within 5s")
 		return ""
 	})
 	assert.GreaterOrEqual(t, hung.Load(), int32(1+3), "reported only after failureThreshold unanswered fetches in a row")

@@ -74,7 +74,7 @@ func TestOversizedCardDoesNotLeaveTheOldVerdict(t *testing.T) {
 
 	huge := hugeCard(t, fetch.MaxBodyBytes-1024)
 	body.Store(&huge)
-	eventually(t, 30*time.Second, func() string {
+	eventually(t, 60*time.Second, func() string {
 		c := getCard(t, ns, "stale")
 		l := podLabel(t, ns, "stale")
 		if l != "false" || cond(c, "Ready") != "False/CardTooLarge" || cond(c, "Synced") != "False/CardTooLarge" {

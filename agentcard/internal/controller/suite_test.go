@@ -114,7 +114,7 @@ func run(m *testing.M) int {
 	if err := controller.Setup(mgr, controller.Options{
 		TrustBundleConfigMap: bundleNS + "/" + bundleName,
 		TrustDomain:          "cluster.local",
-		FetchTimeout:         time.Second,
+		FetchTimeout:         5 * time.Second, // not less: under load (-race, parallel packages) a 256 KiB answer takes over 1s
 		AutoCreate:           true,
 		// TestIdentityBindingStaysInItsNamespace binds one of these from another namespace.
 		CrossNamespaceIdentities: []string{"spiffe://cluster.local/ns/shared-*/sa/*"},

@@ -46,6 +46,7 @@ func (a *api) burst(t *testing.T, path, token string, n int) []int {
 			req.Header.Set("Authorization", "Bearer "+token)
 			resp, err := a.client.Do(req)
 			if err != nil {
+				t.Logf("request %d: %v", i, err)
 				codes[i] = -1
 				return
 			}

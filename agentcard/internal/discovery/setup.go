@@ -28,7 +28,8 @@ import (
 // The rotator keeps the serving certificate in a Secret of the controller's namespace, and the CA
 // is published for clients in a ConfigMap there. Creating a ConfigMap cannot be limited to a name;
 // changing one is limited to the CA's.
-// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,verbs=list;watch
+// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=secrets,resourceNames=kagenti-agentcard-discovery-cert,verbs=update
 // +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=configmaps,resourceNames=kagenti-agentcard-discovery-ca,verbs=get;update;patch
 

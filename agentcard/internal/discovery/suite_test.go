@@ -174,8 +174,11 @@ func httpsClient(t *testing.T, caPEM []byte) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(caPEM))
-	// Generous: the machines these tests run on can be very loaded (the race detector too).
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	// Generous: the machines these tests run on can be very loaded (the race detector too). HTTP/2,
+	// as a client library would use it: a burst shares one connection instead of opening fifty TLS
+	// handshakes at once, which under load outlast the server's handshake timeout (EOF).
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
 // get sends GET path with the token (when not empty) and returns the response with its body read.
