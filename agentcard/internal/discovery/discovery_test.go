@@ -197,13 +197,13 @@ func TestRotatorCertificate(t *testing.T) {
 	secret := &corev1.Secret{}
 	readShipped(t, "deploy/kustomize/agentcard/secret.yaml", secret)
 	secret.Namespace = ns
-	secret.Name += "-" + ns // the rotator's controller is named after it, and names are unique per process
 	require.NoError(t, k8s.Create(ctx, secret))
 
 	certDir := t.TempDir()
 	a := startAPIAs(t, discovery.Options{
 		Namespace: ns, RotatorCertDir: certDir, CertSecret: secret.Name,
 		ServiceName: "kagenti-agentcard-discovery", CAConfigMap: "kagenti-agentcard-discovery-ca",
+		RotatorName: "rotator-" + ns, // controller names are unique per process
 	}, grantShippedRBAC(t, ns))
 	assert.Equal(t, http.StatusInternalServerError, a.readyz(t), "not ready before the certificate is mounted")
 	go mountSecret(t.Context(), client.ObjectKeyFromObject(secret), certDir)

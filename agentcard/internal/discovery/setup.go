@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -58,6 +59,9 @@ type Options struct {
 	ServiceName    string
 	Namespace      string
 	ExtraDNSNames  []string
+	// RotatorName names the rotator's controller (unique per process; its metrics carry it).
+	// Default: kagenti-agentcard-discovery-cert-rotator.
+	RotatorName string
 	// CAConfigMap, when set, is the ConfigMap (in Namespace) the CA (ca.crt of the certificate
 	// directory) is published in, for clients to verify the server with.
 	CAConfigMap string
@@ -128,10 +132,9 @@ func addRotator(mgr ctrl.Manager, o Options, ready chan struct{}) error {
 		DNSName:        svc + ".svc",
 		ExtraDNSNames:  append([]string{o.ServiceName, svc, svc + ".svc.cluster.local"}, o.ExtraDNSNames...),
 		// The rotator closes it once the certificate files are mounted.
-		IsReady:    ready,
-		FieldOwner: "kagenti-agentcard",
-		// Named after its Secret: controller names are unique in a process.
-		ControllerName: "cert-rotator-" + o.CertSecret,
+		IsReady:        ready,
+		FieldOwner:     "kagenti-agentcard",
+		ControllerName: cmp.Or(o.RotatorName, "kagenti-agentcard-discovery-cert-rotator"),
 		// Every replica serves, so every replica needs the certificate: no leader election.
 		RequireLeaderElection: false,
 	})

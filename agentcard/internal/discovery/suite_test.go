@@ -302,7 +302,7 @@ func grantShippedRBAC(t *testing.T, ns string) rest.ImpersonationConfig {
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 			User: user.UserName, Groups: user.Groups,
-			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "update", Resource: "secrets", Namespace: ns},
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "update", Resource: "secrets", Namespace: ns, Name: "kagenti-agentcard-discovery-cert"},
 		}}, metav1.CreateOptions{})
 		return err == nil && sar.Status.Allowed, err
 	}))
