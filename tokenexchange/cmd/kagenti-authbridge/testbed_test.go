@@ -185,6 +185,38 @@ func (tb *testbed) run() {
 		assert.Equal(t, []any{calleeID + "-v2"}, payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))["aud"])
 	})
 
+	t.Run("a malformed config.yaml is reported and the last good one keeps serving", func(t *testing.T) {
+		good := contentHash(t, filepath.Join(tb.dir, "callee", "config", "config.yaml"))
+		tb.writeConfig("callee", "inbound: [not, a, mapping\n")
+		tb.eventually("the callee reports the rejected file", func() error {
+			st, err := tb.status("callee-status")
+			if err != nil {
+				return err
+			}
+			if st.ConfigError == "" || st.Ready {
+				return fmt.Errorf("not reported yet: %+v", st)
+			}
+			return nil
+		})
+		st, err := tb.status("callee-status")
+		require.NoError(t, err)
+		assert.Equal(t, good, st.ContentHash, "still running the last good content")
+		assert.Contains(t, st.ConfigError, "config.yaml")
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", tb.ports["callee-status"]))
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		assert.Contains(t, string(b), "the latest configuration was rejected")
+
+		status, body := tb.agentCall(calleeHost, tb.callee, user)
+		require.Equal(t, http.StatusOK, status, "the callee still validates with the last good audience: %s", body)
+		<-tb.seen
+
+		tb.writeConfig("callee", "inbound: {validation: {audience: '"+calleeID+"-v2'}}\n")
+		tb.waitReady("callee-status")
+	})
+
 	t.Run("register: RFC 7591 registration at the IdP yields working client credentials", func(t *testing.T) {
 		shared := filepath.Join(tb.dir, "callee", "shared")
 		deadline := time.Now().Add(30 * time.Second)
