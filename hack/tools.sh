@@ -59,9 +59,12 @@ build_etcd() {
 }
 
 # SPIRE's go.mod carries replaces, so `go install …@version` is refused: hack/spire requires it as a
-# tool dependency and builds it. The version is stamped the way SPIRE's release builds do.
+# tool dependency and builds it. The version is stamped the way SPIRE's release builds do: without
+# the tag's "v", since the server parses it as a semantic version at start (its datastore
+# migrations compare versions) and panics on "v1.13.3".
 build_spire() {
-  local key; key="${SPIRE_VERSION}-$(module_key "${ROOT}/hack/spire")"
+  local version="${SPIRE_VERSION#v}"
+  local key; key="${version}-$(module_key "${ROOT}/hack/spire")"
   grep -q "github.com/spiffe/spire ${SPIRE_VERSION}\b" "${ROOT}/hack/spire/go.mod" ||
     { log "hack/spire/go.mod does not require github.com/spiffe/spire ${SPIRE_VERSION}"; return 1; }
   local need=()
@@ -71,7 +74,7 @@ build_spire() {
   [[ ${#need[@]} -eq 0 ]] && return 0
   log "building ${need[*]} (SPIRE ${SPIRE_VERSION}; ~5 min on a cold cache)"
   (cd "${ROOT}/hack/spire" && GOWORK=off go build -trimpath \
-    -ldflags "-s -w -X github.com/spiffe/spire/pkg/common/version.gittag=${SPIRE_VERSION}" -o "${BIN}/" "${need[@]}")
+    -ldflags "-s -w -X github.com/spiffe/spire/pkg/common/version.gittag=${version}" -o "${BIN}/" "${need[@]}")
   for t in "${need[@]}"; do stamp "$(basename "$t")" "$key"; done
 }
 

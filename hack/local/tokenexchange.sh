@@ -41,7 +41,7 @@ tokenexchange_summary() {
     return 0
   fi
   kubectl get tokenexchange -n "${ns}" "${name}" -o \
-    jsonpath='{"tokenexchange: "}{.metadata.name}{" phase="}{.status.phase}{" ready="}{.status.conditions[?(@.type=="Ready")].reason}{" configuredPods="}{.status.configuredPods}{"\n  "}{.status.message}{"\n"}'
+    jsonpath='{"tokenexchange: "}{.metadata.name}{" phase="}{.status.phase}{" ready="}{.status.conditions[?(@.type=="Ready")].reason}{" pods="}{.status.pods}{" configuredPods="}{.status.configuredPods}{"\n  "}{.status.message}{"\n"}'
   if kubectl get configmap -n "${ns}" "${cm}" >/dev/null 2>&1; then
     echo "  ConfigMap ${ns}/${cm}: $(kubectl get configmap -n "${ns}" "${cm}" -o jsonpath='{.data}' | wc -c) bytes (config.yaml, routes.yaml, helper.conf)"
   else

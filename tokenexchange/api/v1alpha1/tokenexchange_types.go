@@ -20,6 +20,7 @@ import (
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.configuredPods`
+// +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
@@ -336,6 +337,15 @@ const (
 	ConditionTargetResolved = "TargetResolved"
 	// ConditionConfigMapReady: the ConfigMap {workload}-token-exchange holds this spec.
 	ConditionConfigMapReady = "ConfigMapReady"
+	// ConditionConfigPropagated: every running pod of the workload runs the ConfigMap's current
+	// content, as its identity sidecars report (GET /status). False names the pods that do not,
+	// and why: not updated yet (Propagating), rejected (ConfigRejected), or not answering
+	// (StatusUnavailable).
+	ConditionConfigPropagated = "ConfigPropagated"
+	// ConditionStartupSettingsCurrent: no pod runs old values of the settings that take effect
+	// only when a pod starts (ports, outbound.trafficInterception, spiffe-helper's). False
+	// (RestartRequired) names the pods to restart.
+	ConditionStartupSettingsCurrent = "StartupSettingsCurrent"
 )
 
 // Condition reasons besides duck.ReasonTargetNotFound, duck.ReasonUnsupportedKind and
@@ -349,6 +359,13 @@ const (
 	ReasonConfigMapNotOwned = "ConfigMapNotOwned"
 	ReasonApplyFailed       = "ApplyFailed"
 	ReasonWaitingForTarget  = "WaitingForTarget"
+	ReasonNoPods            = "NoPods"
+	ReasonPropagated        = "Propagated"
+	ReasonPropagating       = "Propagating"
+	ReasonConfigRejected    = "ConfigRejected"
+	ReasonStatusUnavailable = "StatusUnavailable"
+	ReasonCurrent           = "Current"
+	ReasonRestartRequired   = "RestartRequired"
 )
 
 // TokenExchangeStatus is the observed state.
@@ -371,15 +388,28 @@ type TokenExchangeStatus struct {
 	// +optional
 	ConfigMapName string `json:"configMapName,omitempty"`
 
-	// ConfiguredPods counts the running pods of the workload that mount that ConfigMap.
+	// ConfiguredPods counts the running pods of the workload whose identity sidecars run the
+	// ConfigMap's current content (contentHash), as they report it.
 	// +optional
 	ConfiguredPods int32 `json:"configuredPods"`
 
-	// IdentityStatus reports the readiness of the identity sidecars across the configured pods.
+	// Pods counts the running pods of the workload that mount the ConfigMap, on the current
+	// content or not.
+	// +optional
+	Pods int32 `json:"pods,omitempty"`
+
+	// ContentHash is the kagenti.io/content-hash of the ConfigMap as last written: the content
+	// a configured pod runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ContentHash string `json:"contentHash,omitempty"`
+
+	// IdentityStatus reports the readiness of the identity sidecars across the pods that mount
+	// the ConfigMap.
 	// +optional
 	IdentityStatus *IdentityStatus `json:"identityStatus,omitempty"`
 
-	// Conditions: Ready, TargetResolved, ConfigMapReady.
+	// Conditions: Ready, TargetResolved, ConfigMapReady, ConfigPropagated, StartupSettingsCurrent.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -19,14 +19,12 @@ import (
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
-// Status ports of the roles (all interfaces: the kubelet probes them and the tokenexchange
-// controller reads /status from the pod IP), and spiffe-helper's health port. proxy-init never
-// redirects them.
+// Status ports of the roles (sidecar.*StatusPort: the tokenexchange controller reads them too).
 const (
-	registerAdminPort      = 15124
-	inboundAdminPort       = 15125
-	outboundAdminPort      = 15126
-	spiffeHelperHealthPort = 15127
+	registerAdminPort      = sidecar.RegisterStatusPort
+	inboundAdminPort       = sidecar.InboundStatusPort
+	outboundAdminPort      = sidecar.OutboundStatusPort
+	spiffeHelperHealthPort = sidecar.SpiffeHelperHealthPort
 )
 
 type commonFlags struct {

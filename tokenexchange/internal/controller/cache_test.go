@@ -87,15 +87,16 @@ func TestTrimPod(t *testing.T) {
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, InitContainerStatuses: []corev1.ContainerStatus{{Name: SpiffeHelper, Ready: true, Image: "x", ImageID: "y"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", InitContainerStatuses: []corev1.ContainerStatus{{Name: SpiffeHelper, Ready: true, Image: "x", ImageID: "y"}}},
 	}
 	out, err := TrimPod(p)
 	require.NoError(t, err)
 	got := out.(*corev1.Pod)
 	assert.True(t, mountsTokenExchange(got, "agent-token-exchange"))
 	assert.Len(t, got.Spec.Volumes, 1)
-	assert.Empty(t, got.Spec.Containers)
+	assert.Equal(t, []corev1.Container{{Name: "agent"}}, got.Spec.Containers, "names only: the status prober looks for the role containers")
 	assert.Empty(t, got.Annotations)
 	assert.Equal(t, map[string]string{"app": "agent"}, got.Labels)
 	assert.True(t, allReady([]*corev1.Pod{got}, SpiffeHelper))
+	assert.Equal(t, "10.0.0.7", got.Status.PodIP)
 }

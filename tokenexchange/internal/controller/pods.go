@@ -85,8 +85,9 @@ func (r *Reconciler) pods(ctx context.Context, namespace string, selector labels
 }
 
 type podSummary struct {
-	configured int32
-	identity   *v1alpha1.IdentityStatus
+	// pods are the running pods that mount the ConfigMap.
+	pods     []*corev1.Pod
+	identity *v1alpha1.IdentityStatus
 }
 
 // summarizePods counts the running pods that mount ConfigMap cmName as the injected
@@ -106,7 +107,7 @@ func summarizePods(pods []corev1.Pod, cmName string) podSummary {
 		id.InboundProxyReady = allReady(configured, AuthProxy)
 		id.OutboundProxyReady = allReady(configured, EnvoyProxy)
 	}
-	return podSummary{configured: int32(len(configured)), identity: id}
+	return podSummary{pods: configured, identity: id}
 }
 
 func mountsTokenExchange(p *corev1.Pod, cmName string) bool {
@@ -138,9 +139,10 @@ func containerReady(statuses []corev1.ContainerStatus, name string) bool {
 	return false
 }
 
-// TrimPod is the cache transform for pods: it keeps only what summarizePods and the selector
-// match read (labels, volumes of ConfigMaps, phase, container readiness), which cuts the memory
-// of the pod cache by an order of magnitude on real pods.
+// TrimPod is the cache transform for pods: it keeps only what summarizePods, the status prober
+// and the selector match read (labels, volumes of ConfigMaps, container names, phase, pod IP,
+// container readiness), which cuts the memory of the pod cache by an order of magnitude on real
+// pods.
 func TrimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -149,8 +151,10 @@ func TrimPod(obj any) (any, error) {
 	trimmed := &corev1.Pod{
 		TypeMeta:   p.TypeMeta,
 		ObjectMeta: metav1ObjectMeta(p),
+		Spec:       corev1.PodSpec{InitContainers: containerNames(p.Spec.InitContainers), Containers: containerNames(p.Spec.Containers)},
 		Status: corev1.PodStatus{
 			Phase:                 p.Status.Phase,
+			PodIP:                 p.Status.PodIP,
 			InitContainerStatuses: trimStatuses(p.Status.InitContainerStatuses),
 			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses),
 		},
@@ -162,6 +166,17 @@ func TrimPod(obj any) (any, error) {
 		}
 	}
 	return trimmed, nil
+}
+
+func containerNames(in []corev1.Container) []corev1.Container {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(in))
+	for i, c := range in {
+		out[i] = corev1.Container{Name: c.Name}
+	}
+	return out
 }
 
 func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {

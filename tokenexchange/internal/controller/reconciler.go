@@ -41,6 +41,8 @@ type Reconciler struct {
 	Applier   *configmap.Applier
 	Recorder  events.EventRecorder
 	Selectors *SelectorIndex
+	// Pods reads which configuration the pods' identity sidecars run (propagation.go).
+	Pods *PodStatusProber
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=tokenexchanges,verbs=get;list;watch
@@ -58,6 +60,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, te); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Selectors.Forget(req.NamespacedName)
+			r.Pods.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil // the ConfigMap goes with it (owner reference)
 		}
 		return ctrl.Result{}, err
@@ -67,6 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	st := newStatus(te)
 	result, err := r.reconcile(ctx, te, st)
+	st.dropUnset(propagationConditions...) // they describe pods only when the ConfigMap is in effect
 	if c := meta.FindStatusCondition(st.s.Conditions, v1alpha1.ConditionReady); c != nil {
 		log.FromContext(ctx).V(1).Info("reconciled", "phase", st.s.Phase, "reason", c.Reason, "generation", te.Generation)
 	}
@@ -150,18 +154,21 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		return ctrl.Result{}, err
 	}
 	ps := summarizePods(pods, desired.Name)
-	st.s.ConfiguredPods = ps.configured
 	st.s.IdentityStatus = ps.identity
+	prop := r.Pods.Probe(ctx, client.ObjectKeyFromObject(te), ps.pods, configmap.ContentHash(desired))
+	retry := st.setPropagation(prop, desired.Name,
+		fmt.Sprintf("kubectl rollout restart %s/%s (or delete the pods)", strings.ToLower(w.Kind()), w.Name()))
 
 	if _, injected := tmpl.Annotations[InjectionStatusAnnotation]; !injected {
 		msg := fmt.Sprintf("%s %s has no %s annotation on its pod template: label it kagenti.io/inject=enabled in a namespace labelled kagenti.io/injection=enabled; ConfigMap %s is written and takes effect once the identity sidecars are injected",
 			w.Kind(), w.Name(), InjectionStatusAnnotation, desired.Name)
 		st.notReady(v1alpha1.PhasePending, v1alpha1.ReasonNotInjected, msg)
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: retry}, nil
 	}
-	msg := fmt.Sprintf("Identity infrastructure configured: %d running pod(s) of %s %s use ConfigMap %s", ps.configured, w.Kind(), w.Name(), desired.Name)
+	msg := fmt.Sprintf("Identity infrastructure configured: %d of %d running pod(s) of %s %s run the current content of ConfigMap %s",
+		len(prop.Current), prop.Pods, w.Kind(), w.Name(), desired.Name)
 	st.ready(msg)
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: retry}, nil
 }
 
 // winner returns the TokenExchange that configures te's target when it is not te: the oldest one
@@ -228,12 +235,17 @@ func (r *Reconciler) notOwned(ctx context.Context, desired *corev1.ConfigMap, er
 type status struct {
 	s          v1alpha1.TokenExchangeStatus
 	generation int64
+	setTypes   map[string]bool // the conditions this reconcile set
 }
 
-var ownConditions = []string{v1alpha1.ConditionReady, v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady}
+var ownConditions = []string{v1alpha1.ConditionReady, v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady,
+	v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}
+
+// propagationConditions are set only when the reconcile reached the pods.
+var propagationConditions = []string{v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}
 
 func newStatus(te *v1alpha1.TokenExchange) *status {
-	st := &status{generation: te.Generation}
+	st := &status{generation: te.Generation, setTypes: map[string]bool{}}
 	st.s.ObservedGeneration = te.Generation
 	for _, c := range te.Status.Conditions {
 		for _, own := range ownConditions {
@@ -253,6 +265,16 @@ func (st *status) set(condType string, ok bool, reason, msg string) {
 	meta.SetStatusCondition(&st.s.Conditions, metav1.Condition{
 		Type: condType, Status: s, Reason: reason, Message: truncate(msg), ObservedGeneration: st.generation,
 	})
+	st.setTypes[condType] = true
+}
+
+// dropUnset removes the conditions of these types that this reconcile did not set (stale ones).
+func (st *status) dropUnset(types ...string) {
+	for _, t := range types {
+		if !st.setTypes[t] {
+			meta.RemoveStatusCondition(&st.s.Conditions, t)
+		}
+	}
 }
 
 func (st *status) notReady(phase, reason, msg string) {

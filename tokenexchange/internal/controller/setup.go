@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,9 @@ type Options struct {
 	Webhook *webhook.Options
 	// MaxConcurrentReconciles is the number of TokenExchanges reconciled in parallel.
 	MaxConcurrentReconciles int
+	// PodStatusClient reads the identity sidecars' /status from the pod IPs (propagation.go);
+	// nil: NewPodStatusClient.
+	PodStatusClient *http.Client
 }
 
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.
@@ -46,6 +50,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Applier:   &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Recorder:  mgr.GetEventRecorder(Name),
 		Selectors: NewSelectorIndex(),
+		Pods:      NewPodStatusProber(opts.PodStatusClient),
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -103,7 +104,9 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)
 		return 1
 	}
-	if err := controller.Setup(mgr, controller.Options{Webhook: &txwebhook.Options{CertDir: wo.LocalServingCertDir}}); err != nil {
+	statusClient := controller.NewPodStatusClient()
+	statusClient.Transport.(*http.Transport).DialContext = podNetwork.dial
+	if err := controller.Setup(mgr, controller.Options{Webhook: &txwebhook.Options{CertDir: wo.LocalServingCertDir}, PodStatusClient: statusClient}); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
 	}

@@ -328,11 +328,13 @@ func TestPodStatus(t *testing.T) {
 	must(t, k8s.Create(ctx, old))
 	setPodStatus(t, old, nil, nil)
 
-	eventually(t, "2 configured pods, all sidecars ready", func(ctx context.Context) (bool, string) {
+	// These pods have no IP (no role answers /status): they mount the ConfigMap (pods) but are
+	// not known to run it (configuredPods, propagation_test.go).
+	eventually(t, "2 pods, all sidecars ready", func(ctx context.Context) (bool, string) {
 		te := getTX(ctx, t, ns, "tx")
 		id := te.Status.IdentityStatus
-		return te.Status.ConfiguredPods == 2 && id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
-			fmt.Sprintf("%d pods, %+v", te.Status.ConfiguredPods, id)
+		return te.Status.Pods == 2 && id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
+			fmt.Sprintf("%d pods, %+v", te.Status.Pods, id)
 	})
 
 	// envoy-proxy stops being ready in one pod.
@@ -344,9 +346,9 @@ func TestPodStatus(t *testing.T) {
 	})
 
 	must(t, k8s.Delete(ctx, pods[0], client.GracePeriodSeconds(0)))
-	eventually(t, "1 configured pod", func(ctx context.Context) (bool, string) {
+	eventually(t, "1 pod", func(ctx context.Context) (bool, string) {
 		te := getTX(ctx, t, ns, "tx")
-		return te.Status.ConfiguredPods == 1, fmt.Sprintf("%d", te.Status.ConfiguredPods)
+		return te.Status.Pods == 1, fmt.Sprintf("%d", te.Status.Pods)
 	})
 }
 

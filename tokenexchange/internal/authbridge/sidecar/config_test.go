@@ -99,7 +99,8 @@ func TestConfigFollowsConfigMapUpdates(t *testing.T) {
 	waitFor(t, "the second ConfigMap content", func() bool {
 		return cfg.Current().Config.Outbound.TokenExchange.DefaultTarget.Audience == "second"
 	})
-	assert.EqualValues(t, 2, changes.Load())
+	// Subscribers run after the new snapshot is visible: wait for the notification, not the value.
+	waitFor(t, "two change notifications", func() bool { return changes.Load() == 2 })
 	assert.NoError(t, cfg.Err())
 }
 
