@@ -47,14 +47,14 @@ func (r *CardReconciler) podSelector(ctx context.Context, c *v1alpha1.AgentCard)
 		return sel, nil
 	}
 	if c.Spec.Selector == nil {
-		return nil, &selectorError{reason: "InvalidSelector", message: "spec.selector or spec.targetRef is required"}
+		return nil, &selectorError{reason: v1alpha1.ReasonInvalidSelector, message: "spec.selector or spec.targetRef is required"}
 	}
 	sel, err := metav1.LabelSelectorAsSelector(c.Spec.Selector)
 	if err != nil {
-		return nil, &selectorError{reason: "InvalidSelector", message: fmt.Sprintf("spec.selector: %v", err)}
+		return nil, &selectorError{reason: v1alpha1.ReasonInvalidSelector, message: fmt.Sprintf("spec.selector: %v", err)}
 	}
 	if sel.Empty() {
-		return nil, &selectorError{reason: "InvalidSelector", message: "spec.selector must not be empty (it would select every pod in the namespace)"}
+		return nil, &selectorError{reason: v1alpha1.ReasonInvalidSelector, message: "spec.selector must not be empty (it would select every pod in the namespace)"}
 	}
 	return sel, nil
 }

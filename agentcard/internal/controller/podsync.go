@@ -126,7 +126,7 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		if errors.As(err, &fe) {
 			st.url = fe.URL
 		}
-		reason := "FetchFailed"
+		reason := v1alpha1.ReasonFetchFailed
 		if fetch.KindOf(err) == "TooLarge" {
 			reason = v1alpha1.ReasonCardTooLarge
 		}
@@ -142,14 +142,14 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		c, perr := card.Parse(resp.Body)
 		if perr != nil {
 			metrics.ObserveFetch("Invalid", time.Since(start))
-			r.fail(st, v1alpha1.FetchInvalid, "InvalidCard", "invalid agent card: "+perr.Error())
+			r.fail(st, v1alpha1.FetchInvalid, v1alpha1.ReasonInvalidCard, "invalid agent card: "+perr.Error())
 			return
 		}
 		// The bytes the status write will carry: numbers as served (the parser keeps them as
 		// json.Number), <, > and & escaped as the API server will receive and store them.
 		encoded, err := json.Marshal(c.Object)
 		if err != nil {
-			r.fail(st, v1alpha1.FetchInvalid, "InvalidCard", "invalid agent card: "+err.Error())
+			r.fail(st, v1alpha1.FetchInvalid, v1alpha1.ReasonInvalidCard, "invalid agent card: "+err.Error())
 			return
 		}
 		if len(encoded) > MaxStatusCardBytes {

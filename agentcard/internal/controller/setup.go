@@ -97,11 +97,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	metrics.SetBundleClock(trust.LoadedAt)
 	verified := newVerifiedPods()
 	r := &CardReconciler{
-		Client:           mgr.GetClient(),
-		Resolver:         duck.NewManagerResolver(mgr),
-		Fetcher:          fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
-		Trust:            trust,
-		Recorder:         mgr.GetEventRecorder(FieldManager),
+		Client:   mgr.GetClient(),
+		Resolver: duck.NewManagerResolver(mgr),
+		Fetcher:  fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
+		Trust:    trust,
+		Status: &duck.StatusApplier{
+			Client: mgr.GetClient(), FieldOwner: FieldManager, Recorder: mgr.GetEventRecorder(FieldManager),
+			Conditions: cardConditions,
+		},
 		Verified:         verified,
 		Identities:       signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities},
 		RequireSignature: opts.RequireSignature,

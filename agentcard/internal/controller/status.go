@@ -15,13 +15,18 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
-// ownConditions are the condition types this controller writes; others (netpol's) are left alone.
-var ownConditions = []string{
-	v1alpha1.ConditionReady, v1alpha1.ConditionSynced, v1alpha1.ConditionSignatureVerified,
+// cardConditions are agentcard's own condition types besides Ready, Reconciling and Stalled (which
+// the StatusApplier owns for every pillar); others (netpol's NetworkPolicyReady) are left alone.
+var cardConditions = []string{
+	v1alpha1.ConditionSynced, v1alpha1.ConditionSignatureVerified,
 	v1alpha1.ConditionBound, v1alpha1.ConditionVerified, v1alpha1.ConditionCardConsistent,
 }
+
+// ownConditions are every condition type this controller writes.
+var ownConditions = append([]string{duck.ConditionReady, duck.ConditionReconciling, duck.ConditionStalled}, cardConditions...)
 
 // Bounds of the text written to status, in JSON-encoded bytes (what the API server receives).
 const (
@@ -41,11 +46,10 @@ type servedPod struct {
 // their lastTransitionTime from old when their status does not change.
 func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError, requireSig bool, now time.Time) v1alpha1.AgentCardStatus {
 	old := c.Status
-	st := v1alpha1.AgentCardStatus{ObservedGeneration: c.Generation, DiscoveredPods: int32(len(pods))}
+	st := v1alpha1.AgentCardStatus{DiscoveredPods: int32(len(pods))}
 	st.Conditions = append([]metav1.Condition(nil), old.Conditions...)
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
-	}
+	st.Observe(c.Generation)
+	set := st.Set
 	// Without a card there is nothing to verify: the verdict is negative, for the same reason Ready gives.
 	unknownCardConds := func(reason, msg string) {
 		set(v1alpha1.ConditionSignatureVerified, metav1.ConditionUnknown, reason, msg)
@@ -56,10 +60,13 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 
 	if selErr != nil {
 		st.Phase = v1alpha1.PhaseError
-		if selErr.reason == "TargetNotFound" {
+		if selErr.reason == duck.ReasonTargetNotFound {
+			// The workload may be created after its card; its creation re-queues the card.
 			st.Phase = v1alpha1.PhasePending
+			st.MarkReconciling(selErr.reason, selErr.message)
+		} else {
+			st.MarkStalled(selErr.reason, selErr.message)
 		}
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, selErr.reason, selErr.message)
 		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, selErr.reason, selErr.message)
 		unknownCardConds(selErr.reason, "no pods to fetch from")
 		return st
@@ -90,24 +97,25 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 	// Synced: every ready pod answered with a valid card.
 	switch {
 	case len(pods) == 0:
-		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, "NoReadyPods", "no ready pod with an IP is selected")
+		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, v1alpha1.ReasonNoReadyPods, "no ready pod with an IP is selected")
 	case len(failed) > 0:
 		set(v1alpha1.ConditionSynced, metav1.ConditionFalse, failureReason(failed), podErrors(failed))
 	default:
-		set(v1alpha1.ConditionSynced, metav1.ConditionTrue, "Fetched", fmt.Sprintf("fetched the card from %d pod(s)", len(pods)))
+		set(v1alpha1.ConditionSynced, metav1.ConditionTrue, v1alpha1.ReasonFetched, fmt.Sprintf("fetched the card from %d pod(s)", len(pods)))
 	}
 
 	if len(withCard) == 0 {
 		st.Phase = v1alpha1.PhasePending
-		reason, msg := "NoReadyPods", "no ready pod with an IP is selected"
+		reason, msg := v1alpha1.ReasonNoReadyPods, "no ready pod with an IP is selected"
 		if len(pods) > 0 {
 			st.Phase = v1alpha1.PhaseError
-			reason, msg = "NoValidCard", podErrors(failed)
-			if r := failureReason(failed); r == v1alpha1.ReasonCardTooLarge {
-				reason = r
-			}
+			reason, msg = noCardReason(failed), podErrors(failed)
 		}
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+		if reason == v1alpha1.ReasonNoReadyPods || reason == v1alpha1.ReasonNoValidCard {
+			st.MarkReconciling(reason, msg)
+		} else {
+			st.MarkStalled(reason, msg)
+		}
 		unknownCardConds(reason, "no card fetched")
 		return st
 	}
@@ -141,26 +149,26 @@ func buildStatus(c *v1alpha1.AgentCard, pods []servedPod, selErr *selectorError,
 	}
 	if len(differ) > 0 {
 		sort.Strings(differ)
-		set(v1alpha1.ConditionCardConsistent, metav1.ConditionFalse, "CardsDiffer",
+		set(v1alpha1.ConditionCardConsistent, metav1.ConditionFalse, v1alpha1.ReasonCardsDiffer,
 			fmt.Sprintf("pods %s serve a different card than the newest pod %s, whose card is shown", strings.Join(differ, ", "), withCard[0].pod.Name))
 	} else {
-		set(v1alpha1.ConditionCardConsistent, metav1.ConditionTrue, "Consistent", fmt.Sprintf("%d pod(s) serve the same card", len(withCard)))
+		set(v1alpha1.ConditionCardConsistent, metav1.ConditionTrue, v1alpha1.ReasonConsistent, fmt.Sprintf("%d pod(s) serve the same card", len(withCard)))
 	}
 
 	switch {
 	case requireSig && !v.Verified:
 		st.Phase = v1alpha1.PhaseError
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "SignatureRequired", cutEncoded("a verified signature is required: "+v.Message, maxMessageBytes))
+		st.MarkStalled(v1alpha1.ReasonSignatureRequired, cutEncoded("a verified signature is required: "+v.Message, maxMessageBytes))
 	case requireSig && !b.Bound:
 		st.Phase = v1alpha1.PhaseError
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "IdentityNotBound", cutEncoded("the signer must be the workload's identity: "+b.Message, maxMessageBytes))
+		st.MarkStalled(v1alpha1.ReasonIdentityNotBound, cutEncoded("the signer must be the workload's identity: "+b.Message, maxMessageBytes))
 	default:
 		st.Phase = v1alpha1.PhaseActive
 		msg := cutEncoded(fmt.Sprintf("card %q version %q available", chosen.card.name, chosen.card.version), maxMessageBytes)
 		if !requireSig {
 			msg += " (signature not required)"
 		}
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "CardAvailable", msg)
+		st.MarkReady(v1alpha1.ReasonCardAvailable, msg)
 	}
 	return st
 }
@@ -184,7 +192,20 @@ func failureReason(failed []servedPod) string {
 	if r := failed[0].state.reason; r != "" {
 		return r
 	}
-	return "FetchFailed"
+	return v1alpha1.ReasonFetchFailed
+}
+
+// noCardReason is Ready's reason when ready pods are selected and none has a valid card: the
+// first failed pod's when every pod answered with a card that cannot be used (InvalidCard,
+// CardTooLarge: Stalled until the agent serves another), NoValidCard when a pod could not be
+// fetched (retried: Reconciling).
+func noCardReason(failed []servedPod) string {
+	for _, sp := range failed {
+		if r := sp.state.reason; r != v1alpha1.ReasonInvalidCard && r != v1alpha1.ReasonCardTooLarge {
+			return v1alpha1.ReasonNoValidCard
+		}
+	}
+	return failureReason(failed)
 }
 
 func samePodEntry(a, b v1alpha1.PodCard) bool {
@@ -276,17 +297,16 @@ func isVerified(st v1alpha1.AgentCardStatus) bool {
 // any API server that accepts status writes at all.
 func failClosedStatus(c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) v1alpha1.AgentCardStatus {
 	st := v1alpha1.AgentCardStatus{
-		ObservedGeneration: c.Generation,
-		Phase:              v1alpha1.PhaseError,
-		DiscoveredPods:     desired.DiscoveredPods,
-		SyncErrors:         desired.SyncErrors,
-		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
+		Phase:          v1alpha1.PhaseError,
+		DiscoveredPods: desired.DiscoveredPods,
+		SyncErrors:     desired.SyncErrors,
 	}
+	st.Conditions = append([]metav1.Condition(nil), c.Status.Conditions...)
+	st.Observe(c.Generation)
 	msg := cutEncoded("the API server refused the AgentCard status ("+writeErr.Error()+"); the previous verdict is withdrawn until a status can be written", maxMessageBytes)
-	set := func(t string, s metav1.ConditionStatus) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: v1alpha1.ReasonStatusWriteFailed, Message: msg, ObservedGeneration: c.Generation})
-	}
-	set(v1alpha1.ConditionReady, metav1.ConditionFalse)
+	set := func(t string, s metav1.ConditionStatus) { st.Set(t, s, v1alpha1.ReasonStatusWriteFailed, msg) }
+	// The sync is retried with backoff: in progress, not stalled.
+	st.MarkReconciling(v1alpha1.ReasonStatusWriteFailed, msg)
 	set(v1alpha1.ConditionVerified, metav1.ConditionFalse)
 	for _, t := range []string{v1alpha1.ConditionSynced, v1alpha1.ConditionSignatureVerified, v1alpha1.ConditionBound, v1alpha1.ConditionCardConsistent} {
 		set(t, metav1.ConditionUnknown)

@@ -17,6 +17,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/card"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 func served(t *testing.T, name string, created time.Time, version string, verified bool) servedPod {
@@ -107,13 +108,27 @@ func TestFailClosedStatusWithdrawsTheVerdict(t *testing.T) {
 	assert.Nil(t, st.Card)
 	assert.Nil(t, st.Signature)
 	assert.Equal(t, v1alpha1.PhaseError, st.Phase)
-	for _, typ := range ownConditions {
+	for _, typ := range append([]string{v1alpha1.ConditionReady, duck.ConditionReconciling}, cardConditions...) {
+		if typ == duck.ConditionReconciling {
+			// The write is retried with backoff: in progress (kstatus InProgress), not stalled.
+			assert.Equal(t, "True/"+v1alpha1.ReasonStatusWriteFailed, condString(st, typ))
+			continue
+		}
 		cond := meta.FindStatusCondition(st.Conditions, typ)
 		require.NotNil(t, cond, typ)
 		assert.Equal(t, v1alpha1.ReasonStatusWriteFailed, cond.Reason, typ)
 		assert.NotEqual(t, metav1.ConditionTrue, cond.Status, typ)
 	}
+	assert.Nil(t, st.Condition(duck.ConditionStalled))
 	assert.Contains(t, meta.FindStatusCondition(st.Conditions, "Verified").Message, "request entity too large")
+}
+
+func condString(st v1alpha1.AgentCardStatus, typ string) string {
+	c := st.Condition(typ)
+	if c == nil {
+		return "<none>"
+	}
+	return string(c.Status) + "/" + c.Reason
 }
 
 // Messages in status are bounded by their JSON-encoded size, as the API server counts them.
