@@ -19,6 +19,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
 )
@@ -152,7 +153,7 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	defer r.stateFor(req.NamespacedName).releaseTransient()
 
 	r.revokeLabels(ctx, req.NamespacedName, served, selected)
-	desired := buildStatus(&c, served, selErr, requireSig, time.Now())
+	desired := resources.BuildStatus(&c, results(served), selErr, requireSig, time.Now())
 	if err := r.applyStatus(ctx, &c, desired); err != nil {
 		return ctrl.Result{}, r.failClosed(ctx, &c, desired, err)
 	}
@@ -162,10 +163,10 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 // syncSelected resolves the card's pods and syncs the serving ones. It returns their results, the
 // names of every selected pod (serving or not), and the selector problem a user must fix, if any.
-func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *selectorError, error) {
+func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *resources.SelectorError, error) {
 	key := client.ObjectKeyFromObject(c)
 	sel, err := r.podSelector(ctx, c)
-	var selErr *selectorError
+	var selErr *resources.SelectorError
 	if errors.As(err, &selErr) {
 		r.rememberSelector(key, nil)
 		r.stateFor(key).reset(r.cards)
@@ -256,7 +257,7 @@ func (cs *cardState) releaseTransient() {
 // (statusEqual: timestamps that only move with something else, and the card body, whose hash is
 // compared, do not count). lastSyncTime says when it was written.
 func (r *CardReconciler) applyStatus(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus) error {
-	if statusEqual(c.Status, desired) {
+	if resources.StatusEqual(c.Status, desired) {
 		metrics.ObserveStatusWrite("unchanged")
 		return nil
 	}
@@ -283,10 +284,10 @@ func withStatus(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) *v1alpha1.Ag
 // labelled false before the write. writeErr is returned either way, so the sync is retried with
 // backoff.
 func (r *CardReconciler) failClosed(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) error {
-	if !isVerified(c.Status) || isVerified(desired) {
+	if !resources.IsVerified(c.Status) || resources.IsVerified(desired) {
 		return writeErr
 	}
-	if err := r.Status.Apply(ctx, c, withStatus(c, failClosedStatus(c, desired, writeErr))); err != nil {
+	if err := r.Status.Apply(ctx, c, withStatus(c, resources.FailClosedStatus(c, desired, writeErr))); err != nil {
 		return errors.Join(writeErr, fmt.Errorf("withdrawing the previous verdict: %w", err))
 	}
 	metrics.ObserveStatusWrite("withdrawn")

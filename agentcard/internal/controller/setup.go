@@ -24,6 +24,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
 )
@@ -103,7 +104,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Trust:    trust,
 		Status: &duck.StatusApplier{
 			Client: mgr.GetClient(), FieldOwner: FieldManager, Recorder: mgr.GetEventRecorder(FieldManager),
-			Conditions: cardConditions,
+			Conditions: resources.CardConditions,
 		},
 		Verified:         verified,
 		Identities:       signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities},
