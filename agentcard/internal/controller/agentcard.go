@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
@@ -158,8 +159,14 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, r.failClosed(ctx, &c, desired, err)
 	}
 	r.grantLabels(ctx, req.NamespacedName, served)
-	return ctrl.Result{RequeueAfter: jitter(period)}, nil
+	priority := periodicSyncPriority
+	return ctrl.Result{RequeueAfter: jitter(period), Priority: &priority}, nil
 }
+
+// periodicSyncPriority is the queue priority of the periodic re-sync: below every event, including
+// the initial list's (handler.LowPriority), so that at start-up and under churn the first sync of
+// a card and a change to it are not queued behind re-syncs that most often find nothing new.
+const periodicSyncPriority = handler.LowPriority - 1
 
 // syncSelected resolves the card's pods and syncs the serving ones. It returns their results, the
 // names of every selected pod (serving or not), and the selector problem a user must fix, if any.
