@@ -41,7 +41,7 @@ agentcard_pre_start() {
 agentcard_post_start() {
   local parent
   parent="$(<"${LOCAL}/pids/agentcard.pid")"
-  nohup "${BIN}/kagenti-agentcard" serve-sample-card \
+  nohup "${BIN}/kagenti-agentcard" serve-sample-card --card "${ROOT}/hack/local/weather-agent-card.json" \
     --kubeconfig "${KUBECONFIG}" --namespace agents --selector app=weather-agent --port 8081 \
     --ca-cert "${AGENTCARD_DIR}/ca.crt" --ca-key "${AGENTCARD_DIR}/ca.key" \
     --spiffe-id spiffe://cluster.local/ns/agents/sa/weather-agent \

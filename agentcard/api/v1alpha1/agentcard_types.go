@@ -14,11 +14,12 @@ const (
 	PhaseError   = "Error"
 )
 
-// Condition types of an AgentCard. netpol owns NetworkPolicyReady on the same list.
+// Condition types of an AgentCard: Ready (with Reconciling and Stalled, see duck.Status) is the
+// summary; the others are agentcard's own. netpol owns NetworkPolicyReady on the same list.
 const (
 	// ConditionReady: a card is available and meets this AgentCard's requirements (signature and
 	// identity binding when required).
-	ConditionReady = "Ready"
+	ConditionReady = duck.ConditionReady
 	// ConditionSynced: every ready pod was fetched in the last sync.
 	ConditionSynced = "Synced"
 	// ConditionSignatureVerified: the card carries a valid signature chaining to the trust bundle.
@@ -34,16 +35,54 @@ const (
 	ConditionVerified = "Verified"
 )
 
-// Condition reasons this controller adds to those of the signature and binding results.
+// Reasons of the Ready condition, and of Reconciling or Stalled next to it. Each is either
+// Reconciling (the AgentCard gets there by itself: kstatus InProgress, Argo CD Progressing) or
+// Stalled (nothing changes until someone changes the AgentCard, its workload or the card the pods
+// serve: kstatus Failed, Argo CD Degraded). Target resolution adds duck.ReasonTargetNotFound
+// (Reconciling: the workload may be created after the card, and its creation re-queues it),
+// duck.ReasonUnsupportedKind and duck.ReasonInvalidTargetRef (Stalled).
+const (
+	// ReasonCardAvailable: Ready=True; a card is available and meets the AgentCard's requirements.
+	ReasonCardAvailable = "CardAvailable"
+	// ReasonNoReadyPods (Reconciling): no ready pod with an IP is selected (yet).
+	ReasonNoReadyPods = "NoReadyPods"
+	// ReasonNoValidCard (Reconciling): ready pods are selected and none answered with a valid card,
+	// at least one because it could not be fetched (unreachable, an HTTP error): retried.
+	ReasonNoValidCard = "NoValidCard"
+	// ReasonInvalidCard (Stalled): every ready pod answered, and with a document that is not a
+	// valid A2A agent card; the entries name the offending field.
+	ReasonInvalidCard = "InvalidCard"
+	// ReasonCardTooLarge (Stalled): a pod's card does not fit in the status (MaxStatusCardBytes once
+	// JSON-encoded) or its answer exceeds the fetcher's bounds. Also a Synced and Verified reason.
+	ReasonCardTooLarge = "CardTooLarge"
+	// ReasonSignatureRequired (Stalled): a signature is required and the card has no valid one
+	// chaining to the trust bundle; SignatureVerified says why.
+	ReasonSignatureRequired = "SignatureRequired"
+	// ReasonIdentityNotBound (Stalled): a signature is required and its signer is not the identity
+	// the card may claim (a mismatch, or an identityBinding the controller does not allow); Bound
+	// says why.
+	ReasonIdentityNotBound = "IdentityNotBound"
+	// ReasonInvalidSelector (Stalled): spec.selector is missing, empty or does not parse.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonStatusWriteFailed (Reconciling): the API server refused the status; a minimal status
+	// withdrew the previous verdict and the sync is retried with backoff. Also a Verified reason.
+	ReasonStatusWriteFailed = "StatusWriteFailed"
+)
+
+// Reasons of the other conditions; SignatureVerified and Bound (and Verified, which repeats the
+// first cause) carry the verifier's reasons (NoSignature, UntrustedCertificateChain,
+// IdentityMismatch, IdentityNotAllowed, ...; docs/agentcard.md lists them).
 const (
 	// ReasonVerified: the Verified condition is True.
 	ReasonVerified = "Verified"
-	// ReasonCardTooLarge: a pod's card does not fit in the status (MaxStatusCardBytes once
-	// JSON-encoded) or its answer exceeds the fetcher's bounds.
-	ReasonCardTooLarge = "CardTooLarge"
-	// ReasonStatusWriteFailed: the API server refused the status; a minimal status withdrew the
-	// previous verdict.
-	ReasonStatusWriteFailed = "StatusWriteFailed"
+	// ReasonFetched (Synced=True): every ready pod answered with a valid card.
+	ReasonFetched = "Fetched"
+	// ReasonFetchFailed (Synced=False): a pod could not be fetched (unreachable, an HTTP error).
+	ReasonFetchFailed = "FetchFailed"
+	// ReasonConsistent (CardConsistent=True): every ready pod serves the same card.
+	ReasonConsistent = "Consistent"
+	// ReasonCardsDiffer (CardConsistent=False): the pods serve different cards (a rollout).
+	ReasonCardsDiffer = "CardsDiffer"
 )
 
 // Fetch results of one pod.
@@ -161,9 +200,10 @@ type IdentityBinding struct {
 
 // AgentCardStatus is what the controller found on the pods.
 type AgentCardStatus struct {
-	// ObservedGeneration is the spec generation this status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// observedGeneration and conditions: Ready (the summary), Reconciling or Stalled (present only
+	// while True), Synced, SignatureVerified, Bound, Verified, CardConsistent, and netpol's
+	// NetworkPolicyReady.
+	duck.Status `json:",inline"`
 	// Phase is Pending (nothing fetched yet), Active (a card is cached) or Error.
 	// +optional
 	// +kubebuilder:validation:Enum=Pending;Active;Error
@@ -197,11 +237,6 @@ type AgentCardStatus struct {
 	// Binding is the identity binding result of Card.
 	// +optional
 	Binding *BindingStatus `json:"binding,omitempty"`
-	// Conditions: Ready, Synced, SignatureVerified, Bound, Verified, CardConsistent (and NetworkPolicyReady from netpol).
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // PodCard is the last fetch from one pod.
@@ -283,9 +318,15 @@ type AgentCard struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   AgentCardSpec   `json:"spec"`
+	Spec AgentCardSpec `json:"spec"`
+	// Status defaults to observedGeneration 0, so that tools read an AgentCard the controller has
+	// not synced yet as in progress.
+	// +kubebuilder:default={observedGeneration:0}
 	Status AgentCardStatus `json:"status,omitempty"`
 }
+
+// GetStatus returns the status model shared by every Kagenti resource.
+func (c *AgentCard) GetStatus() *duck.Status { return &c.Status.Status }
 
 // GetTargetRef makes AgentCard a duck.Referrer; nil in selector mode.
 func (c *AgentCard) GetTargetRef() *duck.TargetRef { return c.Spec.TargetRef }

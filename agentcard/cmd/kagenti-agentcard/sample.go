@@ -19,7 +19,6 @@ import (
 
 	"github.com/kagenti/platform/agentcard/internal/devca"
 	"github.com/kagenti/platform/agentcard/internal/signature"
-	"github.com/kagenti/platform/agentcard/internal/testcards"
 )
 
 type sampleServer struct {
@@ -27,7 +26,7 @@ type sampleServer struct {
 	kubeconfig, namespace, selector string
 	port, parentPID                 int
 	caCert, caKey, spiffeID         string
-	cardPath, version               string
+	cardPath                        string
 	servers                         map[string]*http.Server
 	handler                         http.Handler
 }
@@ -36,12 +35,12 @@ func (o *sampleServer) run() error {
 	if len(o.listen) == 0 && o.selector == "" {
 		return fmt.Errorf("give --listen addresses or a pod --selector")
 	}
-	raw := testcards.Weather(o.version)
-	if o.cardPath != "" {
-		var err error
-		if raw, err = os.ReadFile(o.cardPath); err != nil {
-			return err
-		}
+	if o.cardPath == "" {
+		return fmt.Errorf("give the --card to serve (the local cluster's is hack/local/weather-agent-card.json)")
+	}
+	raw, err := os.ReadFile(o.cardPath)
+	if err != nil {
+		return err
 	}
 	if o.caCert != "" {
 		ca, err := devca.LoadCA(o.caCert, o.caKey)

@@ -122,9 +122,9 @@ func newDevSVIDCommand() *cobra.Command {
 func newServeSampleCardCommand() *cobra.Command {
 	var o sampleServer
 	cmd := &cobra.Command{
-		Use:   "serve-sample-card --listen 127.1.0.1:8081 | --kubeconfig K --namespace agents --selector app=weather-agent",
+		Use:   "serve-sample-card --card card.json --listen 127.1.0.1:8081 | --kubeconfig K --namespace agents --selector app=weather-agent",
 		Short: "Serve a signed agent card (with ETag) for pods: the local cluster's stand-in for an agent's card endpoint",
-		Long: `Serves the weather-agent sample card (or --card), signed with a fresh SVID from the dev CA, on
+		Long: `Serves --card, signed with a fresh SVID from the dev CA, on
 fixed --listen addresses or on the IP of every running pod matching --selector (local cluster pods
 have loopback IPs). Exits when --parent-pid ends, so stopping the controller stops it too.`,
 		Args: cobra.NoArgs,
@@ -140,7 +140,7 @@ have loopback IPs). Exits when --parent-pid ends, so stopping the controller sto
 	f.StringVar(&o.caCert, "ca-cert", "", "dev CA certificate; with --ca-key the card is signed by a fresh SVID for --spiffe-id")
 	f.StringVar(&o.caKey, "ca-key", "", "dev CA key")
 	f.StringVar(&o.spiffeID, "spiffe-id", "spiffe://cluster.local/ns/agents/sa/weather-agent", "SPIFFE ID of the signing SVID")
-	f.StringVar(&o.cardPath, "card", "", "card file (default: the weather-agent sample card)")
-	f.StringVar(&o.version, "card-version", "1.0.0", "version of the default sample card")
+	f.StringVar(&o.cardPath, "card", "", "agent card JSON file to serve (required)")
+	_ = cmd.MarkFlagRequired("card")
 	return cmd
 }

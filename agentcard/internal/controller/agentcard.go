@@ -10,19 +10,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
 )
@@ -46,7 +44,9 @@ type CardReconciler struct {
 	Resolver *duck.Resolver
 	Fetcher  *fetch.Fetcher
 	Trust    *TrustStore
-	Recorder events.EventRecorder
+	// Status writes the status through the shared model: only agentcard's conditions, an Event
+	// when Ready changes.
+	Status *duck.StatusApplier
 	// Verified remembers the pods labelled verified (shared with the LabelGuard).
 	Verified *verifiedPods
 	// Identities says which identities an AgentCard may bind.
@@ -154,20 +154,26 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	defer r.stateFor(req.NamespacedName).releaseTransient()
 
 	r.revokeLabels(ctx, req.NamespacedName, served, selected)
-	desired := buildStatus(&c, served, selErr, requireSig, time.Now())
+	desired := resources.BuildStatus(&c, results(served), selErr, requireSig, time.Now())
 	if err := r.applyStatus(ctx, &c, desired); err != nil {
 		return ctrl.Result{}, r.failClosed(ctx, &c, desired, err)
 	}
 	r.grantLabels(ctx, req.NamespacedName, served)
-	return ctrl.Result{RequeueAfter: jitter(period)}, nil
+	priority := periodicSyncPriority
+	return ctrl.Result{RequeueAfter: jitter(period), Priority: &priority}, nil
 }
+
+// periodicSyncPriority is the queue priority of the periodic re-sync: below every event, including
+// the initial list's (handler.LowPriority), so that at start-up and under churn the first sync of
+// a card and a change to it are not queued behind re-syncs that most often find nothing new.
+const periodicSyncPriority = handler.LowPriority - 1
 
 // syncSelected resolves the card's pods and syncs the serving ones. It returns their results, the
 // names of every selected pod (serving or not), and the selector problem a user must fix, if any.
-func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *selectorError, error) {
+func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *resources.SelectorError, error) {
 	key := client.ObjectKeyFromObject(c)
 	sel, err := r.podSelector(ctx, c)
-	var selErr *selectorError
+	var selErr *resources.SelectorError
 	if errors.As(err, &selErr) {
 		r.rememberSelector(key, nil)
 		r.stateFor(key).reset(r.cards)
@@ -254,93 +260,45 @@ func (cs *cardState) releaseTransient() {
 	}
 }
 
-// applyStatus writes desired with server-side apply, only when it differs from the stored status.
+// applyStatus writes desired with server-side apply, only when it differs from the stored status
+// (statusEqual: timestamps that only move with something else, and the card body, whose hash is
+// compared, do not count). lastSyncTime says when it was written.
 func (r *CardReconciler) applyStatus(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus) error {
-	if statusEqual(c.Status, desired) {
+	if resources.StatusEqual(c.Status, desired) {
 		metrics.ObserveStatusWrite("unchanged")
 		return nil
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	desired.LastSyncTime = &now
-	u, err := statusApplyObject(c, desired)
-	if err != nil {
+	if err := r.Status.Apply(ctx, c, withStatus(c, desired)); err != nil {
+		metrics.ObserveStatusWrite("failed")
 		return err
 	}
-	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		metrics.ObserveStatusWrite("failed")
-		return fmt.Errorf("applying status: %w", err)
-	}
 	metrics.ObserveStatusWrite("applied")
-	r.recordTransitions(c, desired)
 	return nil
+}
+
+// withStatus is c with st as its status, for the StatusApplier (which reads the name, namespace
+// and status): the metadata and spec are shared, not copied.
+func withStatus(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) *v1alpha1.AgentCard {
+	return &v1alpha1.AgentCard{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Spec: c.Spec, Status: st}
 }
 
 // failClosed handles a status write the API server refused. When the stored status says Verified
 // and the new one does not, the stored verdict must not stay in force (netpol would keep a
 // permissive policy): a minimal status without the card, Verified=False and Ready=False with reason
-// StatusWriteFailed, replaces it. The pods were labelled false before the write. writeErr is
-// returned either way, so the sync is retried with backoff.
+// StatusWriteFailed (a Warning Event, as every change of Ready), replaces it. The pods were
+// labelled false before the write. writeErr is returned either way, so the sync is retried with
+// backoff.
 func (r *CardReconciler) failClosed(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) error {
-	if !isVerified(c.Status) || isVerified(desired) {
+	if !resources.IsVerified(c.Status) || resources.IsVerified(desired) {
 		return writeErr
 	}
-	fallback := failClosedStatus(c, desired, writeErr)
-	u, err := statusApplyObject(c, fallback)
-	if err == nil {
-		err = r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
-	}
-	if err != nil {
+	if err := r.Status.Apply(ctx, c, withStatus(c, resources.FailClosedStatus(c, desired, writeErr))); err != nil {
 		return errors.Join(writeErr, fmt.Errorf("withdrawing the previous verdict: %w", err))
 	}
 	metrics.ObserveStatusWrite("withdrawn")
-	if r.Recorder != nil {
-		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, v1alpha1.ReasonStatusWriteFailed, v1alpha1.ConditionVerified, "%s",
-			meta.FindStatusCondition(fallback.Conditions, v1alpha1.ConditionVerified).Message)
-	}
 	return writeErr
-}
-
-// statusApplyObject is the apply configuration of the status: only this controller's conditions,
-// so netpol's NetworkPolicyReady keeps its own manager.
-func statusApplyObject(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) (*unstructured.Unstructured, error) {
-	var own []metav1.Condition
-	for _, t := range ownConditions {
-		if cond := meta.FindStatusCondition(st.Conditions, t); cond != nil {
-			own = append(own, *cond)
-		}
-	}
-	st.Conditions = own
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{"status": m}}
-	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("AgentCard"))
-	u.SetName(c.Name)
-	u.SetNamespace(c.Namespace)
-	return u, nil
-}
-
-// recordTransitions emits an Event for every own condition whose status or reason changed.
-func (r *CardReconciler) recordTransitions(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) {
-	if r.Recorder == nil {
-		return
-	}
-	for _, t := range ownConditions {
-		now := meta.FindStatusCondition(st.Conditions, t)
-		was := meta.FindStatusCondition(c.Status.Conditions, t)
-		if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
-			continue
-		}
-		if now.Status == metav1.ConditionUnknown {
-			continue
-		}
-		typ := corev1.EventTypeNormal
-		if now.Status == metav1.ConditionFalse {
-			typ = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(c, nil, typ, now.Reason, t, "%s=%s: %s", t, now.Status, now.Message)
-	}
 }
 
 // jitter spreads requeues over ±10% of the period so 1,000 cards do not sync in lockstep.

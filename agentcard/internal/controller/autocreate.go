@@ -16,14 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=create;delete
-
-// ManagedBy is the app.kubernetes.io/managed-by value of AgentCards this binary creates.
-const ManagedBy = "kagenti-agentcard"
 
 // AutoCreateKinds are the workload kinds whose kagenti.io/type=agent objects get an AgentCard.
 var AutoCreateKinds = []schema.GroupVersionKind{
@@ -42,27 +40,6 @@ type SyncReconciler struct {
 	GVK      schema.GroupVersionKind
 	Recorder events.EventRecorder
 }
-
-// MakeAgentCard is the AgentCard auto-created for a workload.
-func MakeAgentCard(w *unstructured.Unstructured) *v1alpha1.AgentCard {
-	gvk := w.GroupVersionKind()
-	return &v1alpha1.AgentCard{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      configmap.AgentCardName(w.GetName(), gvk.Kind),
-			Namespace: w.GetNamespace(),
-			Labels:    map[string]string{configmap.ManagedByLabel: ManagedBy},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: w.GetName(), UID: w.GetUID(),
-				Controller: ptr(true), BlockOwnerDeletion: ptr(true),
-			}},
-		},
-		Spec: v1alpha1.AgentCardSpec{
-			TargetRef: &duck.TargetRef{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: w.GetName()},
-		},
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // wantsCard says whether a workload asks for an auto-created card, and why not otherwise.
 func wantsCard(w *unstructured.Unstructured) (bool, string) {
@@ -108,7 +85,7 @@ func (r *SyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	exists := err == nil
 	switch {
 	case want && !exists:
-		card := MakeAgentCard(w)
+		card := resources.AgentCardFor(w)
 		if err := r.Client.Create(ctx, card); err != nil && !apierrors.IsAlreadyExists(err) {
 			return ctrl.Result{}, err
 		}
@@ -127,7 +104,7 @@ func (r *SyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 // ownedBy: only cards we created for this workload are ever deleted.
 func (r *SyncReconciler) ownedBy(c *v1alpha1.AgentCard, w *unstructured.Unstructured) bool {
-	if c.Labels[configmap.ManagedByLabel] != ManagedBy {
+	if c.Labels[configmap.ManagedByLabel] != resources.ManagedBy {
 		return false
 	}
 	ref := metav1.GetControllerOf(c)
@@ -142,7 +119,7 @@ func (r *SyncReconciler) userCardFor(ctx context.Context, w *unstructured.Unstru
 		return "", err
 	}
 	for _, c := range list.Items {
-		if c.Name != ours && c.Labels[configmap.ManagedByLabel] != ManagedBy {
+		if c.Name != ours && c.Labels[configmap.ManagedByLabel] != resources.ManagedBy {
 			return c.Name, nil
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
@@ -155,6 +156,7 @@ func TestRejectedStatusWriteFailsClosed(t *testing.T) {
 	assert.Nil(t, c.Status.Card, "the rejected card is not shown")
 	assert.Nil(t, c.Status.Signature, "the old signature result is not left behind")
 	assert.Equal(t, v1alpha1.PhaseError, c.Status.Phase)
+	assertVerdict(t, ns, "rejected", kstatus.InProgressStatus, "Progressing", "status write refused, retried")
 }
 
 // The label is agentcard's verdict: a pod carrying kagenti.io/signature-verified=true that no

@@ -97,15 +97,15 @@ func (v *verifiedPods) allSynced(cards []v1alpha1.AgentCard) bool {
 // longer selects. It runs before the status write, so a status the API server refuses cannot
 // leave a pod labelled verified.
 func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool) {
-	for _, sp := range served {
+	inParallel(served, func(sp servedPod) {
 		if sp.state.verified() {
-			continue
+			return
 		}
 		r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
 		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
 		}
-	}
+	})
 	for _, key := range r.Verified.grantedBy(card) {
 		if !selected[key.Name] {
 			r.revokePod(ctx, key)
@@ -116,16 +116,41 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 // grantLabels sets the label to true on every served pod whose verdict is positive, once the
 // status saying so is written.
 func (r *CardReconciler) grantLabels(ctx context.Context, card types.NamespacedName, served []servedPod) {
-	for _, sp := range served {
+	inParallel(served, func(sp servedPod) {
 		if !sp.state.verified() {
-			continue
+			return
 		}
 		// Remembered before the patch: the guard must never see our own label as foreign.
 		r.Verified.grant(sp.pod, card)
 		if err := r.patchVerifiedLabel(ctx, sp.pod, true); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
 		}
+	})
+}
+
+// labelPatchesInFlight bounds the label patches one sync makes at a time.
+const labelPatchesInFlight = 8
+
+// inParallel runs f for every served pod, at most labelPatchesInFlight at a time, and returns when
+// all are done: the order between revoking, writing the status and granting stays as it is, the
+// pods of one step are patched together instead of one after the other.
+func inParallel(served []servedPod, f func(servedPod)) {
+	if len(served) == 1 {
+		f(served[0])
+		return
 	}
+	sem := make(chan struct{}, labelPatchesInFlight)
+	var wg sync.WaitGroup
+	for _, sp := range served {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(sp)
+		}()
+	}
+	wg.Wait()
 }
 
 // revokePod forgets a pod's verdict and sets its label to false if it says true.

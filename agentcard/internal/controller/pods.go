@@ -13,18 +13,12 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
 // DefaultPort is the card port when the pod names no "a2a" or "http" container port.
 const DefaultPort = 8081
-
-// selectorError is a user-fixable problem with the pod selection, with a condition reason.
-type selectorError struct {
-	reason, message string
-}
-
-func (e *selectorError) Error() string { return e.message }
 
 // podSelector returns the label selector of the card's pods: the workload's (targetRef mode) or
 // spec.selector.
@@ -33,28 +27,28 @@ func (r *CardReconciler) podSelector(ctx context.Context, c *v1alpha1.AgentCard)
 		w, err := r.Resolver.Resolve(ctx, c.Namespace, *c.Spec.TargetRef)
 		if err != nil {
 			if reason := duck.ReasonOf(err); reason != "" {
-				return nil, &selectorError{reason: reason, message: err.Error()}
+				return nil, &resources.SelectorError{Reason: reason, Message: err.Error()}
 			}
 			return nil, err
 		}
 		sel, err := w.Selector()
 		if err != nil {
 			if reason := duck.ReasonOf(err); reason != "" {
-				return nil, &selectorError{reason: reason, message: err.Error()}
+				return nil, &resources.SelectorError{Reason: reason, Message: err.Error()}
 			}
-			return nil, &selectorError{reason: duck.ReasonUnsupportedKind, message: err.Error()}
+			return nil, &resources.SelectorError{Reason: duck.ReasonUnsupportedKind, Message: err.Error()}
 		}
 		return sel, nil
 	}
 	if c.Spec.Selector == nil {
-		return nil, &selectorError{reason: "InvalidSelector", message: "spec.selector or spec.targetRef is required"}
+		return nil, &resources.SelectorError{Reason: v1alpha1.ReasonInvalidSelector, Message: "spec.selector or spec.targetRef is required"}
 	}
 	sel, err := metav1.LabelSelectorAsSelector(c.Spec.Selector)
 	if err != nil {
-		return nil, &selectorError{reason: "InvalidSelector", message: fmt.Sprintf("spec.selector: %v", err)}
+		return nil, &resources.SelectorError{Reason: v1alpha1.ReasonInvalidSelector, Message: fmt.Sprintf("spec.selector: %v", err)}
 	}
 	if sel.Empty() {
-		return nil, &selectorError{reason: "InvalidSelector", message: "spec.selector must not be empty (it would select every pod in the namespace)"}
+		return nil, &resources.SelectorError{Reason: v1alpha1.ReasonInvalidSelector, Message: "spec.selector must not be empty (it would select every pod in the namespace)"}
 	}
 	return sel, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/card"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
@@ -126,7 +127,7 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		if errors.As(err, &fe) {
 			st.url = fe.URL
 		}
-		reason := "FetchFailed"
+		reason := v1alpha1.ReasonFetchFailed
 		if fetch.KindOf(err) == "TooLarge" {
 			reason = v1alpha1.ReasonCardTooLarge
 		}
@@ -142,14 +143,14 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 		c, perr := card.Parse(resp.Body)
 		if perr != nil {
 			metrics.ObserveFetch("Invalid", time.Since(start))
-			r.fail(st, v1alpha1.FetchInvalid, "InvalidCard", "invalid agent card: "+perr.Error())
+			r.fail(st, v1alpha1.FetchInvalid, v1alpha1.ReasonInvalidCard, "invalid agent card: "+perr.Error())
 			return
 		}
 		// The bytes the status write will carry: numbers as served (the parser keeps them as
 		// json.Number), <, > and & escaped as the API server will receive and store them.
 		encoded, err := json.Marshal(c.Object)
 		if err != nil {
-			r.fail(st, v1alpha1.FetchInvalid, "InvalidCard", "invalid agent card: "+err.Error())
+			r.fail(st, v1alpha1.FetchInvalid, v1alpha1.ReasonInvalidCard, "invalid agent card: "+err.Error())
 			return
 		}
 		if len(encoded) > MaxStatusCardBytes {
@@ -178,7 +179,7 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 // fail records a reported failure: the pod has no card (and no verdict) any more.
 func (r *CardReconciler) fail(st *podState, fetchStatus, reason, msg string) {
 	r.dropCard(st)
-	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, cutEncoded(msg, maxEntryErrorBytes)
+	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, resources.CutEncoded(msg, resources.MaxEntryErrorBytes)
 }
 
 // keepCard replaces the pod's card with c, held in the store when the budget allows. A card the
@@ -186,7 +187,7 @@ func (r *CardReconciler) fail(st *podState, fetchStatus, reason, msg string) {
 // has to stand for a card that is no longer there.
 func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, etag, path string) {
 	r.dropCard(st)
-	sum := &cardSummary{hash: c.Hash, name: cutEncoded(c.Name, maxKeyIDBytes), version: cutEncoded(c.Version, maxKeyIDBytes),
+	sum := &cardSummary{hash: c.Hash, name: resources.CutEncoded(c.Name, resources.MaxKeyIDBytes), version: resources.CutEncoded(c.Version, resources.MaxKeyIDBytes),
 		signatures: signaturesDigest(c), status: encoded}
 	st.etag, st.path = "", path
 	if key, shared, ok := r.cards.hold(encoded); ok {
@@ -255,10 +256,10 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 // boundedResult cuts what a verification result repeats from the card (kid, alg, messages quoting
 // the protected header) before it is kept with the pod and written to status.
 func boundedResult(v signature.Result) signature.Result {
-	v.KeyID = cutEncoded(v.KeyID, maxKeyIDBytes)
-	v.Algorithm = cutEncoded(v.Algorithm, maxKeyIDBytes)
-	v.SpiffeID = cutEncoded(v.SpiffeID, maxSpiffeIDBytes)
-	v.Message = cutEncoded(v.Message, maxMessageBytes)
+	v.KeyID = resources.CutEncoded(v.KeyID, resources.MaxKeyIDBytes)
+	v.Algorithm = resources.CutEncoded(v.Algorithm, resources.MaxKeyIDBytes)
+	v.SpiffeID = resources.CutEncoded(v.SpiffeID, resources.MaxSpiffeIDBytes)
+	v.Message = resources.CutEncoded(v.Message, resources.MaxMessageBytes)
 	return v
 }
 

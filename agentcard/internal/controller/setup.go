@@ -24,6 +24,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
+	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
 )
@@ -97,11 +98,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	metrics.SetBundleClock(trust.LoadedAt)
 	verified := newVerifiedPods()
 	r := &CardReconciler{
-		Client:           mgr.GetClient(),
-		Resolver:         duck.NewManagerResolver(mgr),
-		Fetcher:          fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
-		Trust:            trust,
-		Recorder:         mgr.GetEventRecorder(FieldManager),
+		Client:   mgr.GetClient(),
+		Resolver: duck.NewManagerResolver(mgr),
+		Fetcher:  fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
+		Trust:    trust,
+		Status: &duck.StatusApplier{
+			Client: mgr.GetClient(), FieldOwner: FieldManager, Recorder: mgr.GetEventRecorder(FieldManager),
+			Conditions: resources.CardConditions,
+		},
 		Verified:         verified,
 		Identities:       signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities},
 		RequireSignature: opts.RequireSignature,

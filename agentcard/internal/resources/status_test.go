@@ -1,4 +1,4 @@
-package controller
+package resources
 
 import (
 	"encoding/json"
@@ -17,29 +17,32 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/card"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
-func served(t *testing.T, name string, created time.Time, version string, verified bool) servedPod {
+func served(t *testing.T, name string, created time.Time, version string, verified bool) PodResult {
 	t.Helper()
 	c, err := card.Parse(testcards.Weather(version))
 	require.NoError(t, err)
-	sum := &cardSummary{hash: c.Hash, name: c.Name, version: c.Version, status: c.Raw}
-	st := &podState{card: sum, fetchStatus: v1alpha1.FetchSuccess, createdAt: created, changedAt: created}
-	if verified {
-		st.verify = signature.Result{Verified: true, Reason: signature.ReasonVerified, SpiffeID: "spiffe://td/x"}
-		st.binding = signature.BindingResult{Bound: true, Reason: signature.ReasonBound}
-	} else {
-		st.verify = signature.Result{Reason: signature.ReasonNoSignature}
-		st.binding = signature.BindingResult{Reason: signature.ReasonNotVerified}
+	st := PodResult{
+		Pod:  &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{PodIP: "10.0.0.1"}},
+		Card: &Card{Hash: c.Hash, Name: c.Name, Version: c.Version, Status: c.Raw}, FetchStatus: v1alpha1.FetchSuccess, CreatedAt: created, ChangedAt: created,
 	}
-	return servedPod{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{PodIP: "10.0.0.1"}}, state: st}
+	if verified {
+		st.Verify = signature.Result{Verified: true, Reason: signature.ReasonVerified, SpiffeID: "spiffe://td/x"}
+		st.Binding = signature.BindingResult{Bound: true, Reason: signature.ReasonBound}
+	} else {
+		st.Verify = signature.Result{Reason: signature.ReasonNoSignature}
+		st.Binding = signature.BindingResult{Reason: signature.ReasonNotVerified}
+	}
+	return st
 }
 
 func TestBuildStatusNewestWinsAndConditionsKeepTransitionTime(t *testing.T) {
 	now := time.Now()
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
-	pods := []servedPod{served(t, "old", now.Add(-time.Hour), "1.0.0", true), served(t, "new", now, "2.0.0", true)}
-	st := buildStatus(c, pods, nil, true, now)
+	pods := []PodResult{served(t, "old", now.Add(-time.Hour), "1.0.0", true), served(t, "new", now, "2.0.0", true)}
+	st := BuildStatus(c, pods, nil, true, now)
 	assert.Equal(t, v1alpha1.PhaseActive, st.Phase)
 	assert.Contains(t, string(st.Card.Raw), `"2.0.0"`)
 	assert.Equal(t, metav1.ConditionFalse, meta.FindStatusCondition(st.Conditions, "CardConsistent").Status)
@@ -51,92 +54,95 @@ func TestBuildStatusNewestWinsAndConditionsKeepTransitionTime(t *testing.T) {
 	for i := range c.Status.Conditions {
 		c.Status.Conditions[i].LastTransitionTime = metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second))
 	}
-	again := buildStatus(c, pods, nil, true, now.Add(time.Minute))
-	assert.True(t, statusEqual(c.Status, again), "an unchanged sync must not write")
+	again := BuildStatus(c, pods, nil, true, now.Add(time.Minute))
+	assert.True(t, StatusEqual(c.Status, again), "an unchanged sync must not write")
 	assert.Equal(t, c.Status.Conditions[0].LastTransitionTime, again.Conditions[0].LastTransitionTime)
 }
 
 func TestBuildStatusRequireSignature(t *testing.T) {
 	c := &v1alpha1.AgentCard{}
-	st := buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", false)}, nil, true, time.Now())
+	st := BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, true, time.Now())
 	assert.Equal(t, "SignatureRequired", meta.FindStatusCondition(st.Conditions, "Ready").Reason)
-	st = buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
+	st = BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
 	assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(st.Conditions, "Ready").Status, "unsigned is fine when not required")
-	st = buildStatus(c, nil, &selectorError{reason: "TargetNotFound", message: "Deployment \"x\" not found"}, true, time.Now())
+	st = BuildStatus(c, nil, &SelectorError{Reason: "TargetNotFound", Message: "Deployment \"x\" not found"}, true, time.Now())
 	assert.Equal(t, v1alpha1.PhasePending, st.Phase)
 	assert.Equal(t, "TargetNotFound", meta.FindStatusCondition(st.Conditions, "Ready").Reason)
 }
 
 func TestBuildStatusVerdict(t *testing.T) {
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
-	st := buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
+	st := BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
 	v := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified)
 	require.NotNil(t, v)
 	assert.Equal(t, metav1.ConditionTrue, v.Status)
 	assert.EqualValues(t, 2, v.ObservedGeneration)
-	assert.True(t, isVerified(st))
+	assert.True(t, IsVerified(st))
 
-	st = buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
+	st = BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
 	assert.Equal(t, "NoSignature", meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified).Reason)
-	assert.False(t, isVerified(st))
+	assert.False(t, IsVerified(st))
 
 	// A binding the spec cannot have is the verdict's reason, before the signature's failure.
 	notAllowed := served(t, "p", time.Now(), "1", false)
-	notAllowed.state.binding = signature.BindingResult{Reason: signature.ReasonIdentityNotAllowed, Message: "namespace rule"}
-	st = buildStatus(c, []servedPod{notAllowed}, nil, false, time.Now())
+	notAllowed.Binding = signature.BindingResult{Reason: signature.ReasonIdentityNotAllowed, Message: "namespace rule"}
+	st = BuildStatus(c, []PodResult{notAllowed}, nil, false, time.Now())
 	assert.Equal(t, signature.ReasonIdentityNotAllowed, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified).Reason)
 
 	// No card: not verified, for Ready's reason.
 	failed := served(t, "p", time.Now(), "1", false)
-	failed.state.card, failed.state.fetchStatus, failed.state.reason = nil, v1alpha1.FetchFailed, v1alpha1.ReasonCardTooLarge
-	st = buildStatus(c, []servedPod{failed}, nil, false, time.Now())
+	failed.Card, failed.FetchStatus, failed.Reason = nil, v1alpha1.FetchFailed, v1alpha1.ReasonCardTooLarge
+	st = BuildStatus(c, []PodResult{failed}, nil, false, time.Now())
 	assert.Equal(t, "False/CardTooLarge", string(meta.FindStatusCondition(st.Conditions, "Verified").Status)+"/"+meta.FindStatusCondition(st.Conditions, "Verified").Reason)
 	assert.Equal(t, v1alpha1.ReasonCardTooLarge, meta.FindStatusCondition(st.Conditions, "Ready").Reason)
 	assert.Equal(t, v1alpha1.ReasonCardTooLarge, meta.FindStatusCondition(st.Conditions, "Synced").Reason)
-	st = buildStatus(c, nil, &selectorError{reason: "TargetNotFound", message: "x"}, false, time.Now())
+	st = BuildStatus(c, nil, &SelectorError{Reason: "TargetNotFound", Message: "x"}, false, time.Now())
 	assert.Equal(t, "TargetNotFound", meta.FindStatusCondition(st.Conditions, "Verified").Reason)
 }
 
 func TestFailClosedStatusWithdrawsTheVerdict(t *testing.T) {
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
-	c.Status = buildStatus(c, []servedPod{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
-	require.True(t, isVerified(c.Status))
-	desired := buildStatus(c, []servedPod{served(t, "p", time.Now(), "2", false)}, nil, false, time.Now())
-	st := failClosedStatus(c, desired, fmt.Errorf("request entity too large"))
-	assert.False(t, isVerified(st))
+	c.Status = BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
+	require.True(t, IsVerified(c.Status))
+	desired := BuildStatus(c, []PodResult{served(t, "p", time.Now(), "2", false)}, nil, false, time.Now())
+	st := FailClosedStatus(c, desired, fmt.Errorf("request entity too large"))
+	assert.False(t, IsVerified(st))
 	assert.Nil(t, st.Card)
 	assert.Nil(t, st.Signature)
 	assert.Equal(t, v1alpha1.PhaseError, st.Phase)
-	for _, typ := range ownConditions {
+	for _, typ := range append([]string{v1alpha1.ConditionReady, duck.ConditionReconciling}, CardConditions...) {
+		if typ == duck.ConditionReconciling {
+			// The write is retried with backoff: in progress (kstatus InProgress), not stalled.
+			assert.Equal(t, "True/"+v1alpha1.ReasonStatusWriteFailed, condString(st, typ))
+			continue
+		}
 		cond := meta.FindStatusCondition(st.Conditions, typ)
 		require.NotNil(t, cond, typ)
 		assert.Equal(t, v1alpha1.ReasonStatusWriteFailed, cond.Reason, typ)
 		assert.NotEqual(t, metav1.ConditionTrue, cond.Status, typ)
 	}
+	assert.Nil(t, st.Condition(duck.ConditionStalled))
 	assert.Contains(t, meta.FindStatusCondition(st.Conditions, "Verified").Message, "request entity too large")
+}
+
+func condString(st v1alpha1.AgentCardStatus, typ string) string {
+	c := st.Condition(typ)
+	if c == nil {
+		return "<none>"
+	}
+	return string(c.Status) + "/" + c.Reason
 }
 
 // Messages in status are bounded by their JSON-encoded size, as the API server counts them.
 func TestCutEncoded(t *testing.T) {
-	assert.Equal(t, "abc", cutEncoded("abc", 3))
-	assert.Equal(t, "ab…", cutEncoded("abcd", 2))
-	assert.Equal(t, "<…", cutEncoded("<<<", 6), "each < takes 6 bytes once encoded")
-	assert.Equal(t, "é", cutEncoded("é", 2))
-	assert.Equal(t, "…", cutEncoded("é", 1), "never cut inside a rune")
-	assert.Equal(t, "a\uFFFD", cutEncoded("a\xff", 10), "invalid UTF-8 is replaced, as the encoder would")
-	long := cutEncoded(strings.Repeat("<", 10000), maxMessageBytes)
+	assert.Equal(t, "abc", CutEncoded("abc", 3))
+	assert.Equal(t, "ab…", CutEncoded("abcd", 2))
+	assert.Equal(t, "<…", CutEncoded("<<<", 6), "each < takes 6 bytes once encoded")
+	assert.Equal(t, "é", CutEncoded("é", 2))
+	assert.Equal(t, "…", CutEncoded("é", 1), "never cut inside a rune")
+	assert.Equal(t, "a\uFFFD", CutEncoded("a\xff", 10), "invalid UTF-8 is replaced, as the encoder would")
+	long := CutEncoded(strings.Repeat("<", 10000), MaxMessageBytes)
 	b, err := json.Marshal(strings.TrimSuffix(long, "…"))
 	require.NoError(t, err)
-	assert.LessOrEqual(t, len(b)-2, maxMessageBytes)
-}
-
-// What a verification result repeats from the card (a kid or alg of any size, quoted in messages)
-// is cut before it is kept per pod.
-func TestBoundedResult(t *testing.T) {
-	huge := strings.Repeat("k", 100<<10)
-	v := boundedResult(signature.Result{KeyID: huge, Algorithm: huge, SpiffeID: huge, Message: "kid " + huge + " cannot be resolved"})
-	assert.LessOrEqual(t, len(v.KeyID), maxKeyIDBytes+len("…"))
-	assert.LessOrEqual(t, len(v.Algorithm), maxKeyIDBytes+len("…"))
-	assert.LessOrEqual(t, len(v.SpiffeID), maxSpiffeIDBytes+len("…"))
-	assert.LessOrEqual(t, len(v.Message), maxMessageBytes+len("…"))
+	assert.LessOrEqual(t, len(b)-2, MaxMessageBytes)
 }
