@@ -10,7 +10,7 @@ BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
-MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
+MODULES  := pkg/duck pkg/configmap pkg/metricsauth $(PILLARS) cli deploy
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.

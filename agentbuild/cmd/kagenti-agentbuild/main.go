@@ -16,12 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/controller"
 	"github.com/kagenti/platform/agentbuild/internal/tekton"
+	"github.com/kagenti/platform/pkg/metricsauth"
 )
 
 const name = "kagenti-agentbuild"
@@ -135,7 +135,7 @@ func namespaceSet(list string) map[string]cache.Config {
 func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
 	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = metricsauth.Provider
 	}
 	return o
 }
