@@ -86,8 +86,8 @@ e2e-kind: build ## End-to-end suite on kind (needs a Docker engine; skips cleanl
 bench: ## Go benchmarks of every module (the env-guarded load tests and their commands: docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
-# The controllers whose load test runs the binary as its own process (cmd/<binary>/load_test.go).
-LOAD_PILLARS ?= tokenexchange agenttrace agentbuild
+# The binaries whose load test runs them as their own process (cmd/<binary>/load_test.go).
+LOAD_PILLARS ?= tokenexchange agenttrace agentbuild injector
 # Objects per load test (KAGENTI_LOAD_N): 10000 for the scale runs, e.g. `make load LOAD_N=10000`.
 LOAD_N ?= 1000
 
