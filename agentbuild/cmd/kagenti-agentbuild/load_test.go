@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -54,7 +55,8 @@ import (
 //	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 120m ./agentbuild/cmd/kagenti-agentbuild/
 //
 // KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 10000 and 200; KAGENTI_LOAD_ARGS adds flags,
-// KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=32MiB").
+// KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=32MiB"); KAGENTI_LOAD_PROFILE names a file for the
+// controller's heap profile at the end.
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
@@ -97,10 +99,10 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
 	bin := buildBinary(t, dir)
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	extra := strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))
-	args := append([]string{"--kubeconfig", filepath.Join(dir, "kubeconfig"), "--metrics-bind-address", metricsAddr,
-		"--health-probe-bind-address", "0", "--zap-log-level=error"}, extra...)
+	args := append([]string{"--kubeconfig", filepath.Join(dir, "kubeconfig"), "--metrics-bind-address", metricsAddr, "--metrics-secure=false",
+		"--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -167,7 +169,26 @@ func TestLoad(t *testing.T) {
 		n, float64(idleWrites.writes())/idle.Minutes(), idleWrites, idle)
 	t.Logf("LOAD controller RSS: %.1f MiB when all Ready (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		rssConverged[0], rssConverged[1], rssConverged[2], procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
+	saveHeapProfile(t, pprofAddr)
 	t.Logf("load average at end: %s", loadavg())
+}
+
+// saveHeapProfile writes the controller's heap profile, for `go tool pprof -sample_index=inuse_space
+// <file>`, when KAGENTI_LOAD_PROFILE names a file.
+func saveHeapProfile(t *testing.T, addr string) {
+	path := os.Getenv("KAGENTI_LOAD_PROFILE")
+	if path == "" {
+		return
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(t, err)
+	t.Logf("heap profile: %s", path)
 }
 
 func newBuild(ns, name string) *v1alpha1.AgentBuild {
@@ -352,6 +373,9 @@ func apiRequests(addr string) (requests, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
 	out := requests{}
 	s := bufio.NewScanner(resp.Body)
 	s.Buffer(make([]byte, 1<<20), 1<<20)

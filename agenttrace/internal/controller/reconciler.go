@@ -256,7 +256,8 @@ func (r *Reconciler) configuredPods(ctx context.Context, w *duck.Workload, cmNam
 		return 0, nil // a workload we cannot select pods of has none we can count
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(w.Namespace()), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.Client.List(ctx, &pods, client.InNamespace(w.Namespace()), client.MatchingLabelsSelector{Selector: sel},
+		client.MatchingFields{podConfigMapIndex: cmName}); err != nil {
 		return 0, fmt.Errorf("listing pods of %s %q: %w", w.Kind(), w.Name(), err)
 	}
 	var n int32

@@ -29,6 +29,11 @@ const Name = "kagenti-agenttrace"
 // maps to its AgentTrace through the volumes it mounts, with no owner-chain lookups.
 const configMapIndex = "agenttrace.configMapName"
 
+// podConfigMapIndex indexes pods by the ConfigMaps their volumes name, so counting a workload's
+// configured pods reads the pods that mount its trace ConfigMap, not every pod of the namespace
+// (which made a namespace's reconciles quadratic in its pods).
+const podConfigMapIndex = "agenttrace.podConfigMaps"
+
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
 	// MaxConcurrentReconciles bounds parallel reconciles.
@@ -77,6 +82,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
+		return err
+	}
 	r := &Reconciler{
 		Client:     mgr.GetClient(),
 		Resolver:   duck.NewManagerResolver(mgr),
@@ -101,6 +109,21 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			func() client.ObjectList { return &v1alpha1.AgentTraceList{} }))
 	}
 	return b.Complete(r)
+}
+
+// podConfigMaps returns the names of the ConfigMaps a pod's volumes are backed by.
+func podConfigMaps(o client.Object) []string {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	var names []string
+	for _, v := range p.Spec.Volumes {
+		if v.ConfigMap != nil {
+			names = append(names, v.ConfigMap.Name)
+		}
+	}
+	return names
 }
 
 // sameTarget enqueues the other AgentTraces of an AgentTrace's target, so a conflict resolves as

@@ -17,12 +17,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kagenti/platform/injector/internal/certs"
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
+	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
 
 const name = "kagenti-injector"
@@ -181,7 +181,7 @@ func envOr(key, def string) string {
 func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
 	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = metricsauth.Provider
 	}
 	return o
 }

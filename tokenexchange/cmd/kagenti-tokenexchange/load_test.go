@@ -42,7 +42,10 @@ import (
 // own process against an envtest API server, and measures: N Deployments, each with one injected
 // pod, and N TokenExchanges → time until all are Active; then U spec updates, one at a time →
 // latency from the update call to the ConfigMap change arriving on a watch; the controller's RSS
-// (VmRSS, peak VmHWM) and Go heap (from its /metrics). It reports, never asserts on time or memory.
+// (VmRSS, peak VmHWM) and Go heap (from its /metrics); its idle RSS (no TokenExchange,
+// KAGENTI_LOAD_SETTLE (20s) after start); its API requests per object to converge and its API
+// writes per minute once converged (KAGENTI_LOAD_IDLE, 60s; goal 0), from its client-go counters
+// (rest_client_requests_total, Events included). It reports, never asserts on time or memory.
 //
 //	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./tokenexchange/cmd/kagenti-tokenexchange/
 //
@@ -53,6 +56,7 @@ func TestLoad(t *testing.T) {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
 	n, updates := envInt("KAGENTI_LOAD_N", 1000), envInt("KAGENTI_LOAD_UPDATES", 200)
+	settle, idle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), envDuration("KAGENTI_LOAD_IDLE", time.Minute)
 	ctx := context.Background()
 	root := repoRoot()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -95,6 +99,15 @@ func TestLoad(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	t.Logf("load average at start: %s", loadavg())
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		_, err := apiRequests(metricsAddr)
+		return err == nil, nil
+	}), "the controller's metrics endpoint never answered")
+	time.Sleep(settle)
+	t.Logf("LOAD idle (no TokenExchange, %v after start): RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
+		settle, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), loadavg())
 	t.Logf("controller: pid %d, %s %s", cmd.Process.Pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(args[len(args)-len(strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))):], " "))
 
 	scheme := k8sruntime.NewScheme()
@@ -106,6 +119,7 @@ func TestLoad(t *testing.T) {
 	ns := "load"
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
+	before := mustRequests(t, metricsAddr)
 	start := time.Now()
 	parallel(t, n, 16, func(i int) error {
 		name := fmt.Sprintf("agent-%d", i)
@@ -121,7 +135,8 @@ func TestLoad(t *testing.T) {
 		})
 	})
 	created := time.Since(start)
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+	// Polled once a second: at 10,000 objects a faster poll's LISTs would compete with the controller.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.TokenExchangeList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false, err
@@ -136,8 +151,13 @@ func TestLoad(t *testing.T) {
 	}), "not all TokenExchanges became Active")
 	allActive := time.Since(start)
 	type rss struct{ rss, anon, file float64 }
-	rssActive := rss{procStatus(cmd.Process.Pid, "VmRSS"), procStatus(cmd.Process.Pid, "RssAnon"), procStatus(cmd.Process.Pid, "RssFile")}
+	rssActive := rss{procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile")}
 	memActive := memStats(t, metricsAddr)
+	writesActive := mustRequests(t, metricsAddr).sub(before)
+	loadActive := loadavg()
+	t.Logf("LOAD n=%d (Deployments, pods, TokenExchanges): created in %v; all Active after %v (from the first create); load average %s",
+		n, created.Round(time.Millisecond), allActive.Round(time.Millisecond), loadActive)
+	t.Logf("LOAD API requests per TokenExchange to converge: %s", writesActive.perObject(n))
 
 	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	require.NoError(t, err)
@@ -169,7 +189,7 @@ func TestLoad(t *testing.T) {
 			DefaultTarget: &v1alpha1.ExchangeTarget{Audience: marker}}}
 		t0 := time.Now()
 		require.NoError(t, c.Update(ctx, te))
-		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			at, ok := seen[marker]
@@ -182,11 +202,12 @@ func TestLoad(t *testing.T) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
 
-	t.Logf("LOAD n=%d (Deployments, pods, TokenExchanges): created in %v; all Active after %v (from the first create)",
-		n, created.Round(time.Millisecond), allActive.Round(time.Millisecond))
-	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1))
+	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v; load average %s", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), loadavg())
+	idleStart := mustRequests(t, metricsAddr)
+	time.Sleep(idle)
+	idleReqs := mustRequests(t, metricsAddr).sub(idleStart)
+	t.Logf("LOAD idle with %d converged TokenExchanges: %.1f API writes per minute (%s in %v)", n, idleReqs.writes()/idle.Minutes(), idleReqs, idle)
 	memEnd := memStats(t, metricsAddr)
-	pid := cmd.Process.Pid
 	t.Logf("LOAD controller RSS: %.1f MiB when all Active (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		rssActive.rss, rssActive.anon, rssActive.file, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
 	for _, m := range []struct {
@@ -198,6 +219,7 @@ func TestLoad(t *testing.T) {
 			m.s["mspan_inuse"]+m.s["mcache_inuse"]+m.s["gc_sys"]+m.s["other_sys"]+m.s["buck_hash_sys"], m.s["sys"])
 	}
 	saveHeapProfile(t, pprofAddr)
+	t.Logf("load average at end: %s", loadavg())
 }
 
 func deployment(ns, name string) *appsv1.Deployment {
@@ -324,6 +346,89 @@ func freePort(t *testing.T) int {
 	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// requests counts the controller's API requests by HTTP method.
+type requests map[string]float64
+
+func (r requests) sub(o requests) requests {
+	out := requests{}
+	for m, v := range r {
+		out[m] = v - o[m]
+	}
+	return out
+}
+
+func (r requests) writes() float64 { return r["POST"] + r["PUT"] + r["PATCH"] + r["DELETE"] }
+
+func (r requests) String() string {
+	methods := make([]string, 0, len(r))
+	for m := range r {
+		methods = append(methods, m)
+	}
+	sort.Strings(methods)
+	parts := make([]string, 0, len(methods))
+	for _, m := range methods {
+		parts = append(parts, fmt.Sprintf("%s %.0f", m, r[m]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r requests) perObject(n int) string {
+	return fmt.Sprintf("%.2f writes (POST %.2f, PATCH %.2f, PUT %.2f, DELETE %.2f), %.2f GETs (reads, lists and watches)",
+		r.writes()/float64(n), r["POST"]/float64(n), r["PATCH"]/float64(n), r["PUT"]/float64(n), r["DELETE"]/float64(n), r["GET"]/float64(n))
+}
+
+func mustRequests(t *testing.T, addr string) requests {
+	t.Helper()
+	r, err := apiRequests(addr)
+	require.NoError(t, err)
+	return r
+}
+
+// apiRequests sums rest_client_requests_total (client-go's counter of every API request, Events
+// included) from the controller's metrics, by method.
+func apiRequests(addr string) (requests, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := requests{}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "rest_client_requests_total{"), "} ")
+		if !ok {
+			continue
+		}
+		v, _ := strconv.ParseFloat(value, 64)
+		for _, l := range strings.Split(labels, ",") {
+			if m, ok := strings.CutPrefix(l, `method="`); ok {
+				out[strings.TrimSuffix(m, `"`)] += v
+			}
+		}
+	}
+	return out, s.Err()
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 func envInt(name string, def int) int {

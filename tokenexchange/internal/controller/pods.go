@@ -76,9 +76,12 @@ func (x *SelectorIndex) mapPod(_ context.Context, o client.Object) []reconcile.R
 	return x.Requests(o.GetNamespace(), o.GetLabels())
 }
 
-func (r *Reconciler) pods(ctx context.Context, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
+// pods lists the selected pods whose token-exchange volume is ConfigMap cmName (the only ones
+// summarizePods counts), through podTokenExchangeIndex.
+func (r *Reconciler) pods(ctx context.Context, namespace string, selector labels.Selector, cmName string) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector},
+		client.MatchingFields{podTokenExchangeIndex: cmName}); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

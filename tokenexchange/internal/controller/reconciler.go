@@ -149,7 +149,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	}
 	st.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
 
-	pods, err := r.pods(ctx, te.Namespace, selector)
+	pods, err := r.pods(ctx, te.Namespace, selector, desired.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

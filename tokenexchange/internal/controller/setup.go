@@ -37,10 +37,31 @@ type Options struct {
 	PodStatusClient *http.Client
 }
 
+// podTokenExchangeIndex indexes pods by the ConfigMap behind their token-exchange volume.
+const podTokenExchangeIndex = "tokenexchange.podConfigMap"
+
+func podTokenExchangeConfigMap(o client.Object) []string {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.Name == TokenExchangeVolume && v.ConfigMap != nil {
+			return []string{v.ConfigMap.Name}
+		}
+	}
+	return nil
+}
+
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.TokenExchange{}); err != nil {
+		return err
+	}
+	// Pods by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods,
+	// not every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
 		return err
 	}
 	r := &Reconciler{
