@@ -62,12 +62,20 @@ const (
 	VolumeSpireSocket   = "spire-agent-socket"
 	VolumeTokenExchange = "kagenti-token-exchange"
 	VolumeTrace         = "kagenti-trace"
+	// VolumeIdPCredentials is the optional Secret with the identity provider's registration
+	// credentials, mounted into client-registration only.
+	VolumeIdPCredentials = "kagenti-idp-credentials"
 
 	// Where they are mounted.
 	PathShared        = "/shared"
 	PathSpireSocket   = "/run/spire/agent-sockets"
 	PathTokenExchange = "/etc/kagenti/token-exchange"
 	PathTrace         = "/etc/kagenti/trace"
+	// PathIdPCredentials is where client-registration reads VolumeIdPCredentials.
+	PathIdPCredentials = "/etc/kagenti/idp-credentials"
+	// PathHelperConf is spiffe-helper's configuration, which proxy-init renders into the shared
+	// volume from the merged identity configuration and spiffe-helper reads (-config).
+	PathHelperConf = PathShared + "/helper.conf"
 
 	// Components (container names; the values kagenti.io/exclude-components takes).
 	ComponentProxyInit          = "proxy-init"
@@ -76,3 +84,22 @@ const (
 	ComponentAuthProxy          = "auth-proxy"
 	ComponentEnvoyProxy         = "envoy-proxy"
 )
+
+// Ports the data plane listens on in every pod besides the proxies' own: kagenti-authbridge's status
+// servers (/healthz, /readyz, /status) per role, and spiffe-helper's health listener. proxy-init
+// never redirects them; the injector refuses a user container that declares one.
+const (
+	StatusPortRegister     = 15124
+	StatusPortInbound      = 15125
+	StatusPortOutbound     = 15126
+	HealthPortSpiffeHelper = 15127
+)
+
+// The data plane's programs as the injector starts them: the kagenti-authbridge subcommand each
+// component runs. The injector sets these arguments; kagenti-authbridge defines the subcommands.
+var AuthbridgeRoles = map[string]string{
+	ComponentProxyInit:          "init",
+	ComponentClientRegistration: "register",
+	ComponentAuthProxy:          "inbound",
+	ComponentEnvoyProxy:         "outbound",
+}

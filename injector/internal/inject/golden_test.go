@@ -41,6 +41,10 @@ var variants = []variant{
 		"kagenti.io/client-registration-memory-limit": "256Mi",
 		"kagenti.io/proxy-init-cpu":                   "20m",
 	}},
+	// No proxy: proxy-init only writes spiffe-helper's configuration, without privileges.
+	{name: "no-proxies", labels: map[string]string{inject.LabelSpiffe: "enabled"}, annotations: map[string]string{
+		inject.AnnotationExcludeComponents: "auth-proxy,envoy-proxy",
+	}},
 }
 
 func TestGolden(t *testing.T) {
@@ -84,9 +88,7 @@ func TestGolden(t *testing.T) {
 				t.Run("reinject-after-config-change", func(t *testing.T) {
 					changedCfg := config.Default()
 					changedCfg.SidecarMode = cfg.SidecarMode
-					c := changedCfg.Components[config.ClientRegistration]
-					c.Image = "ghcr.io/kagenti/client-registration:v0.2.0"
-					changedCfg.Components[config.ClientRegistration] = c
+					changedCfg.Images.Authbridge = "ghcr.io/kagenti/kagenti-authbridge:v0.2.0"
 					again, changed := injectTemplate(t, w, injected, changedCfg)
 					require.True(t, changed)
 					fresh, _ := injectTemplate(t, w, orig, changedCfg)

@@ -125,7 +125,7 @@ type PortConflictError struct {
 
 func (e *PortConflictError) Error() string {
 	l := e.Listener
-	return fmt.Sprintf("%s (%q): port %d/%s is the port the injected %s listens on (%s of the injector configuration); use another port, or exclude %s with %s",
+	return fmt.Sprintf("%s (%q): port %d/%s is the port the injected %s listens on (%s); use another port, or exclude %s with %s",
 		e.Field, e.Container, l.Port.ContainerPort, l.Port.Protocol, l.Component, l.Setting, l.Component, AnnotationExcludeComponents)
 }
 

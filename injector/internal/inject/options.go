@@ -71,6 +71,8 @@ type Options struct {
 	// resourceText is the user's own text of each resource annotation read, by key, so a denial
 	// quotes what the user wrote rather than the quantity's canonical form.
 	resourceText map[string]string
+	// excludeText is the user's text of kagenti.io/exclude-components, for denials.
+	excludeText string
 }
 
 // InvalidError is a bad label or annotation value; the webhook denies the request with its message.
@@ -100,6 +102,7 @@ func ParseOptions(workload string, labels, annotations map[string]string) (Optio
 		}
 	}
 	if v, ok := annotations[AnnotationExcludeComponents]; ok {
+		o.excludeText = v
 		for _, name := range splitList(v) {
 			if !config.IsComponent(name) {
 				return o, invalid(AnnotationExcludeComponents, v, "unknown component %q; accepted values (comma list): %s",
