@@ -52,6 +52,9 @@ const (
 	// InjectionStatusAnnotation is the injector's record, on a pod template, of what it injected
 	// (JSON): the injector writes it, tokenexchange and agenttrace read it to count configured pods.
 	InjectionStatusAnnotation = "kagenti.io/injection-status"
+	// IdentityDefaultsAnnotation is the injector's identity defaults for a workload, NAME=VALUE
+	// lines, on the pod template; the data plane reads it through VolumeIdentity.
+	IdentityDefaultsAnnotation = "kagenti.io/identity-defaults"
 )
 
 // What the injector adds to a pod template, by name (ARCHITECTURE.md §5). The controllers find
@@ -65,6 +68,10 @@ const (
 	// VolumeIdPCredentials is the optional Secret with the identity provider's registration
 	// credentials, mounted into client-registration only.
 	VolumeIdPCredentials = "kagenti-idp-credentials"
+	// VolumeIdentity is the downward-API volume with the workload's identity defaults
+	// (IdentityDefaultsFile, from the pod annotation AnnotationIdentityDefaults) and the pod's own
+	// POD_NAME and POD_NAMESPACE, one file each; mounted into every kagenti-authbridge container.
+	VolumeIdentity = "kagenti-identity"
 
 	// Where they are mounted.
 	PathShared        = "/shared"
@@ -73,6 +80,9 @@ const (
 	PathTrace         = "/etc/kagenti/trace"
 	// PathIdPCredentials is where client-registration reads VolumeIdPCredentials.
 	PathIdPCredentials = "/etc/kagenti/idp-credentials"
+	PathIdentity       = "/etc/kagenti/identity"
+	// IdentityDefaultsFile is VolumeIdentity's file of NAME=VALUE lines.
+	IdentityDefaultsFile = "defaults.env"
 	// PathHelperConf is spiffe-helper's configuration, which proxy-init renders into the shared
 	// volume from the merged identity configuration and spiffe-helper reads (-config).
 	PathHelperConf = PathShared + "/helper.conf"

@@ -110,8 +110,9 @@ func TestRenderWithoutEnvoyTurnsOutboundOff(t *testing.T) {
 	require.Equal(t, config.ProxyInit, r.InitContainers[0].Name)
 	for _, c := range r.InitContainers {
 		require.NotEqual(t, config.EnvoyProxy, c.Name)
-		require.Contains(t, c.Env, corev1.EnvVar{Name: "KAGENTI_OUTBOUND_ENABLED", Value: "false"}, c.Name)
+		require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: inject.VolumeIdentity, MountPath: inject.PathIdentity, ReadOnly: true}, c.Name)
 	}
+	require.Contains(t, r.IdentityDefaults, "\nKAGENTI_OUTBOUND_ENABLED=false\n")
 }
 
 // Without any proxy and without spiffe, proxy-init has nothing to do and is not injected.

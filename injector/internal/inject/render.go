@@ -27,12 +27,14 @@ const (
 	VolumeTokenExchange  = configmap.VolumeTokenExchange
 	VolumeTrace          = configmap.VolumeTrace
 	VolumeIdPCredentials = configmap.VolumeIdPCredentials
+	VolumeIdentity       = configmap.VolumeIdentity
 
 	PathShared         = configmap.PathShared
 	PathSpireSocket    = configmap.PathSpireSocket
 	PathTokenExchange  = configmap.PathTokenExchange
 	PathTrace          = configmap.PathTrace
 	PathIdPCredentials = configmap.PathIdPCredentials
+	PathIdentity       = configmap.PathIdentity
 
 	// EnvTraceDir is the only environment variable added to the user's containers.
 	EnvTraceDir = "KAGENTI_TRACE_DIR"
@@ -56,6 +58,9 @@ type Rendered struct {
 	// UserMounts and UserEnv are added to every user container (the trace configuration).
 	UserMounts []corev1.VolumeMount
 	UserEnv    []corev1.EnvVar
+	// IdentityDefaults is the value of the pod annotation AnnotationIdentityDefaults ("" when no
+	// kagenti-authbridge container is injected).
+	IdentityDefaults string
 	// Listeners are the ports the injected containers listen on in the pod's network namespace.
 	Listeners []Listener
 	// Hash identifies the configuration and options this was rendered from.
@@ -145,6 +150,10 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		r.Volumes = append(r.Volumes, corev1.Volume{Name: VolumeShared, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		r.Volumes = append(r.Volumes, configMapVolume(VolumeTokenExchange, configmap.TokenExchangeName(o.Workload)))
 	}
+	if slices.ContainsFunc(slices.Concat(r.InitContainers, r.Containers), func(c corev1.Container) bool { return c.Name != config.SpiffeHelper }) {
+		r.Volumes = append(r.Volumes, identityVolume())
+		r.IdentityDefaults = identityDefaults(cfg, o)
+	}
 	if on(config.SpiffeHelper) {
 		r.Volumes = append(r.Volumes, spireSocketVolume(cfg.SpireSocket))
 	}
@@ -205,8 +214,10 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		c.SecurityContext.RunAsGroup = ptr.To(uid)
 	}
 	c.Args = []string{configmap.AuthbridgeRoles[name]}
-	c.Env = identityEnv(cfg, o)
-	c.VolumeMounts = []corev1.VolumeMount{{Name: VolumeTokenExchange, MountPath: PathTokenExchange, ReadOnly: true}}
+	c.VolumeMounts = []corev1.VolumeMount{
+		{Name: VolumeIdentity, MountPath: PathIdentity, ReadOnly: true},
+		{Name: VolumeTokenExchange, MountPath: PathTokenExchange, ReadOnly: true},
+	}
 	switch name {
 	case config.ProxyInit, config.ClientRegistration:
 		// proxy-init writes helper.conf, client-registration the client credentials.
@@ -221,50 +232,68 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 	return c, nil
 }
 
-// identityEnv is the environment kagenti-authbridge reads its identity defaults from (its
-// authconfig.EnvDefaults): the injector's configuration, narrowed by the workload's options. Every
-// role resolves the whole configuration, so every role gets all of it.
-func identityEnv(cfg *config.Config, o Options) []corev1.EnvVar {
+// identityDefaults renders the identity defaults kagenti-authbridge reads (the variables of its
+// authconfig.EnvDefaults, as NAME=VALUE lines of the identity volume's defaults.env): the
+// injector's configuration, narrowed by the workload's options. Every role resolves the whole
+// configuration, so all of them read all of it; one annotation, projected into one file, instead
+// of the same twenty variables in every container. A switch is written only when off (on is the
+// data plane's default).
+func identityDefaults(cfg *config.Config, o Options) string {
 	id := cfg.Identity
 	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
 	registration := !o.Exclude[config.ClientRegistration]
 	exchange := id.TokenExchange && (registration || spiffe) // the exchange authenticates with either
-	out := []corev1.EnvVar{
-		fieldEnv("POD_NAME", "metadata.name"),
-		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-		fieldEnv("KAGENTI_SERVICE_ACCOUNT", "spec.serviceAccountName"),
-		env("KAGENTI_WORKLOAD", o.Workload),
-		env("KAGENTI_TRUST_DOMAIN", id.TrustDomain),
-		env("KAGENTI_SPIFFE_ENABLED", strconv.FormatBool(spiffe)),
+	var b strings.Builder
+	line := func(name, value string) {
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(value)
+		b.WriteByte('\n')
 	}
+	off := func(name string, on bool) {
+		if !on {
+			line(name, "false")
+		}
+	}
+	line("KAGENTI_WORKLOAD", o.Workload)
+	if o.ServiceAccount != "" {
+		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
+	}
+	line("KAGENTI_TRUST_DOMAIN", id.TrustDomain)
+	off("KAGENTI_SPIFFE_ENABLED", spiffe)
 	if spiffe {
-		out = append(out, env("KAGENTI_SPIFFE_SOCKET", id.SocketPath), env("KAGENTI_JWT_AUDIENCE", id.JWTAudience))
+		line("KAGENTI_SPIFFE_SOCKET", id.SocketPath)
+		line("KAGENTI_JWT_AUDIENCE", id.JWTAudience)
 	}
-	out = append(out,
-		env("KAGENTI_IDP_URL", id.IdPURL),
-		env("KAGENTI_REALM", id.Realm),
-		env("KAGENTI_CLIENT_REGISTRATION_ENABLED", strconv.FormatBool(registration)),
-		env("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate),
-		env("KAGENTI_TOKEN_EXCHANGE", strconv.FormatBool(exchange)),
-		env("KAGENTI_INBOUND_ENABLED", strconv.FormatBool(!o.Exclude[config.AuthProxy])),
-		env("KAGENTI_INBOUND_PORT", itoa(id.InboundPort)),
-		env("KAGENTI_TARGET_PORT", itoa(id.TargetPort)),
-	)
+	line("KAGENTI_IDP_URL", id.IdPURL)
+	line("KAGENTI_REALM", id.Realm)
+	off("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
+	line("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
+	off("KAGENTI_TOKEN_EXCHANGE", exchange)
+	off("KAGENTI_INBOUND_ENABLED", !o.Exclude[config.AuthProxy])
+	line("KAGENTI_INBOUND_PORT", itoa(id.InboundPort))
+	line("KAGENTI_TARGET_PORT", itoa(id.TargetPort))
 	if len(o.InboundPortsExclude) > 0 {
-		out = append(out, env("KAGENTI_INBOUND_PORTS_EXCLUDE", ports(o.InboundPortsExclude)))
+		line("KAGENTI_INBOUND_PORTS_EXCLUDE", ports(o.InboundPortsExclude))
 	}
-	out = append(out,
-		env("KAGENTI_OUTBOUND_ENABLED", strconv.FormatBool(!o.Exclude[config.EnvoyProxy])),
-		env("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort)),
-		env("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10)),
-		env("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(append([]int32{AlwaysExcludedOutboundPort}, o.OutboundPortsExclude...))),
-		env("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience),
-	)
-	return out
+	off("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
+	line("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
+	line("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
+	line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(append([]int32{AlwaysExcludedOutboundPort}, o.OutboundPortsExclude...)))
+	line("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
+	return b.String()
 }
 
-func fieldEnv(name, path string) corev1.EnvVar {
-	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+// identityVolume projects the identity defaults and the pod's name and namespace into files.
+func identityVolume() corev1.Volume {
+	field := func(path, fieldPath string) corev1.DownwardAPIVolumeFile {
+		return corev1.DownwardAPIVolumeFile{Path: path, FieldRef: &corev1.ObjectFieldSelector{FieldPath: fieldPath}}
+	}
+	return corev1.Volume{Name: VolumeIdentity, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+		field(configmap.IdentityDefaultsFile, "metadata.annotations['"+AnnotationIdentityDefaults+"']"),
+		field("POD_NAME", "metadata.name"),
+		field("POD_NAMESPACE", "metadata.namespace"),
+	}}}}
 }
 
 func restricted(uid int64, readOnlyRoot bool) *corev1.SecurityContext {

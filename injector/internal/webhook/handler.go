@@ -134,6 +134,7 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		}
 		var opts inject.Options
 		opts, err = inject.ParseOptions(name, obj.Labels, obj.Annotations)
+		opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
 		if err == nil {
 			var r *inject.Rendered
 			if r, err = inject.Render(h.Config(), opts); err == nil {

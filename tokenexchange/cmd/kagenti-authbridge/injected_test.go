@@ -39,7 +39,7 @@ const (
 )
 
 // The variables the binary reads besides authconfig.EnvNames (its flags' defaults).
-var flagEnv = []string{"KAGENTI_CONFIG_DIR", "KAGENTI_SHARED_DIR", "KAGENTI_IDP_CREDENTIALS_DIR"}
+var flagEnv = []string{"KAGENTI_CONFIG_DIR", "KAGENTI_SHARED_DIR", "KAGENTI_IDP_CREDENTIALS_DIR", "KAGENTI_IDENTITY_DIR"}
 
 // goldenTemplate reads a golden workload and returns its pod template.
 func goldenTemplate(t *testing.T, file string) corev1.PodTemplateSpec {
@@ -76,27 +76,53 @@ func isAuthbridge(c corev1.Container) bool {
 	return strings.Contains(c.Image, "/kagenti-authbridge:") || strings.Contains(c.Image, "/kagenti-authbridge@")
 }
 
+// fieldValue resolves a downward-API field of a fake pod of tmpl, as the kubelet would.
+func fieldValue(t *testing.T, tmpl corev1.PodTemplateSpec, fieldPath string) string {
+	t.Helper()
+	if key, ok := strings.CutPrefix(fieldPath, "metadata.annotations['"); ok {
+		v, found := tmpl.Annotations[strings.TrimSuffix(key, "']")]
+		require.True(t, found, "the pod has no annotation for %s", fieldPath)
+		return v
+	}
+	sa := tmpl.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default" // the API server's ServiceAccount admission
+	}
+	v := map[string]string{"metadata.name": fakePodName, "metadata.namespace": fakeNamespace, "spec.serviceAccountName": sa}[fieldPath]
+	require.NotEmpty(t, v, "field %s", fieldPath)
+	return v
+}
+
 // setContainerEnv makes the test process's environment the container's: every variable the
-// binary reads is cleared, then the container's are set, downward-API references resolved as the
-// kubelet would for a fake pod.
+// binary reads is cleared, then the container's are set, and its volumes projected as the kubelet
+// would for a fake pod (the identity volume into a temporary directory the binary is pointed at).
 func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Container) {
 	t.Helper()
 	for _, n := range append(authconfig.EnvNames(), flagEnv...) {
 		t.Setenv(n, "")
 	}
-	known := append(authconfig.EnvNames(), flagEnv...)
-	sa := tmpl.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default" // the API server's ServiceAccount admission
+	vol, _ := mountOf(c, authconfig.IdentityDir)
+	if vol != "" {
+		require.Equal(t, configmap.VolumeIdentity, vol)
+		i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+		require.GreaterOrEqual(t, i, 0)
+		dapi := tmpl.Spec.Volumes[i].DownwardAPI
+		require.NotNil(t, dapi, "the identity volume is a downward-API volume")
+		dir := t.TempDir()
+		for _, item := range dapi.Items {
+			require.NotNil(t, item.FieldRef)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, item.Path), []byte(fieldValue(t, tmpl, item.FieldRef.FieldPath)), 0o644))
+		}
+		t.Setenv("KAGENTI_IDENTITY_DIR", dir)
 	}
+	known := append(authconfig.EnvNames(), flagEnv...)
 	require.Empty(t, c.EnvFrom, "%s: envFrom is not followed by this test", c.Name)
 	for _, e := range c.Env {
 		require.Contains(t, known, e.Name, "%s: %s is read by no program", c.Name, e.Name)
 		v := e.Value
 		if e.ValueFrom != nil {
 			require.NotNil(t, e.ValueFrom.FieldRef, "%s: %s", c.Name, e.Name)
-			v = map[string]string{"metadata.name": fakePodName, "metadata.namespace": fakeNamespace, "spec.serviceAccountName": sa}[e.ValueFrom.FieldRef.FieldPath]
-			require.NotEmpty(t, v, "%s: %s: field %s", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+			v = fieldValue(t, tmpl, e.ValueFrom.FieldRef.FieldPath)
 		}
 		t.Setenv(e.Name, v)
 	}
@@ -140,12 +166,14 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				require.Empty(t, cmd.Flags().Args(), "no positional arguments")
 
 				// The configuration the environment makes resolves (no ConfigMap mounted yet).
-				src, err := sidecar.SourceFromEnv(t.TempDir())
+				src, err := sidecar.SourceFromEnv(t.TempDir(), os.Getenv("KAGENTI_IDENTITY_DIR"))
 				require.NoError(t, err)
 				snap, err := src.Load()
 				require.NoError(t, err, "the injector's defaults must resolve on their own")
 				assert.Equal(t, fakeNamespace, snap.Config.Workload.Namespace)
 				assert.NotEmpty(t, snap.Config.Workload.Name)
+				assert.Equal(t, fakePodName, snap.Config.Workload.PodName)
+				assert.NotEmpty(t, snap.Config.Workload.ServiceAccount)
 
 				// The files it reads are where the injector mounts them.
 				vol, ro := mountOf(c, authconfig.ConfigDir)
@@ -252,6 +280,8 @@ func TestContractWithTheInjector(t *testing.T) {
 	assert.Equal(t, configmap.PathTokenExchange, authconfig.ConfigDir)
 	assert.Equal(t, configmap.PathShared, authconfig.SharedDir)
 	assert.Equal(t, configmap.PathIdPCredentials, authconfig.IdPCredentialsDir)
+	assert.Equal(t, configmap.PathIdentity, authconfig.IdentityDir)
+	assert.Equal(t, configmap.IdentityDefaultsFile, authconfig.IdentityDefaultsFile)
 	assert.Equal(t, configmap.PathHelperConf, path.Join(authconfig.SharedDir, authconfig.HelperConfFile))
 	root := newRootCommand()
 	for _, role := range configmap.AuthbridgeRoles {
