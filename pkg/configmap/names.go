@@ -52,6 +52,9 @@ const (
 	// InjectionStatusAnnotation is the injector's record, on a pod template, of what it injected
 	// (JSON): the injector writes it, tokenexchange and agenttrace read it to count configured pods.
 	InjectionStatusAnnotation = "kagenti.io/injection-status"
+	// IdentityDefaultsAnnotation is the injector's identity defaults for a workload, NAME=VALUE
+	// lines, on the pod template; the data plane reads it through VolumeIdentity.
+	IdentityDefaultsAnnotation = "kagenti.io/identity-defaults"
 )
 
 // What the injector adds to a pod template, by name (docs/architecture.md §5). The controllers find
@@ -62,12 +65,27 @@ const (
 	VolumeSpireSocket   = "spire-agent-socket"
 	VolumeTokenExchange = "kagenti-token-exchange"
 	VolumeTrace         = "kagenti-trace"
+	// VolumeIdPCredentials is the optional Secret with the identity provider's registration
+	// credentials, mounted into client-registration only.
+	VolumeIdPCredentials = "kagenti-idp-credentials"
+	// VolumeIdentity is the downward-API volume with the workload's identity defaults
+	// (IdentityDefaultsFile, from the pod annotation AnnotationIdentityDefaults) and the pod's own
+	// POD_NAME and POD_NAMESPACE, one file each; mounted into every kagenti-authbridge container.
+	VolumeIdentity = "kagenti-identity"
 
 	// Where they are mounted.
 	PathShared        = "/shared"
 	PathSpireSocket   = "/run/spire/agent-sockets"
 	PathTokenExchange = "/etc/kagenti/token-exchange"
 	PathTrace         = "/etc/kagenti/trace"
+	// PathIdPCredentials is where client-registration reads VolumeIdPCredentials.
+	PathIdPCredentials = "/etc/kagenti/idp-credentials"
+	PathIdentity       = "/etc/kagenti/identity"
+	// IdentityDefaultsFile is VolumeIdentity's file of NAME=VALUE lines.
+	IdentityDefaultsFile = "defaults.env"
+	// PathHelperConf is spiffe-helper's configuration, which proxy-init renders into the shared
+	// volume from the merged identity configuration and spiffe-helper reads (-config).
+	PathHelperConf = PathShared + "/helper.conf"
 
 	// Components (container names; the values kagenti.io/exclude-components takes).
 	ComponentProxyInit          = "proxy-init"
@@ -76,3 +94,22 @@ const (
 	ComponentAuthProxy          = "auth-proxy"
 	ComponentEnvoyProxy         = "envoy-proxy"
 )
+
+// Ports the data plane listens on in every pod besides the proxies' own: kagenti-authbridge's status
+// servers (/healthz, /readyz, /status) per role, and spiffe-helper's health listener. proxy-init
+// never redirects them; the injector refuses a user container that declares one.
+const (
+	StatusPortRegister     = 15124
+	StatusPortInbound      = 15125
+	StatusPortOutbound     = 15126
+	HealthPortSpiffeHelper = 15127
+)
+
+// The data plane's programs as the injector starts them: the kagenti-authbridge subcommand each
+// component runs. The injector sets these arguments; kagenti-authbridge defines the subcommands.
+var AuthbridgeRoles = map[string]string{
+	ComponentProxyInit:          "init",
+	ComponentClientRegistration: "register",
+	ComponentAuthProxy:          "inbound",
+	ComponentEnvoyProxy:         "outbound",
+}

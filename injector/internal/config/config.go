@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 // Names of the injected components (docs/architecture.md §5), in injection order.
@@ -60,7 +62,11 @@ type Config struct {
 	SidecarMode string `json:"sidecarMode"`
 	// ImagePullPolicy of every injected container (default IfNotPresent).
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy"`
-	// Components holds the image and resources of each component, keyed by component name.
+	// Images are the two programs every component runs: kagenti-authbridge (proxy-init,
+	// client-registration, auth-proxy, envoy-proxy) and spiffe-helper. The one place to set the
+	// registry and tag of the data plane.
+	Images Images `json:"images"`
+	// Components holds the resources of each component, keyed by component name.
 	Components map[string]Component `json:"components"`
 	// SpireSocket says how the SPIRE agent socket reaches the pod.
 	SpireSocket SpireSocket `json:"spireSocket"`
@@ -68,10 +74,24 @@ type Config struct {
 	Identity Identity `json:"identity"`
 }
 
+// Images are pinned by tag or digest (":latest" and untagged images are rejected).
+type Images struct {
+	// Authbridge is kagenti-authbridge, the tokenexchange data plane, at the platform's release tag.
+	Authbridge string `json:"authbridge"`
+	// SpiffeHelper is the upstream spiffe-helper.
+	SpiffeHelper string `json:"spiffeHelper"`
+}
+
+// Image returns the image of component name.
+func (i Images) Image(name string) string {
+	if name == SpiffeHelper {
+		return i.SpiffeHelper
+	}
+	return i.Authbridge
+}
+
 // Component is one injected container's settings.
 type Component struct {
-	// Image, pinned by tag or digest (":latest" and untagged images are rejected).
-	Image     string                      `json:"image"`
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
@@ -86,14 +106,23 @@ type SpireSocket struct {
 	HostPath string `json:"hostPath,omitempty"`
 }
 
-// Identity holds the identity defaults of docs/architecture.md §5.
+// Identity holds the identity defaults of docs/architecture.md §5: the one source of the defaults the
+// data plane (kagenti-authbridge) merges a TokenExchange's config.yaml over.
 type Identity struct {
-	TrustDomain   string `json:"trustDomain"`
-	SocketPath    string `json:"socketPath"`
-	JWTAudience   string `json:"jwtAudience"`
-	IdPURL        string `json:"idpURL"`
-	Realm         string `json:"realm"`
-	TokenExchange bool   `json:"tokenExchange"`
+	TrustDomain string `json:"trustDomain"`
+	// SocketPath is the SPIRE agent's Workload API socket, a plain path (no unix:// scheme), inside
+	// the spire-agent-socket volume.
+	SocketPath  string `json:"socketPath"`
+	JWTAudience string `json:"jwtAudience"`
+	IdPURL      string `json:"idpURL"`
+	Realm       string `json:"realm"`
+	// ClientNameTemplate names the client registered for a workload: literal text with the
+	// placeholders {{.Namespace}}, {{.WorkloadName}}, {{.ServiceAccount}}, {{.PodName}}.
+	ClientNameTemplate string `json:"clientNameTemplate"`
+	// IdPCredentialsSecret is the Secret, in the workload's namespace, with the identity
+	// provider's registration credentials; mounted optional into client-registration.
+	IdPCredentialsSecret string `json:"idpCredentialsSecret"`
+	TokenExchange        bool   `json:"tokenExchange"`
 	// InboundPort is where auth-proxy listens; TargetPort is the agent's port behind it.
 	InboundPort int32 `json:"inboundPort"`
 	TargetPort  int32 `json:"targetPort"`
@@ -102,6 +131,14 @@ type Identity struct {
 	ProxyUID        int64  `json:"proxyUID"`
 	DefaultAudience string `json:"defaultAudience"`
 }
+
+// Images of the platform's release (deploy/ overrides the registry and tag, as for the controllers).
+const (
+	DefaultAuthbridgeImage = "ghcr.io/kagenti/kagenti-authbridge:v0.1.0"
+	// DefaultSpiffeHelperImage is the upstream release whose configuration format the data plane
+	// renders (github.com/spiffe/spiffe-helper v0.11.0).
+	DefaultSpiffeHelperImage = "ghcr.io/spiffe/spiffe-helper:0.11.0"
+)
 
 // Default returns the built-in configuration (the seed defaults of docs/architecture.md §5).
 func Default() *Config {
@@ -117,26 +154,29 @@ func Default() *Config {
 	return &Config{
 		SidecarMode:     SidecarNative,
 		ImagePullPolicy: corev1.PullIfNotPresent,
+		Images:          Images{Authbridge: DefaultAuthbridgeImage, SpiffeHelper: DefaultSpiffeHelperImage},
 		Components: map[string]Component{
-			ProxyInit:          {Image: "ghcr.io/kagenti/proxy-init:v0.1.0", Resources: res("10m", "16Mi", "64Mi")},
-			SpiffeHelper:       {Image: "ghcr.io/spiffe/spiffe-helper:0.10.0", Resources: res("10m", "16Mi", "64Mi")},
-			ClientRegistration: {Image: "ghcr.io/kagenti/client-registration:v0.1.0", Resources: res("10m", "32Mi", "128Mi")},
-			AuthProxy:          {Image: "ghcr.io/kagenti/auth-proxy:v0.1.0", Resources: res("20m", "32Mi", "128Mi")},
-			EnvoyProxy:         {Image: "docker.io/envoyproxy/envoy:v1.34.1", Resources: res("50m", "64Mi", "256Mi")},
+			ProxyInit:          {Resources: res("10m", "16Mi", "64Mi")},
+			SpiffeHelper:       {Resources: res("10m", "16Mi", "64Mi")},
+			ClientRegistration: {Resources: res("10m", "32Mi", "128Mi")},
+			AuthProxy:          {Resources: res("20m", "32Mi", "128Mi")},
+			EnvoyProxy:         {Resources: res("20m", "32Mi", "128Mi")},
 		},
 		SpireSocket: SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
 		Identity: Identity{
-			TrustDomain:     "cluster.local",
-			SocketPath:      "/run/spire/agent-sockets/agent.sock",
-			JWTAudience:     "kagenti-agents",
-			IdPURL:          "http://keycloak.kagenti-system.svc:8080",
-			Realm:           "default",
-			TokenExchange:   true,
-			InboundPort:     8080,
-			TargetPort:      8081,
-			OutboundPort:    15123,
-			ProxyUID:        1337,
-			DefaultAudience: "downstream-service",
+			TrustDomain:          "cluster.local",
+			SocketPath:           "/run/spire/agent-sockets/agent.sock",
+			JWTAudience:          "kagenti-agents",
+			IdPURL:               "http://keycloak.kagenti-system.svc:8080",
+			Realm:                "default",
+			ClientNameTemplate:   "{{.Namespace}}/{{.WorkloadName}}",
+			IdPCredentialsSecret: "kagenti-idp-credentials",
+			TokenExchange:        true,
+			InboundPort:          8080,
+			TargetPort:           8081,
+			OutboundPort:         15123,
+			ProxyUID:             1337,
+			DefaultAudience:      "downstream-service",
 		},
 	}
 }
@@ -198,9 +238,12 @@ func (c *Config) Validate() error {
 			add("components.%s: unknown component; accepted: %s", name, strings.Join(Components, ", "))
 			continue
 		}
-		if err := validateImage(c.Components[name].Image); err != nil {
-			add("components.%s.image: %v", name, err)
-		}
+	}
+	if err := validateImage(c.Images.Authbridge); err != nil {
+		add("images.authbridge: %v", err)
+	}
+	if err := validateImage(c.Images.SpiffeHelper); err != nil {
+		add("images.spiffeHelper: %v", err)
 	}
 	for _, name := range Components {
 		if _, ok := c.Components[name]; !ok {
@@ -223,11 +266,17 @@ func (c *Config) Validate() error {
 	for field, v := range map[string]string{
 		"identity.trustDomain": id.TrustDomain, "identity.socketPath": id.SocketPath,
 		"identity.jwtAudience": id.JWTAudience, "identity.idpURL": id.IdPURL, "identity.realm": id.Realm,
-		"identity.defaultAudience": id.DefaultAudience,
+		"identity.defaultAudience": id.DefaultAudience, "identity.clientNameTemplate": id.ClientNameTemplate,
+		"identity.idpCredentialsSecret": id.IdPCredentialsSecret,
 	} {
 		if v == "" {
 			add("%s: required", field)
+		} else if strings.ContainsAny(v, "\n\r") {
+			add("%s: must be one line", field)
 		}
+	}
+	if id.SocketPath != "" && !strings.HasPrefix(id.SocketPath, configmap.PathSpireSocket+"/") {
+		add("identity.socketPath: %q must be a path in the spire-agent-socket volume, %s/ (no unix:// scheme)", id.SocketPath, configmap.PathSpireSocket)
 	}
 	for field, p := range map[string]int32{
 		"identity.inboundPort": id.InboundPort, "identity.targetPort": id.TargetPort, "identity.outboundPort": id.OutboundPort,

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kagenti/platform/injector/internal/config"
 )
@@ -19,9 +20,11 @@ func TestParseEmptyIsDefault(t *testing.T) {
 func TestParseMergesOneComponent(t *testing.T) {
 	c, err := config.Parse([]byte(`
 sidecarMode: classic
+images:
+  authbridge: ghcr.io/kagenti/kagenti-authbridge@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 components:
   envoy-proxy:
-    image: docker.io/envoyproxy/envoy@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+    resources: {requests: {cpu: 30m}}
 spireSocket:
   type: hostPath
 identity:
@@ -29,8 +32,12 @@ identity:
 `))
 	require.NoError(t, err)
 	require.Equal(t, config.SidecarClassic, c.SidecarMode)
-	require.Contains(t, c.Components[config.EnvoyProxy].Image, "@sha256:")
-	require.Contains(t, c.Components[config.EnvoyProxy].Resources.Limits, corev1.ResourceMemory, "unset fields of a component keep their default")
+	require.Contains(t, c.Images.Authbridge, "@sha256:")
+	require.Equal(t, config.DefaultSpiffeHelperImage, c.Images.SpiffeHelper, "an image left out keeps its default")
+	require.Equal(t, "30m", func() *resource.Quantity {
+		q := c.Components[config.EnvoyProxy].Resources.Requests[corev1.ResourceCPU]
+		return &q
+	}().String())
 	require.Equal(t, config.Default().Components[config.AuthProxy], c.Components[config.AuthProxy])
 	require.Equal(t, "agents", c.Identity.Realm)
 	require.Equal(t, "cluster.local", c.Identity.TrustDomain)
@@ -42,10 +49,14 @@ func TestParseInvalid(t *testing.T) {
 	for name, tc := range map[string]struct{ yaml, want string }{
 		"unknown field":     {"sidecarMod: native", `unknown field "sidecarMod"`},
 		"mode":              {"sidecarMode: sometimes", `sidecarMode: "sometimes" is not one of native, classic`},
-		"latest":            {"components: {auth-proxy: {image: 'ghcr.io/x/auth-proxy:latest'}}", "components.auth-proxy.image"},
-		"untagged":          {"components: {auth-proxy: {image: 'ghcr.io/x/auth-proxy'}}", "is not pinned"},
-		"registry port":     {"components: {auth-proxy: {image: 'localhost:5000/auth-proxy'}}", "is not pinned"},
-		"unknown component": {"components: {envoy: {image: 'e:1'}}", "components.envoy: unknown component"},
+		"latest":            {"images: {authbridge: 'ghcr.io/x/kagenti-authbridge:latest'}", "images.authbridge"},
+		"untagged":          {"images: {spiffeHelper: 'ghcr.io/spiffe/spiffe-helper'}", "is not pinned"},
+		"registry port":     {"images: {authbridge: 'localhost:5000/kagenti-authbridge'}", "is not pinned"},
+		"old image field":   {"components: {auth-proxy: {image: 'ghcr.io/x/auth-proxy:v1'}}", "image"},
+		"unknown component": {"components: {envoy: {resources: {}}}", "components.envoy: unknown component"},
+		"socket scheme":     {"identity: {socketPath: 'unix:///run/spire/agent-sockets/agent.sock'}", "identity.socketPath"},
+		"socket elsewhere":  {"identity: {socketPath: '/tmp/agent.sock'}", "spire-agent-socket volume"},
+		"multi-line":        {"identity: {realm: \"a\\nb\"}", "identity.realm: must be one line"},
 		"socket type":       {"spireSocket: {type: nfs}", `spireSocket.type: "nfs"`},
 		"port":              {"identity: {outboundPort: 0}", "identity.outboundPort: 0 is not a port"},
 		"root proxy uid":    {"identity: {proxyUID: 0}", "identity.proxyUID"},

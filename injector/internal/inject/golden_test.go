@@ -41,6 +41,10 @@ var variants = []variant{
 		"kagenti.io/client-registration-memory-limit": "256Mi",
 		"kagenti.io/proxy-init-cpu":                   "20m",
 	}},
+	// No proxy: proxy-init only writes spiffe-helper's configuration, without privileges.
+	{name: "no-proxies", labels: map[string]string{inject.LabelSpiffe: "enabled"}, annotations: map[string]string{
+		inject.AnnotationExcludeComponents: "auth-proxy,envoy-proxy",
+	}},
 }
 
 func TestGolden(t *testing.T) {
@@ -84,9 +88,7 @@ func TestGolden(t *testing.T) {
 				t.Run("reinject-after-config-change", func(t *testing.T) {
 					changedCfg := config.Default()
 					changedCfg.SidecarMode = cfg.SidecarMode
-					c := changedCfg.Components[config.ClientRegistration]
-					c.Image = "ghcr.io/kagenti/client-registration:v0.2.0"
-					changedCfg.Components[config.ClientRegistration] = c
+					changedCfg.Images.Authbridge = "ghcr.io/kagenti/kagenti-authbridge:v0.2.0"
 					again, changed := injectTemplate(t, w, injected, changedCfg)
 					require.True(t, changed)
 					fresh, _ := injectTemplate(t, w, orig, changedCfg)
@@ -131,6 +133,7 @@ func injectTemplate(t *testing.T, w *duck.Workload, tmpl *corev1.PodTemplateSpec
 	t.Helper()
 	opts, err := inject.ParseOptions(w.Name(), w.Object().GetLabels(), w.Object().GetAnnotations())
 	require.NoError(t, err)
+	opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
 	r, err := inject.Render(cfg, opts)
 	require.NoError(t, err)
 	out, changed, err := inject.Inject(tmpl, r)

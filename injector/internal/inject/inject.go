@@ -110,6 +110,9 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
+	if r.IdentityDefaults != "" {
+		out.Annotations[AnnotationIdentityDefaults] = r.IdentityDefaults
+	}
 	out.Annotations[AnnotationStatus] = string(b)
 	return out, true, nil
 }
@@ -125,7 +128,7 @@ type PortConflictError struct {
 
 func (e *PortConflictError) Error() string {
 	l := e.Listener
-	return fmt.Sprintf("%s (%q): port %d/%s is the port the injected %s listens on (%s of the injector configuration); use another port, or exclude %s with %s",
+	return fmt.Sprintf("%s (%q): port %d/%s is the port the injected %s listens on (%s); use another port, or exclude %s with %s",
 		e.Field, e.Container, l.Port.ContainerPort, l.Port.Protocol, l.Component, l.Setting, l.Component, AnnotationExcludeComponents)
 }
 
@@ -220,6 +223,7 @@ func Strip(t *corev1.PodTemplateSpec, s *Status) {
 		spec.Volumes = nil
 	}
 	delete(t.Annotations, AnnotationStatus)
+	delete(t.Annotations, AnnotationIdentityDefaults) // the injector's own key, never the user's
 	if len(t.Annotations) == 0 {
 		t.Annotations = nil
 	}
@@ -238,6 +242,9 @@ func Remove(t *corev1.PodTemplateSpec) (out *corev1.PodTemplateSpec, changed boo
 
 // present reports whether everything s lists is still in t.
 func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
+	if t.Annotations[AnnotationIdentityDefaults] != r.IdentityDefaults {
+		return false
+	}
 	has := names(t.Spec.InitContainers, t.Spec.Containers)
 	for _, n := range slices.Concat(s.InitContainers, s.Containers) {
 		if !has[n] {

@@ -171,3 +171,14 @@ func TestCheckTemplateSignatureLabel(t *testing.T) {
 	require.Equal(t, inject.LabelSignatureVerified, bad.Key)
 	require.Contains(t, err.Error(), `kagenti.io/signature-verified: invalid value "true": only agentcard sets this label`)
 }
+
+// The data plane's status ports bind in the pod's network namespace too.
+func TestStatusPortConflictDenied(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1",
+		Ports: []corev1.ContainerPort{{ContainerPort: 15125}}}}}}
+	_, _, err := inject.Inject(tmpl, render(t, config.Default()))
+	var conflict *inject.PortConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, config.AuthProxy, conflict.Listener.Component)
+	require.ErrorContains(t, err, "port 15125/TCP is the port the injected auth-proxy listens on (its fixed status port)")
+}

@@ -10,13 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kagenti/platform/injector/internal/config"
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 // Labels and annotations read from the workload (docs/architecture.md §4).
 const (
-	LabelInject                 = "kagenti.io/inject"
-	LabelSpiffe                 = "kagenti.io/spiffe"
-	AnnotationStatus            = "kagenti.io/injection-status"
+	LabelInject      = "kagenti.io/inject"
+	LabelSpiffe      = "kagenti.io/spiffe"
+	AnnotationStatus = "kagenti.io/injection-status"
+	// AnnotationIdentityDefaults carries the identity defaults to the data plane (pkg/configmap).
+	AnnotationIdentityDefaults  = configmap.IdentityDefaultsAnnotation
 	AnnotationExcludeComponents = "kagenti.io/exclude-components"
 	AnnotationOutboundExclude   = "kagenti.io/outbound-ports-exclude"
 	AnnotationInboundExclude    = "kagenti.io/inbound-ports-exclude"
@@ -59,6 +62,9 @@ var resourceBounds = map[corev1.ResourceName]struct {
 type Options struct {
 	// Workload is the workload's name: the ConfigMap names of §5 derive from it.
 	Workload string
+	// ServiceAccount is the pod template's service account (ServiceAccountOf): the workload's
+	// SPIFFE ID, and so its inbound token audience, derives from it.
+	ServiceAccount string
 	// Spiffe includes spiffe-helper and the SPIRE socket (label kagenti.io/spiffe=enabled).
 	Spiffe bool
 	// Exclude lists the components not to inject.
@@ -71,6 +77,20 @@ type Options struct {
 	// resourceText is the user's own text of each resource annotation read, by key, so a denial
 	// quotes what the user wrote rather than the quantity's canonical form.
 	resourceText map[string]string
+	// excludeText is the user's text of kagenti.io/exclude-components, for denials.
+	excludeText string
+}
+
+// ServiceAccountOf returns the service account t's pods run as: "default" when it names none (the
+// API server's ServiceAccount admission sets that).
+func ServiceAccountOf(t *corev1.PodTemplateSpec) string {
+	switch {
+	case t.Spec.ServiceAccountName != "":
+		return t.Spec.ServiceAccountName
+	case t.Spec.DeprecatedServiceAccount != "":
+		return t.Spec.DeprecatedServiceAccount
+	}
+	return "default"
 }
 
 // InvalidError is a bad label or annotation value; the webhook denies the request with its message.
@@ -100,6 +120,7 @@ func ParseOptions(workload string, labels, annotations map[string]string) (Optio
 		}
 	}
 	if v, ok := annotations[AnnotationExcludeComponents]; ok {
+		o.excludeText = v
 		for _, name := range splitList(v) {
 			if !config.IsComponent(name) {
 				return o, invalid(AnnotationExcludeComponents, v, "unknown component %q; accepted values (comma list): %s",

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kagenti/platform/injector/internal/config"
@@ -81,11 +82,11 @@ func TestRenderRequestAboveLimitDenied(t *testing.T) {
 		wantMsg     string
 	}{
 		{"annotated request, configured limit", map[string]string{"kagenti.io/envoy-proxy-memory": "1.5Gi"},
-			"kagenti.io/envoy-proxy-memory", `invalid value "1.5Gi": the memory request exceeds its limit 256Mi (injector configuration)`},
+			"kagenti.io/envoy-proxy-memory", `invalid value "1.5Gi": the memory request exceeds its limit 128Mi (injector configuration)`},
 		{"both annotated", map[string]string{"kagenti.io/envoy-proxy-memory": "0.5Gi", "kagenti.io/envoy-proxy-memory-limit": "300Mi"},
 			"kagenti.io/envoy-proxy-memory", `invalid value "0.5Gi": the memory request exceeds its limit "300Mi" (kagenti.io/envoy-proxy-memory-limit)`},
-		{"annotated limit below the configured request", map[string]string{"kagenti.io/envoy-proxy-memory-limit": "32Mi"},
-			"kagenti.io/envoy-proxy-memory-limit", `invalid value "32Mi": the memory limit is below the configured request 64Mi`},
+		{"annotated limit below the configured request", map[string]string{"kagenti.io/envoy-proxy-memory-limit": "16Mi"},
+			"kagenti.io/envoy-proxy-memory-limit", `invalid value "16Mi": the memory limit is below the configured request 32Mi`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := inject.ParseOptions("w", nil, tc.annotations)
@@ -99,13 +100,38 @@ func TestRenderRequestAboveLimitDenied(t *testing.T) {
 	}
 }
 
-func TestRenderWithoutEnvoyHasNoProxyInit(t *testing.T) {
+// Without envoy-proxy, proxy-init still runs (inbound redirect, helper.conf) but every role is told
+// that outbound is off, so that nothing is redirected to a proxy that does not exist.
+func TestRenderWithoutEnvoyTurnsOutboundOff(t *testing.T) {
 	o, err := inject.ParseOptions("w", nil, map[string]string{inject.AnnotationExcludeComponents: "envoy-proxy"})
 	require.NoError(t, err)
 	r, err := inject.Render(config.Default(), o)
 	require.NoError(t, err)
+	require.Equal(t, config.ProxyInit, r.InitContainers[0].Name)
 	for _, c := range r.InitContainers {
-		require.NotEqual(t, config.ProxyInit, c.Name, "outbound traffic must not be redirected to a missing envoy-proxy")
 		require.NotEqual(t, config.EnvoyProxy, c.Name)
+		require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: inject.VolumeIdentity, MountPath: inject.PathIdentity, ReadOnly: true}, c.Name)
 	}
+	require.Contains(t, r.IdentityDefaults, "\nKAGENTI_OUTBOUND_ENABLED=false\n")
+}
+
+// Without any proxy and without spiffe, proxy-init has nothing to do and is not injected.
+func TestRenderWithoutProxiesOrSpiffeHasNoProxyInit(t *testing.T) {
+	o, err := inject.ParseOptions("w", nil, map[string]string{inject.AnnotationExcludeComponents: "envoy-proxy,auth-proxy"})
+	require.NoError(t, err)
+	r, err := inject.Render(config.Default(), o)
+	require.NoError(t, err)
+	require.Len(t, r.InitContainers, 1)
+	require.Equal(t, config.ClientRegistration, r.InitContainers[0].Name)
+}
+
+// spiffe-helper reads the helper.conf proxy-init writes: excluding proxy-init alone is refused.
+func TestRenderSpiffeWithoutProxyInitDenied(t *testing.T) {
+	o, err := inject.ParseOptions("w", map[string]string{inject.LabelSpiffe: "enabled"}, map[string]string{inject.AnnotationExcludeComponents: "proxy-init"})
+	require.NoError(t, err)
+	_, err = inject.Render(config.Default(), o)
+	var bad *inject.InvalidError
+	require.ErrorAs(t, err, &bad)
+	require.Equal(t, inject.AnnotationExcludeComponents, bad.Key)
+	require.ErrorContains(t, err, "spiffe-helper needs proxy-init")
 }

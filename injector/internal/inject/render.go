@@ -20,26 +20,32 @@ import (
 	"github.com/kagenti/platform/pkg/configmap"
 )
 
-// Volume names and mount paths of docs/architecture.md §5.
+// Volume names and mount paths of docs/architecture.md §5 (pkg/configmap holds the contract).
 const (
-	VolumeShared        = "kagenti-shared"
-	VolumeSpireSocket   = "spire-agent-socket"
-	VolumeTokenExchange = "kagenti-token-exchange"
-	VolumeTrace         = "kagenti-trace"
+	VolumeShared         = configmap.VolumeShared
+	VolumeSpireSocket    = configmap.VolumeSpireSocket
+	VolumeTokenExchange  = configmap.VolumeTokenExchange
+	VolumeTrace          = configmap.VolumeTrace
+	VolumeIdPCredentials = configmap.VolumeIdPCredentials
+	VolumeIdentity       = configmap.VolumeIdentity
 
-	PathShared        = "/shared"
-	PathSpireSocket   = "/run/spire/agent-sockets"
-	PathTokenExchange = "/etc/kagenti/token-exchange"
-	PathTrace         = "/etc/kagenti/trace"
+	PathShared         = configmap.PathShared
+	PathSpireSocket    = configmap.PathSpireSocket
+	PathTokenExchange  = configmap.PathTokenExchange
+	PathTrace          = configmap.PathTrace
+	PathIdPCredentials = configmap.PathIdPCredentials
+	PathIdentity       = configmap.PathIdentity
 
 	// EnvTraceDir is the only environment variable added to the user's containers.
 	EnvTraceDir = "KAGENTI_TRACE_DIR"
 
-	// AlwaysExcludedOutboundPort is the IdP port that proxy-init never redirects, so
-	// client-registration reaches the IdP before envoy-proxy has credentials.
+	// AlwaysExcludedOutboundPort is the IdP port that proxy-init never redirects (seed default):
+	// the agent's own calls to the IdP are not exchanged.
 	AlwaysExcludedOutboundPort = 8080
 
-	nonRootUID = 1000
+	// spiffeHelperUID runs spiffe-helper (docs/architecture.md §5); the other identity sidecars run as
+	// the proxy UID, so that proxy-init never redirects their own traffic (to the IdP, the JWKS).
+	spiffeHelperUID = 1000
 )
 
 // Rendered is everything the injector adds to a pod template for one workload.
@@ -52,37 +58,64 @@ type Rendered struct {
 	// UserMounts and UserEnv are added to every user container (the trace configuration).
 	UserMounts []corev1.VolumeMount
 	UserEnv    []corev1.EnvVar
+	// IdentityDefaults is the value of the pod annotation AnnotationIdentityDefaults ("" when no
+	// kagenti-authbridge container is injected).
+	IdentityDefaults string
 	// Listeners are the ports the injected containers listen on in the pod's network namespace.
 	Listeners []Listener
 	// Hash identifies the configuration and options this was rendered from.
 	Hash string
 }
 
-// Listener is a port an injected container listens on, and the configuration field that sets it.
+// Listener is a port an injected container listens on, and what sets it.
 type Listener struct {
 	Component string
 	Port      corev1.ContainerPort
-	Setting   string
+	// Setting says where the port comes from, e.g. "identity.inboundPort of the injector configuration".
+	Setting string
 }
 
-// listenerSettings names the configuration field behind each injected container's port.
-var listenerSettings = map[string]string{
-	config.AuthProxy:  "identity.inboundPort",
-	config.EnvoyProxy: "identity.outboundPort",
+func tcp(port int32) corev1.ContainerPort {
+	return corev1.ContainerPort{ContainerPort: port, Protocol: corev1.ProtocolTCP}
 }
 
-// Render builds the components for a workload. It fails only with an *InvalidError, when a resource
-// annotation makes a request exceed its limit.
+// listeners returns the ports component name binds in the pod's network namespace.
+func listeners(cfg *config.Config, name string) []Listener {
+	status := "its fixed status port"
+	switch name {
+	case config.AuthProxy:
+		return []Listener{{name, tcp(cfg.Identity.InboundPort), "identity.inboundPort of the injector configuration"}, {name, tcp(configmap.StatusPortInbound), status}}
+	case config.EnvoyProxy:
+		return []Listener{{name, tcp(cfg.Identity.OutboundPort), "identity.outboundPort of the injector configuration"}, {name, tcp(configmap.StatusPortOutbound), status}}
+	case config.ClientRegistration:
+		return []Listener{{name, tcp(configmap.StatusPortRegister), status}}
+	case config.SpiffeHelper:
+		return []Listener{{name, tcp(configmap.HealthPortSpiffeHelper), "its fixed health port"}}
+	}
+	return nil
+}
+
+// Render builds the components for a workload. It fails only with an *InvalidError: a resource
+// annotation makes a request exceed its limit, or the exclusions leave a component without what
+// it needs.
 func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	r := &Rendered{Hash: renderHash(cfg, o)}
+	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
+	proxies := !o.Exclude[config.AuthProxy] || !o.Exclude[config.EnvoyProxy]
+	if spiffe && o.Exclude[config.ProxyInit] {
+		return nil, invalid(AnnotationExcludeComponents, o.excludeText,
+			"spiffe-helper needs proxy-init, which writes its configuration (%s) at pod start; exclude spiffe-helper too, or keep proxy-init", configmap.PathHelperConf)
+	}
 	on := func(name string) bool {
-		if o.Exclude[name] {
+		switch {
+		case o.Exclude[name]:
 			return false
+		case name == config.SpiffeHelper:
+			return spiffe
+		case name == config.ProxyInit:
+			return proxies || spiffe // nothing to redirect and no helper.conf to write: no init
 		}
-		if name == config.ProxyInit && o.Exclude[config.EnvoyProxy] {
-			return false // without envoy-proxy, redirecting outbound traffic to it would cut the pod off
-		}
-		return name != config.SpiffeHelper || o.Spiffe
+		return true
 	}
 	var sidecars []corev1.Container
 	for _, name := range config.Components {
@@ -93,15 +126,17 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range c.Ports {
-			r.Listeners = append(r.Listeners, Listener{Component: name, Port: p, Setting: listenerSettings[name]})
-		}
-		switch {
-		case name == config.ProxyInit:
+		r.Listeners = append(r.Listeners, listeners(cfg, name)...)
+		if name == config.ProxyInit {
+			if !proxies {
+				// Only helper.conf to write: no traffic rules, no privileges.
+				c.Args = append(c.Args, "--intercept=false")
+				c.SecurityContext = restricted(cfg.Identity.ProxyUID, true)
+			}
 			r.InitContainers = append(r.InitContainers, c)
-		default:
-			sidecars = append(sidecars, c)
+			continue
 		}
+		sidecars = append(sidecars, c)
 	}
 	if cfg.SidecarMode == config.SidecarNative {
 		for i := range sidecars {
@@ -111,14 +146,20 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	} else {
 		r.Containers = sidecars
 	}
-	if len(sidecars) > 0 {
+	if len(r.InitContainers)+len(r.Containers) > 0 {
 		r.Volumes = append(r.Volumes, corev1.Volume{Name: VolumeShared, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		r.Volumes = append(r.Volumes, configMapVolume(VolumeTokenExchange, configmap.TokenExchangeName(o.Workload)))
+	}
+	if slices.ContainsFunc(slices.Concat(r.InitContainers, r.Containers), func(c corev1.Container) bool { return c.Name != config.SpiffeHelper }) {
+		r.Volumes = append(r.Volumes, identityVolume())
+		r.IdentityDefaults = identityDefaults(cfg, o)
 	}
 	if on(config.SpiffeHelper) {
 		r.Volumes = append(r.Volumes, spireSocketVolume(cfg.SpireSocket))
 	}
-	if len(sidecars) > 0 {
-		r.Volumes = append(r.Volumes, configMapVolume(VolumeTokenExchange, configmap.TokenExchangeName(o.Workload)))
+	if on(config.ClientRegistration) {
+		r.Volumes = append(r.Volumes, corev1.Volume{Name: VolumeIdPCredentials, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: cfg.Identity.IdPCredentialsSecret, Optional: ptr.To(true)}}})
 	}
 	r.Volumes = append(r.Volumes, configMapVolume(VolumeTrace, configmap.TraceName(o.Workload)))
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace, ReadOnly: true}}
@@ -135,103 +176,124 @@ func renderHash(cfg *config.Config, o Options) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// renderContainer returns component name: kagenti-authbridge running the component's role, or
+// spiffe-helper reading the helper.conf proxy-init wrote. Fields the API server defaults
+// (terminationMessagePath/Policy, imagePullPolicy of a tagged image, protocol) are left out.
 func renderContainer(cfg *config.Config, o Options, name string) (corev1.Container, error) {
-	comp := cfg.Components[name]
-	res, err := mergeResources(name, comp.Resources, o.Resources[name], o.resourceText)
+	res, err := mergeResources(name, cfg.Components[name].Resources, o.Resources[name], o.resourceText)
 	if err != nil {
 		return corev1.Container{}, err
 	}
-	c := corev1.Container{
-		Name:            name,
-		Image:           comp.Image,
-		ImagePullPolicy: cfg.ImagePullPolicy,
-		Resources:       res,
-		// The API server's defaults, written out so that a stored template compares equal.
-		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
-		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	c := corev1.Container{Name: name, Image: cfg.Images.Image(name), Resources: res}
+	if cfg.ImagePullPolicy != corev1.PullIfNotPresent {
+		c.ImagePullPolicy = cfg.ImagePullPolicy // the API server's default for a pinned image
 	}
-	id := cfg.Identity
+	uid := cfg.Identity.ProxyUID
 	switch name {
-	case config.ProxyInit:
-		c.Env = []corev1.EnvVar{
-			env("KAGENTI_OUTBOUND_PROXY_PORT", itoa(id.OutboundPort)),
-			env("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10)),
-			env("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(append([]int32{AlwaysExcludedOutboundPort}, o.OutboundPortsExclude...))),
-			env("KAGENTI_INBOUND_PORTS_EXCLUDE", ports(o.InboundPortsExclude)),
+	case config.SpiffeHelper:
+		c.Args = []string{"-config", configmap.PathHelperConf}
+		c.VolumeMounts = []corev1.VolumeMount{
+			{Name: VolumeShared, MountPath: PathShared},
+			{Name: VolumeSpireSocket, MountPath: PathSpireSocket, ReadOnly: true},
 		}
+		// Group: the proxy UID's, so the identity sidecars read the SVID file (mode 0640).
+		c.SecurityContext = restricted(spiffeHelperUID, true)
+		c.SecurityContext.RunAsGroup = ptr.To(uid)
+		return c, nil
+	case config.ProxyInit:
 		c.SecurityContext = &corev1.SecurityContext{
 			RunAsUser:                ptr.To[int64](0),
 			RunAsNonRoot:             ptr.To(false),
 			AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities: &corev1.Capabilities{
-				Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
-				Drop: []corev1.Capability{"ALL"},
-			},
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			// nftables over netlink needs CAP_NET_ADMIN only.
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 		}
-		return c, nil
-	case config.SpiffeHelper:
-		c.Env = append(identityEnv(cfg, o),
-			env("SPIFFE_ENDPOINT_SOCKET", "unix://"+id.SocketPath),
-			env("KAGENTI_TRUST_DOMAIN", id.TrustDomain),
-			env("KAGENTI_JWT_AUDIENCE", id.JWTAudience),
-			env("KAGENTI_JWT_SVID_FILE", PathShared+"/jwt_svid.token"),
-		)
-		c.VolumeMounts = append(identityMounts(), corev1.VolumeMount{Name: VolumeSpireSocket, MountPath: PathSpireSocket, ReadOnly: true})
-		c.SecurityContext = restricted(nonRootUID, true)
-	case config.ClientRegistration:
-		c.Env = append(identityEnv(cfg, o),
-			env("KAGENTI_SPIFFE_ENABLED", strconv.FormatBool(o.Spiffe && !o.Exclude[config.SpiffeHelper])),
-			env("KAGENTI_JWT_SVID_FILE", PathShared+"/jwt_svid.token"),
-			env("KAGENTI_CLIENT_ID_FILE", PathShared+"/client-id.txt"),
-			env("KAGENTI_CLIENT_SECRET_FILE", PathShared+"/client-secret.txt"),
-		)
-		c.VolumeMounts = identityMounts()
-		c.SecurityContext = restricted(nonRootUID, true)
-	case config.AuthProxy:
-		c.Env = append(identityEnv(cfg, o),
-			env("KAGENTI_INBOUND_PORT", itoa(id.InboundPort)),
-			env("KAGENTI_TARGET_PORT", itoa(id.TargetPort)),
-			env("KAGENTI_JWT_AUDIENCE", id.JWTAudience),
-		)
-		c.Ports = []corev1.ContainerPort{{Name: "kagenti-in", ContainerPort: id.InboundPort, Protocol: corev1.ProtocolTCP}}
-		c.VolumeMounts = identityMounts()
-		c.SecurityContext = restricted(id.ProxyUID, false)
+	default:
+		c.SecurityContext = restricted(uid, true)
+		c.SecurityContext.RunAsGroup = ptr.To(uid)
+	}
+	c.Args = []string{configmap.AuthbridgeRoles[name]}
+	c.VolumeMounts = []corev1.VolumeMount{
+		{Name: VolumeIdentity, MountPath: PathIdentity, ReadOnly: true},
+		{Name: VolumeTokenExchange, MountPath: PathTokenExchange, ReadOnly: true},
+	}
+	switch name {
+	case config.ProxyInit, config.ClientRegistration:
+		// proxy-init writes helper.conf, client-registration the client credentials.
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared})
 	case config.EnvoyProxy:
-		c.Env = append(identityEnv(cfg, o),
-			env("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort)),
-			env("KAGENTI_TOKEN_EXCHANGE", strconv.FormatBool(id.TokenExchange)),
-			env("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience),
-			env("KAGENTI_CLIENT_ID_FILE", PathShared+"/client-id.txt"),
-			env("KAGENTI_CLIENT_SECRET_FILE", PathShared+"/client-secret.txt"),
-		)
-		c.Ports = []corev1.ContainerPort{{Name: "kagenti-out", ContainerPort: id.OutboundPort, Protocol: corev1.ProtocolTCP}}
-		c.VolumeMounts = identityMounts()
-		c.SecurityContext = restricted(id.ProxyUID, false)
+		// The client credentials and the JWT SVID it authenticates the exchange with.
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared, ReadOnly: true})
+	}
+	if name == config.ClientRegistration {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials, ReadOnly: true})
 	}
 	return c, nil
 }
 
-// identityEnv is the environment every identity sidecar shares: who the workload is, where the IdP
-// is, and where run-time overrides live (files there win over these defaults).
-func identityEnv(cfg *config.Config, o Options) []corev1.EnvVar {
+// identityDefaults renders the identity defaults kagenti-authbridge reads (the variables of its
+// authconfig.EnvDefaults, as NAME=VALUE lines of the identity volume's defaults.env): the
+// injector's configuration, narrowed by the workload's options. Every role resolves the whole
+// configuration, so all of them read all of it; one annotation, projected into one file, instead
+// of the same twenty variables in every container. A switch is written only when off (on is the
+// data plane's default).
+func identityDefaults(cfg *config.Config, o Options) string {
 	id := cfg.Identity
-	return []corev1.EnvVar{
-		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
-		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
-		env("KAGENTI_WORKLOAD", o.Workload),
-		env("KAGENTI_CONFIG_DIR", PathTokenExchange),
-		env("KAGENTI_SHARED_DIR", PathShared),
-		env("KAGENTI_IDP_URL", id.IdPURL),
-		env("KAGENTI_REALM", id.Realm),
-		env("KAGENTI_TOKEN_URL", strings.TrimSuffix(id.IdPURL, "/")+"/realms/"+id.Realm+"/protocol/openid-connect/token"),
+	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
+	registration := !o.Exclude[config.ClientRegistration]
+	exchange := id.TokenExchange && (registration || spiffe) // the exchange authenticates with either
+	var b strings.Builder
+	line := func(name, value string) {
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(value)
+		b.WriteByte('\n')
 	}
+	off := func(name string, on bool) {
+		if !on {
+			line(name, "false")
+		}
+	}
+	line("KAGENTI_WORKLOAD", o.Workload)
+	if o.ServiceAccount != "" {
+		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
+	}
+	line("KAGENTI_TRUST_DOMAIN", id.TrustDomain)
+	off("KAGENTI_SPIFFE_ENABLED", spiffe)
+	if spiffe {
+		line("KAGENTI_SPIFFE_SOCKET", id.SocketPath)
+		line("KAGENTI_JWT_AUDIENCE", id.JWTAudience)
+	}
+	line("KAGENTI_IDP_URL", id.IdPURL)
+	line("KAGENTI_REALM", id.Realm)
+	off("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
+	line("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
+	off("KAGENTI_TOKEN_EXCHANGE", exchange)
+	off("KAGENTI_INBOUND_ENABLED", !o.Exclude[config.AuthProxy])
+	line("KAGENTI_INBOUND_PORT", itoa(id.InboundPort))
+	line("KAGENTI_TARGET_PORT", itoa(id.TargetPort))
+	if len(o.InboundPortsExclude) > 0 {
+		line("KAGENTI_INBOUND_PORTS_EXCLUDE", ports(o.InboundPortsExclude))
+	}
+	off("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
+	line("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
+	line("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
+	line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(append([]int32{AlwaysExcludedOutboundPort}, o.OutboundPortsExclude...)))
+	line("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
+	return b.String()
 }
 
-func identityMounts() []corev1.VolumeMount {
-	return []corev1.VolumeMount{
-		{Name: VolumeShared, MountPath: PathShared},
-		{Name: VolumeTokenExchange, MountPath: PathTokenExchange, ReadOnly: true},
+// identityVolume projects the identity defaults and the pod's name and namespace into files.
+func identityVolume() corev1.Volume {
+	field := func(path, fieldPath string) corev1.DownwardAPIVolumeFile {
+		return corev1.DownwardAPIVolumeFile{Path: path, FieldRef: &corev1.ObjectFieldSelector{FieldPath: fieldPath}}
 	}
+	return corev1.Volume{Name: VolumeIdentity, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+		field(configmap.IdentityDefaultsFile, "metadata.annotations['"+AnnotationIdentityDefaults+"']"),
+		field("POD_NAME", "metadata.name"),
+		field("POD_NAMESPACE", "metadata.namespace"),
+	}}}}
 }
 
 func restricted(uid int64, readOnlyRoot bool) *corev1.SecurityContext {
@@ -261,7 +323,6 @@ func configMapVolume(volume, configMap string) corev1.Volume {
 	return corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: configMap},
 		Optional:             ptr.To(true),
-		DefaultMode:          ptr.To(corev1.ConfigMapVolumeSourceDefaultMode),
 	}}}
 }
 

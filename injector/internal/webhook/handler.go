@@ -1,7 +1,7 @@
 // Package webhook is the admission side of the injector: it decodes the metadata and pod template of
 // any of the five workload kinds, runs the pure inject package on the template and answers with a
-// JSON Patch computed as the diff of the pod template before and after injection. It makes no API
-// calls.
+// JSON Patch: for a fresh injection, the operations that add what injection added (appendPatch);
+// otherwise the diff of the pod template before and after. It makes no API calls.
 package webhook
 
 import (
@@ -47,6 +47,9 @@ type Handler struct {
 	ExcludedNamespaces []string
 	// Metrics may be nil.
 	Metrics *Metrics
+
+	// renders keeps the rendered components per configuration and options.
+	renders inject.RenderCache
 }
 
 var _ admission.Handler = (*Handler)(nil)
@@ -109,6 +112,8 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		changed  bool
 		warnings []string
 		result   = ResultMutated
+		// fresh: an injection into a template that carries none, which only adds.
+		fresh bool
 	)
 	if mode == inject.InjectDisabled {
 		out, changed, err = inject.Remove(tmpl)
@@ -132,11 +137,14 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 			name = strings.TrimSuffix(obj.GenerateName, "-")
 			warnings = append(warnings, fmt.Sprintf("kagenti-injector: %s created with generateName: the optional ConfigMaps mounted are named after %q, not after the generated name", gk.Kind, name))
 		}
+		_, injectedBefore := tmpl.Annotations[inject.AnnotationStatus]
+		fresh = !injectedBefore
 		var opts inject.Options
 		opts, err = inject.ParseOptions(name, obj.Labels, obj.Annotations)
+		opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
 		if err == nil {
 			var r *inject.Rendered
-			if r, err = inject.Render(h.Config(), opts); err == nil {
+			if r, err = h.renders.Render(h.Config(), opts); err == nil {
 				out, changed, err = inject.Inject(tmpl, r)
 			}
 		}
@@ -158,7 +166,13 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		}
 		return admission.Allowed("").WithWarnings(warnings...), result
 	}
-	resp, err := templatePatch(path, before, out)
+	var resp admission.Response
+	if fresh {
+		if ops, ok := appendPatch("/"+strings.Join(path, "/"), before, tmpl, out); ok {
+			return patchResponse(ops).WithWarnings(warnings...), ResultMutated
+		}
+	}
+	resp, err = templatePatch(path, before, out)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), ResultError
 	}
@@ -233,13 +247,17 @@ func templatePatch(path []string, before json.RawMessage, after *corev1.PodTempl
 	for i := range ops {
 		ops[i].Path = prefix + ops[i].Path
 	}
+	return patchResponse(ops), nil
+}
+
+func patchResponse(ops []jsonpatch.Operation) admission.Response {
 	resp := admission.Allowed("")
 	resp.Patches = ops
 	if len(ops) > 0 {
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.PatchType = &pt
 	}
-	return resp, nil
+	return resp
 }
 
 // injectedByOwner reports whether the template already carries an injection and the object is

@@ -238,19 +238,19 @@ func TestWebhook(t *testing.T) {
 	})
 
 	t.Run("a config change re-injects on the next update, without restart", func(t *testing.T) {
-		require.NoError(t, os.WriteFile(s.configPath, []byte("components: {envoy-proxy: {image: 'docker.io/envoyproxy/envoy:v1.35.0'}}\n"), 0o644))
+		require.NoError(t, os.WriteFile(s.configPath, []byte("images: {authbridge: 'ghcr.io/kagenti/kagenti-authbridge:v0.2.0'}\n"), 0o644))
 		require.NoError(t, s.watcher.Reload())
 		d := &appsv1.Deployment{}
 		require.NoError(t, s.c.Get(ctx, client.ObjectKey{Namespace: injected, Name: "labelled"}, d))
 		d.Labels["touched"] = "again"
 		require.NoError(t, s.c.Update(ctx, d))
-		require.Equal(t, "docker.io/envoyproxy/envoy:v1.35.0", d.Spec.Template.Spec.InitContainers[3].Image)
+		require.Equal(t, "ghcr.io/kagenti/kagenti-authbridge:v0.2.0", d.Spec.Template.Spec.InitContainers[3].Image)
 		require.Equal(t, []string{config.ProxyInit, config.ClientRegistration, config.AuthProxy, config.EnvoyProxy, "agent"}[:4], containerNames(d.Spec.Template.Spec.InitContainers))
 
 		// An invalid configuration is rejected and the last good one stays.
 		require.NoError(t, os.WriteFile(s.configPath, []byte("sidecarMode: sometimes\n"), 0o644))
 		require.ErrorContains(t, s.watcher.Reload(), "sidecarMode")
-		require.Equal(t, "docker.io/envoyproxy/envoy:v1.35.0", s.watcher.Current().Components[config.EnvoyProxy].Image)
+		require.Equal(t, "ghcr.io/kagenti/kagenti-authbridge:v0.2.0", s.watcher.Current().Images.Authbridge)
 		require.NoError(t, os.WriteFile(s.configPath, nil, 0o644))
 		require.NoError(t, s.watcher.Reload())
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,9 +16,13 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/injector/internal/inject"
 )
 
 // TestLoad creates 1,000 labelled Deployments with concurrency 16 through the real API server with
@@ -25,12 +30,16 @@ import (
 // run, and reports the webhook's own latency (p50/p99 from its histogram) and the API server's
 // create latency with and without it. It reports; it asserts nothing about time.
 //
-//	KAGENTI_LOAD=1 go test -count=1 -run TestLoad -v ./injector/internal/webhook/
+//	KAGENTI_LOAD=1 [KAGENTI_LOAD_CONCURRENCY=1] go test -count=1 -run TestLoad -v ./injector/internal/webhook/
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1 to run it (not part of make test)")
 	}
-	const n, concurrency = 1000, 16
+	const n = 1000
+	concurrency := 16
+	if c, err := strconv.Atoi(os.Getenv("KAGENTI_LOAD_CONCURRENCY")); err == nil && c > 0 {
+		concurrency = c // e.g. 1: one request at a time
+	}
 	s := startSuite(t)
 	ns := s.namespace(t, "load", map[string]string{"kagenti.io/injection": "enabled"})
 
@@ -121,20 +130,45 @@ func histQuantile(h *dto.Histogram, q float64) time.Duration {
 	return time.Duration(prevBound * float64(time.Second))
 }
 
-// BenchmarkHandler measures the whole admission handler (decode, render, inject, JSON Patch) on the
-// large Deployment of BenchmarkInject: 10 containers, 500 environment variables.
+// BenchmarkHandler measures the whole admission handler (decode, render, inject, JSON Patch) on a
+// CREATE of realistic Deployments: one container, two containers with 20 variables each, the
+// seed's sample (the golden input, with spiffe), and the large one of BenchmarkInject (10
+// containers, 500 variables).
 func BenchmarkHandler(b *testing.B) {
-	h := newHandler()
-	raw := review(b, admissionv1.Create, deploymentGVK, deployment("agents", 10, 50))
-	var ar admissionv1.AdmissionReview
-	require.NoError(b, json.Unmarshal(raw, &ar))
-	req := admission.Request{AdmissionRequest: *ar.Request}
-	req.UID = types.UID("bench")
-	b.ReportAllocs()
-	for b.Loop() {
-		resp := h.Handle(context.Background(), req)
-		if !resp.Allowed || len(resp.Patches) == 0 {
-			b.Fatalf("unexpected response %+v", resp.Result)
-		}
+	seed := seedSample(b)
+	for _, bc := range []struct {
+		name string
+		obj  runtime.Object
+	}{
+		{"1-container", deployment("agents", 1, 0)},
+		{"2x20-env", deployment("agents", 2, 20)},
+		{"seed-sample", seed},
+		{"10x50-env", deployment("agents", 10, 50)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := newHandler()
+			raw := review(b, admissionv1.Create, deploymentGVK, bc.obj)
+			var ar admissionv1.AdmissionReview
+			require.NoError(b, json.Unmarshal(raw, &ar))
+			req := admission.Request{AdmissionRequest: *ar.Request}
+			req.UID = types.UID("bench")
+			b.ReportAllocs()
+			for b.Loop() {
+				resp := h.Handle(context.Background(), req)
+				if !resp.Allowed || len(resp.Patches) == 0 {
+					b.Fatalf("unexpected response %+v", resp.Result)
+				}
+			}
+		})
 	}
+}
+
+// seedSample is the inject package's golden input Deployment, labelled for spiffe.
+func seedSample(tb testing.TB) *appsv1.Deployment {
+	b, err := os.ReadFile("../inject/testdata/inputs/deployment.yaml")
+	require.NoError(tb, err)
+	d := &appsv1.Deployment{}
+	require.NoError(tb, yaml.Unmarshal(b, d))
+	d.Labels[inject.LabelSpiffe] = "enabled"
+	return d
 }

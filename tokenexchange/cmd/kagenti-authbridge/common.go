@@ -28,16 +28,19 @@ const (
 )
 
 type commonFlags struct {
-	configDir string
-	sharedDir string
-	poll      time.Duration
-	logLevel  string
+	configDir   string
+	identityDir string
+	sharedDir   string
+	poll        time.Duration
+	logLevel    string
 }
 
 func (c *commonFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&c.configDir, "config-dir", envOr("KAGENTI_CONFIG_DIR", authconfig.ConfigDir),
 		"directory of the mounted ConfigMap {workload}-token-exchange (config.yaml; may be empty or missing) [$KAGENTI_CONFIG_DIR]")
+	f.StringVar(&c.identityDir, "identity-dir", envOr("KAGENTI_IDENTITY_DIR", authconfig.IdentityDir),
+		"directory of the injector's identity defaults (defaults.env, POD_NAME, POD_NAMESPACE; may be missing); the environment wins over it [$KAGENTI_IDENTITY_DIR]")
 	f.StringVar(&c.sharedDir, "shared-dir", envOr("KAGENTI_SHARED_DIR", authconfig.SharedDir),
 		"the volume the identity containers share (SVID, client credentials) [$KAGENTI_SHARED_DIR]")
 	f.DurationVar(&c.poll, "poll-interval", 10*time.Second, "how often files are re-read besides change notifications")
@@ -62,7 +65,7 @@ func (c *commonFlags) logger(role string) (*zap.Logger, error) {
 
 // config loads the role's configuration (defaults from the environment, config.yaml over them).
 func (c *commonFlags) config(log *zap.Logger) (*sidecar.Config, error) {
-	src, err := sidecar.SourceFromEnv(c.configDir)
+	src, err := sidecar.SourceFromEnv(c.configDir, c.identityDir)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,12 @@ const (
 	// IdPCredentialsDir is where the injector mounts the Secret with the identity provider's
 	// registration credentials (optional volume).
 	IdPCredentialsDir = "/etc/kagenti/idp-credentials"
+	// IdentityDir is the injector's downward-API volume: the workload's identity defaults
+	// (IdentityDefaultsFile, NAME=VALUE lines of EnvNames) and one file per pod field (POD_NAME,
+	// POD_NAMESPACE). The environment, when set, wins over it.
+	IdentityDir = "/etc/kagenti/identity"
+	// IdentityDefaultsFile is the file of IdentityDir with the defaults.
+	IdentityDefaultsFile = "defaults.env"
 )
 
 // Files under SharedDir. The names are relative: spiffe-helper joins them to its cert_dir.

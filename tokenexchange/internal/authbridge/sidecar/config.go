@@ -27,13 +27,18 @@ type Source struct {
 	Dir string
 }
 
-// SourceFromEnv reads the defaults and the workload from the environment.
-func SourceFromEnv(dir string) (Source, error) {
-	d, err := authconfig.DefaultsFromEnv(os.LookupEnv)
+// SourceFromEnv reads the defaults and the workload from the environment, completed by the
+// injector's identity directory (IdentityLookup; "" for the environment alone).
+func SourceFromEnv(dir, identityDir string) (Source, error) {
+	lookup, err := IdentityLookup(identityDir, os.LookupEnv)
 	if err != nil {
 		return Source{}, err
 	}
-	return Source{Defaults: d, Workload: authconfig.WorkloadFromEnv(os.LookupEnv), Dir: dir}, nil
+	d, err := authconfig.DefaultsFromEnv(lookup)
+	if err != nil {
+		return Source{}, err
+	}
+	return Source{Defaults: d, Workload: authconfig.WorkloadFromEnv(lookup), Dir: dir}, nil
 }
 
 // Snapshot is one loaded configuration.

@@ -1,0 +1,50 @@
+package inject_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kagenti/platform/injector/internal/config"
+	"github.com/kagenti/platform/injector/internal/inject"
+)
+
+// addedBytes is what injection adds to the JSON of a one-container pod template.
+func addedBytes(t *testing.T, labels, annotations map[string]string) int {
+	t.Helper()
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "ghcr.io/kagenti/weather-agent:v0.1.0"}}}}
+	o, err := inject.ParseOptions("weather-agent", labels, annotations)
+	require.NoError(t, err)
+	o.ServiceAccount = inject.ServiceAccountOf(tmpl)
+	r, err := inject.Render(config.Default(), o)
+	require.NoError(t, err)
+	out, _, err := inject.Inject(tmpl, r)
+	require.NoError(t, err)
+	before, err := json.Marshal(tmpl)
+	require.NoError(t, err)
+	after, err := json.Marshal(out)
+	require.NoError(t, err)
+	return len(after) - len(before)
+}
+
+// TestInjectionSize holds the bytes injection adds to a pod template (issue 15: every stored
+// Deployment, ReplicaSet and Pod carries them; the API server's create latency follows). The
+// budgets are today's sizes, rounded up: a change that grows the injection must say why here.
+func TestInjectionSize(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		budget      int
+	}{
+		{"default components", nil, nil, 4300},
+		{"spiffe", map[string]string{inject.LabelSpiffe: "enabled"}, nil, 5200},
+		{"proxies only", nil, map[string]string{inject.AnnotationExcludeComponents: "client-registration"}, 3600},
+	} {
+		n := addedBytes(t, tc.labels, tc.annotations)
+		t.Logf("%s: %d bytes added", tc.name, n)
+		require.LessOrEqual(t, n, tc.budget, "%s: the injection grew", tc.name)
+	}
+}

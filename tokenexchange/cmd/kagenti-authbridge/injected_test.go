@@ -1,0 +1,292 @@
+package main
+
+// The injector (another module, which may not import this one) starts every identity container of
+// a pod. These tests hold what it writes, its golden pod specs, to what this binary and
+// spiffe-helper read: each kagenti-authbridge container's arguments parse, every variable it gets
+// is one the binary reads, the configuration they make resolves, the files it reads are mounted,
+// and the helper.conf proxy-init writes is read by spiffe-helper's own parser as the files
+// spiffe-helper's container has.
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	helperconfig "github.com/spiffe/spiffe-helper/cmd/spiffe-helper/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// injectorGoldens are the injector's golden pod specs, relative to this package.
+const injectorGoldens = "../../../injector/internal/inject/testdata/golden"
+
+// A fake pod's downward-API values.
+const (
+	fakePodName   = "weather-agent-7d9f-abcde"
+	fakeNamespace = "agents"
+)
+
+// The variables the binary reads besides authconfig.EnvNames (its flags' defaults).
+var flagEnv = []string{"KAGENTI_CONFIG_DIR", "KAGENTI_SHARED_DIR", "KAGENTI_IDP_CREDENTIALS_DIR", "KAGENTI_IDENTITY_DIR"}
+
+// goldenTemplate reads a golden workload and returns its pod template.
+func goldenTemplate(t *testing.T, file string) corev1.PodTemplateSpec {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var w struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			Template    *corev1.PodTemplateSpec `json:"template"`
+			JobTemplate *struct {
+				Spec struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			} `json:"jobTemplate"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &w))
+	if w.Spec.JobTemplate != nil {
+		return w.Spec.JobTemplate.Spec.Template
+	}
+	require.NotNil(t, w.Spec.Template, file)
+	return *w.Spec.Template
+}
+
+func goldenFiles(t *testing.T) []string {
+	files, err := filepath.Glob(filepath.Join(injectorGoldens, "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "the injector's golden files moved: update injectorGoldens")
+	return files
+}
+
+func isAuthbridge(c corev1.Container) bool {
+	return strings.Contains(c.Image, "/kagenti-authbridge:") || strings.Contains(c.Image, "/kagenti-authbridge@")
+}
+
+// fieldValue resolves a downward-API field of a fake pod of tmpl, as the kubelet would.
+func fieldValue(t *testing.T, tmpl corev1.PodTemplateSpec, fieldPath string) string {
+	t.Helper()
+	if key, ok := strings.CutPrefix(fieldPath, "metadata.annotations['"); ok {
+		v, found := tmpl.Annotations[strings.TrimSuffix(key, "']")]
+		require.True(t, found, "the pod has no annotation for %s", fieldPath)
+		return v
+	}
+	sa := tmpl.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default" // the API server's ServiceAccount admission
+	}
+	v := map[string]string{"metadata.name": fakePodName, "metadata.namespace": fakeNamespace, "spec.serviceAccountName": sa}[fieldPath]
+	require.NotEmpty(t, v, "field %s", fieldPath)
+	return v
+}
+
+// setContainerEnv makes the test process's environment the container's: every variable the
+// binary reads is cleared, then the container's are set, and its volumes projected as the kubelet
+// would for a fake pod (the identity volume into a temporary directory the binary is pointed at).
+func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Container) {
+	t.Helper()
+	for _, n := range append(authconfig.EnvNames(), flagEnv...) {
+		t.Setenv(n, "")
+	}
+	vol, _ := mountOf(c, authconfig.IdentityDir)
+	if vol != "" {
+		require.Equal(t, configmap.VolumeIdentity, vol)
+		i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+		require.GreaterOrEqual(t, i, 0)
+		dapi := tmpl.Spec.Volumes[i].DownwardAPI
+		require.NotNil(t, dapi, "the identity volume is a downward-API volume")
+		dir := t.TempDir()
+		for _, item := range dapi.Items {
+			require.NotNil(t, item.FieldRef)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, item.Path), []byte(fieldValue(t, tmpl, item.FieldRef.FieldPath)), 0o644))
+		}
+		t.Setenv("KAGENTI_IDENTITY_DIR", dir)
+	}
+	known := append(authconfig.EnvNames(), flagEnv...)
+	require.Empty(t, c.EnvFrom, "%s: envFrom is not followed by this test", c.Name)
+	for _, e := range c.Env {
+		require.Contains(t, known, e.Name, "%s: %s is read by no program", c.Name, e.Name)
+		v := e.Value
+		if e.ValueFrom != nil {
+			require.NotNil(t, e.ValueFrom.FieldRef, "%s: %s", c.Name, e.Name)
+			v = fieldValue(t, tmpl, e.ValueFrom.FieldRef.FieldPath)
+		}
+		t.Setenv(e.Name, v)
+	}
+}
+
+// mountOf returns the volume mounted at the directory holding p in c, "" when none.
+func mountOf(c corev1.Container, p string) (volume string, readOnly bool) {
+	best := ""
+	for _, m := range c.VolumeMounts {
+		if (p == m.MountPath || strings.HasPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/")) && len(m.MountPath) > len(best) {
+			best, volume, readOnly = m.MountPath, m.Name, m.ReadOnly
+		}
+	}
+	return volume, readOnly
+}
+
+func containers(tmpl corev1.PodTemplateSpec) []corev1.Container {
+	return slices.Concat(tmpl.Spec.InitContainers, tmpl.Spec.Containers)
+}
+
+func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
+	roles := map[string]bool{}
+	for _, file := range goldenFiles(t) {
+		tmpl := goldenTemplate(t, file)
+		for _, c := range containers(tmpl) {
+			if !isAuthbridge(c) {
+				continue
+			}
+			roles[c.Name] = true
+			t.Run(filepath.Base(file)+"/"+c.Name, func(t *testing.T) {
+				require.NotEmpty(t, c.Args)
+				require.Equal(t, configmap.AuthbridgeRoles[c.Name], c.Args[0], "the component's role")
+				require.Empty(t, c.Command, "the image's entrypoint is the binary")
+				setContainerEnv(t, tmpl, c)
+
+				root := newRootCommand()
+				cmd, rest, err := root.Find(c.Args)
+				require.NoError(t, err)
+				require.Equal(t, c.Args[0], cmd.Name())
+				require.NoError(t, cmd.ParseFlags(rest), "the injected arguments parse")
+				require.Empty(t, cmd.Flags().Args(), "no positional arguments")
+
+				// The configuration the environment makes resolves (no ConfigMap mounted yet).
+				src, err := sidecar.SourceFromEnv(t.TempDir(), os.Getenv("KAGENTI_IDENTITY_DIR"))
+				require.NoError(t, err)
+				snap, err := src.Load()
+				require.NoError(t, err, "the injector's defaults must resolve on their own")
+				assert.Equal(t, fakeNamespace, snap.Config.Workload.Namespace)
+				assert.NotEmpty(t, snap.Config.Workload.Name)
+				assert.Equal(t, fakePodName, snap.Config.Workload.PodName)
+				assert.NotEmpty(t, snap.Config.Workload.ServiceAccount)
+
+				// The files it reads are where the injector mounts them.
+				vol, ro := mountOf(c, authconfig.ConfigDir)
+				assert.Equal(t, configmap.VolumeTokenExchange, vol, "config.yaml")
+				assert.True(t, ro)
+				switch c.Name {
+				case configmap.ComponentProxyInit, configmap.ComponentClientRegistration:
+					vol, ro = mountOf(c, authconfig.SharedDir)
+					assert.Equal(t, configmap.VolumeShared, vol, "it writes the shared volume")
+					assert.False(t, ro)
+				case configmap.ComponentEnvoyProxy:
+					vol, _ = mountOf(c, authconfig.SharedDir)
+					assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
+				}
+				if c.Name == configmap.ComponentClientRegistration {
+					vol, ro = mountOf(c, authconfig.IdPCredentialsDir)
+					assert.Equal(t, configmap.VolumeIdPCredentials, vol)
+					assert.True(t, ro)
+				}
+				// The proxies' traffic is never redirected to themselves: they run as the proxy UID.
+				if c.Name != configmap.ComponentProxyInit {
+					require.NotNil(t, c.SecurityContext)
+					assert.Equal(t, snap.Config.Outbound.Interception.ProxyUID, *c.SecurityContext.RunAsUser)
+				}
+			})
+		}
+	}
+	require.Len(t, roles, len(configmap.AuthbridgeRoles), "every role appears in the injector's goldens: %v", roles)
+}
+
+// TestInjectedHelperConfIsReadBySpiffeHelper runs proxy-init as injected (dry run) and parses the
+// helper.conf it writes with spiffe-helper v0.11.0's own configuration package, then checks the
+// paths against the spiffe-helper container next to it.
+func TestInjectedHelperConfIsReadBySpiffeHelper(t *testing.T) {
+	var seen int
+	for _, file := range goldenFiles(t) {
+		tmpl := goldenTemplate(t, file)
+		all := containers(tmpl)
+		i := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentSpiffeHelper })
+		if i < 0 {
+			continue
+		}
+		helper := all[i]
+		seen++
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			j := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentProxyInit })
+			require.GreaterOrEqual(t, j, 0, "spiffe-helper needs proxy-init, which writes its configuration")
+			require.Less(t, j, i, "proxy-init runs before spiffe-helper starts")
+			init := all[j]
+			setContainerEnv(t, tmpl, init)
+
+			root := newRootCommand()
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetArgs(append(slices.Clone(init.Args), "--dry-run"))
+			require.NoError(t, root.Execute())
+
+			text := out.String()
+			head := "wrote " + configmap.PathHelperConf + ":\n"
+			k := strings.Index(text, head)
+			require.GreaterOrEqual(t, k, 0, "proxy-init writes helper.conf where spiffe-helper reads it:\n%s", text)
+			conf := text[k+len(head):]
+			for _, end := range []string{"would install:", "traffic interception skipped"} {
+				if e := strings.Index(conf, end); e >= 0 {
+					conf = conf[:e]
+				}
+			}
+			confFile := filepath.Join(t.TempDir(), "helper.conf")
+			require.NoError(t, os.WriteFile(confFile, []byte(conf), 0o600))
+			hc, err := helperconfig.ParseConfig(confFile, true, "daemon-mode")
+			require.NoError(t, err, conf)
+			log := logrus.New()
+			log.SetOutput(io.Discard)
+			require.NoError(t, hc.ValidateConfig(log), conf)
+
+			require.Equal(t, []string{"-config", configmap.PathHelperConf}, helper.Args, "spiffe-helper reads the file proxy-init writes")
+			vol, _ := mountOf(helper, configmap.PathHelperConf)
+			assert.Equal(t, configmap.VolumeShared, vol)
+			vol, _ = mountOf(init, configmap.PathHelperConf)
+			assert.Equal(t, configmap.VolumeShared, vol)
+
+			assert.NotContains(t, hc.AgentAddress, "://", "spiffe-helper adds unix:// itself")
+			vol, _ = mountOf(helper, hc.AgentAddress)
+			assert.Equal(t, configmap.VolumeSpireSocket, vol, "the agent socket %s is in the SPIRE socket volume", hc.AgentAddress)
+			require.Len(t, hc.JWTSVIDs, 1)
+			svid := path.Join(hc.CertDir, hc.JWTSVIDs[0].JWTSVIDFilename) // as spiffe-helper's pkg/disk joins them
+			assert.Equal(t, path.Join(authconfig.SharedDir, authconfig.JWTSVIDFile), svid)
+			vol, ro := mountOf(helper, svid)
+			assert.Equal(t, configmap.VolumeShared, vol)
+			assert.False(t, ro, "spiffe-helper writes the SVID")
+			assert.Equal(t, authconfig.DefaultHelperFileMode, hc.JWTSVIDFileMode)
+			assert.Equal(t, configmap.HealthPortSpiffeHelper, hc.HealthCheck.BindPort)
+		})
+	}
+	require.NotZero(t, seen, "no golden injects spiffe-helper")
+}
+
+// The ports and paths both sides must agree on (pkg/configmap is the injector's source).
+func TestContractWithTheInjector(t *testing.T) {
+	assert.Equal(t, configmap.StatusPortRegister, registerAdminPort)
+	assert.Equal(t, configmap.StatusPortInbound, inboundAdminPort)
+	assert.Equal(t, configmap.StatusPortOutbound, outboundAdminPort)
+	assert.Equal(t, configmap.HealthPortSpiffeHelper, spiffeHelperHealthPort)
+	assert.Equal(t, configmap.PathTokenExchange, authconfig.ConfigDir)
+	assert.Equal(t, configmap.PathShared, authconfig.SharedDir)
+	assert.Equal(t, configmap.PathIdPCredentials, authconfig.IdPCredentialsDir)
+	assert.Equal(t, configmap.PathIdentity, authconfig.IdentityDir)
+	assert.Equal(t, configmap.IdentityDefaultsFile, authconfig.IdentityDefaultsFile)
+	assert.Equal(t, configmap.PathHelperConf, path.Join(authconfig.SharedDir, authconfig.HelperConfFile))
+	root := newRootCommand()
+	for _, role := range configmap.AuthbridgeRoles {
+		cmd, _, err := root.Find([]string{role})
+		require.NoError(t, err)
+		assert.Equal(t, role, cmd.Name())
+	}
+}
