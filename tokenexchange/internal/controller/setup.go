@@ -39,12 +39,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.TokenExchange{}); err != nil {
 		return err
 	}
+	events := mgr.GetEventRecorder(Name)
 	r := &Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Resolver:  duck.NewManagerResolver(mgr),
-		Applier:   &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
-		Recorder:  mgr.GetEventRecorder(Name),
+		Client:   mgr.GetClient(),
+		Resolver: duck.NewManagerResolver(mgr),
+		Applier:  &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events,
+			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady}},
+		Recorder:  events,
 		Selectors: NewSelectorIndex(),
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
