@@ -49,6 +49,9 @@ const (
 	// PartOfLabel is app.kubernetes.io/part-of; its value on derived objects is PartOf.
 	PartOfLabel = "app.kubernetes.io/part-of"
 	PartOf      = "kagenti"
+	// ComponentLabel is app.kubernetes.io/component: what a derived object is within Kagenti
+	// (trace-config, token-exchange, ...), set by the pillar that writes it.
+	ComponentLabel = "app.kubernetes.io/component"
 	// InjectionStatusAnnotation is the injector's record, on a pod template, of what it injected
 	// (JSON): the injector writes it, tokenexchange and agenttrace read it to count configured pods.
 	InjectionStatusAnnotation = "kagenti.io/injection-status"

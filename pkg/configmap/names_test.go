@@ -25,3 +25,16 @@ func TestChildNameIsDeterministicAndLengthSafe(t *testing.T) {
 	assert.NotEqual(t, a, TokenExchangeName(strings.Repeat("a", 59)+"b"), "shortened names stay distinct")
 	assert.NotEqual(t, TokenExchangeName(long), TraceName(long))
 }
+
+// The label keys are the Kubernetes recommended labels: tools (kubectl, dashboards, kustomize)
+// group objects by these exact keys.
+func TestRecommendedLabelKeys(t *testing.T) {
+	for key, want := range map[string]string{
+		PartOfLabel:    "app.kubernetes.io/part-of",
+		ComponentLabel: "app.kubernetes.io/component",
+		ManagedByLabel: "app.kubernetes.io/managed-by",
+	} {
+		assert.Equal(t, want, key)
+		assert.Empty(t, validation.IsQualifiedName(key), key)
+	}
+}

@@ -26,7 +26,10 @@ type AgentTrace struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   AgentTraceSpec   `json:"spec"`
+	Spec AgentTraceSpec `json:"spec"`
+	// Status defaults to observedGeneration 0, so that tools read an AgentTrace the controller has
+	// not seen yet as in progress.
+	// +kubebuilder:default={observedGeneration:0}
 	Status AgentTraceStatus `json:"status,omitempty"`
 }
 
@@ -225,18 +228,51 @@ const (
 	PhaseError   Phase = "Error"
 )
 
-// Condition types.
+// Condition types: Ready (with Reconciling and Stalled, see duck.Status) summarises the
+// AgentTrace; TargetResolved and ConfigMapReady are agenttrace's own.
 const (
-	ConditionReady          = "Ready"
+	ConditionReady          = duck.ConditionReady
 	ConditionTargetResolved = "TargetResolved"
 	ConditionConfigMapReady = "ConfigMapReady"
 )
 
+// Reasons of the Ready condition, and of Reconciling or Stalled next to it. A Ready=False reason is
+// either Reconciling (it resolves by itself: kstatus InProgress, Argo CD Progressing) or Stalled
+// (nothing changes until someone changes the AgentTrace, its target or the cluster: kstatus
+// Failed, Argo CD Degraded). Target resolution adds duck.ReasonTargetNotFound (Reconciling: the
+// workload is watched), duck.ReasonUnsupportedKind and duck.ReasonInvalidTargetRef (Stalled).
+const (
+	// ReasonActive: Ready=True; the ConfigMap holds this generation's configuration.
+	ReasonActive = "Active"
+	// ReasonTargetNotInjected: Ready=True; the ConfigMap is written but the workload's pod template
+	// neither is injected nor mounts it, so the agent does not see the files yet.
+	ReasonTargetNotInjected = "TargetNotInjected"
+	// ReasonDeprecatedExporter: Ready=True; a jaeger or zipkin exporter is configured.
+	ReasonDeprecatedExporter = "DeprecatedExporter"
+	// ReasonConflict (Stalled): an older AgentTrace configures the same workload.
+	ReasonConflict = "Conflict"
+	// ReasonConfigMapNotOwned (Stalled): a ConfigMap of that name belongs to someone else. The
+	// controller checks again every --not-owned-retry and recovers once it is gone.
+	ReasonConfigMapNotOwned = "ConfigMapNotOwned"
+	// ReasonApplyFailed (Reconciling): the API server refused the ConfigMap write; retried.
+	ReasonApplyFailed = "ApplyFailed"
+)
+
+// Reasons of the other conditions.
+const (
+	// ReasonResolved (TargetResolved=True): the workload exists and has a pod template.
+	ReasonResolved = "Resolved"
+	// ReasonConfigMapApplied (ConfigMapReady=True): the ConfigMap holds this generation.
+	ReasonConfigMapApplied = "Applied"
+	// ReasonTargetNotResolved (ConfigMapReady=Unknown): nothing is written until the target resolves.
+	ReasonTargetNotResolved = "TargetNotResolved"
+)
+
 // AgentTraceStatus is what the controller observed and did.
 type AgentTraceStatus struct {
-	// ObservedGeneration is the spec generation this status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// observedGeneration and conditions: Ready (the summary), Reconciling or Stalled (present only
+	// while True), TargetResolved and ConfigMapReady.
+	duck.Status `json:",inline"`
 	// Phase: Pending (waiting for the target), Active (ConfigMap written), Error (needs a fix).
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
@@ -246,11 +282,6 @@ type AgentTraceStatus struct {
 	// ConfiguredPods counts the target's running pods that mount the trace ConfigMap.
 	// +optional
 	ConfiguredPods int32 `json:"configuredPods"`
-	// Conditions: Ready, TargetResolved, ConfigMapReady.
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // AgentTraceList is a list of AgentTraces.
@@ -261,6 +292,9 @@ type AgentTraceList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []AgentTrace `json:"items"`
 }
+
+// GetStatus returns the status model shared by every Kagenti resource.
+func (t *AgentTrace) GetStatus() *duck.Status { return &t.Status.Status }
 
 // GetTargetRef lets pkg/duck index AgentTraces by the workload they configure.
 func (t *AgentTrace) GetTargetRef() *duck.TargetRef { return &t.Spec.TargetRef }

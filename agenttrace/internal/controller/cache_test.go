@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -23,7 +24,7 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}
 	tmpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{InjectionStatusAnnotation: "{}"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{configmap.InjectionStatusAnnotation: "{}"}},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
 				Env:          []corev1.EnvVar{{Name: "A", Value: "never read here"}},

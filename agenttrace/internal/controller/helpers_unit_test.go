@@ -7,16 +7,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 func traceVolume(cm string) corev1.Volume {
-	return corev1.Volume{Name: TraceVolumeName, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+	return corev1.Volume{Name: configmap.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}
 }
 
 func TestMountsConfigMap(t *testing.T) {
-	mount := []corev1.VolumeMount{{Name: TraceVolumeName, MountPath: "/etc/kagenti/trace"}}
+	mount := []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}
 	cases := map[string]struct {
 		spec corev1.PodSpec
 		want bool
@@ -44,7 +44,7 @@ func TestStripPod(t *testing.T) {
 		Spec: corev1.PodSpec{
 			Volumes: []corev1.Volume{traceVolume("a-trace"), {Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{{Name: "c", Image: "i", Env: []corev1.EnvVar{{Name: "E", Value: "v"}},
-				VolumeMounts: []corev1.VolumeMount{{Name: TraceVolumeName, MountPath: "/etc/kagenti/trace"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
 	}
@@ -59,25 +59,4 @@ func TestStripPod(t *testing.T) {
 	assert.Len(t, slim.Spec.Volumes, 1)
 	assert.Empty(t, slim.Spec.Containers[0].Env)
 	assert.True(t, mountsConfigMap(&slim.Spec, "a-trace"))
-}
-
-func TestStatusEqual(t *testing.T) {
-	now := metav1.Now()
-	base := v1alpha1.AgentTraceStatus{ObservedGeneration: 1, Phase: v1alpha1.PhaseActive, ConfigMapName: "a-trace", ConfiguredPods: 2,
-		Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Active", Message: "m", LastTransitionTime: now}}}
-	same := *base.DeepCopy()
-	assert.True(t, statusEqual(&base, &same))
-	for name, mutate := range map[string]func(*v1alpha1.AgentTraceStatus){
-		"pods":       func(s *v1alpha1.AgentTraceStatus) { s.ConfiguredPods = 3 },
-		"generation": func(s *v1alpha1.AgentTraceStatus) { s.ObservedGeneration = 2 },
-		"reason":     func(s *v1alpha1.AgentTraceStatus) { s.Conditions[0].Reason = "Conflict" },
-		"message":    func(s *v1alpha1.AgentTraceStatus) { s.Conditions[0].Message = "other" },
-		"new condition": func(s *v1alpha1.AgentTraceStatus) {
-			s.Conditions = append(s.Conditions, metav1.Condition{Type: "TargetResolved"})
-		},
-	} {
-		c := *base.DeepCopy()
-		mutate(&c)
-		assert.False(t, statusEqual(&base, &c), name)
-	}
 }

@@ -24,7 +24,7 @@ func TestSampleIsValid(t *testing.T) {
 	at.Namespace = ns
 	deployment(t, ns, at.Spec.TargetRef.Name, true)
 	create(t, &at)
-	got := waitStatus(t, ns, at.Name, v1alpha1.PhaseActive, ReasonDeprecatedExporter)
+	got := waitStatus(t, ns, at.Name, v1alpha1.PhaseActive, v1alpha1.ReasonDeprecatedExporter)
 	require.Equal(t, metav1.ConditionTrue, findCond(got, v1alpha1.ConditionReady).Status)
 	var cm corev1.ConfigMap
 	require.NoError(t, k8s.Get(ctx, keyOf(ns, "weather-agent-trace"), &cm))

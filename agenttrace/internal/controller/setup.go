@@ -85,13 +85,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
 		return err
 	}
+	events := mgr.GetEventRecorder(Name)
 	r := &Reconciler{
-		Client:     mgr.GetClient(),
-		Resolver:   duck.NewManagerResolver(mgr),
-		Applier:    &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
-		Recorder:   mgr.GetEventRecorderFor(Name),
-		LiveReader: mgr.GetAPIReader(),
-		Options:    opts,
+		Client:   mgr.GetClient(),
+		Resolver: duck.NewManagerResolver(mgr),
+		Applier:  &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events,
+			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady}},
+		Recorder: events,
+		Options:  opts,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agenttrace").

@@ -13,7 +13,8 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Keys of the trace ConfigMap (docs/architecture.md §6). Each becomes a file in /etc/kagenti/trace.
+// Keys of the trace ConfigMap (docs/architecture.md §6). Each becomes a file in configmap.PathTrace
+// (/etc/kagenti/trace).
 const (
 	KeyOTelEndpoint            = "otel_endpoint"
 	KeyOTelProtocol            = "otel_protocol"
@@ -37,8 +38,8 @@ const (
 	KeyOTelConfigYAML          = "otel-config.yaml"
 	KeyConfigJSON              = "config.json"
 	LabelAgentTrace            = "kagenti.io/agenttrace"
-	componentLabel, component  = "app.kubernetes.io/component", "trace-config"
-	partOfLabel, partOf        = "app.kubernetes.io/part-of", "kagenti"
+	// Component is the trace ConfigMap's configmap.ComponentLabel value.
+	Component = "trace-config"
 )
 
 // MakeConfigMap renders the ConfigMap {workload}-trace for the AgentTrace cr targeting w. Owner
@@ -55,9 +56,9 @@ func MakeConfigMap(cr *v1alpha1.AgentTrace, w *duck.Workload) (*corev1.ConfigMap
 			Name:      configmap.TraceName(w.Name()),
 			Namespace: cr.Namespace,
 			Labels: map[string]string{
-				componentLabel:  component,
-				partOfLabel:     partOf,
-				LabelAgentTrace: cr.Name,
+				configmap.ComponentLabel: Component,
+				configmap.PartOfLabel:    configmap.PartOf,
+				LabelAgentTrace:          cr.Name,
 			},
 		},
 		Data: data,

@@ -27,7 +27,10 @@ type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   TokenExchangeSpec   `json:"spec"`
+	Spec TokenExchangeSpec `json:"spec"`
+	// Status defaults to observedGeneration 0, so that tools read a TokenExchange the controller
+	// has not seen yet as in progress.
+	// +kubebuilder:default={observedGeneration:0}
 	Status TokenExchangeStatus `json:"status,omitempty"`
 }
 
@@ -328,11 +331,12 @@ const (
 	PhaseError   = "Error"
 )
 
-// Condition types.
+// Condition types: Ready (with Reconciling and Stalled, see duck.Status) summarises the
+// TokenExchange; TargetResolved and ConfigMapReady are tokenexchange's own.
 const (
 	// ConditionReady: the ConfigMap is written for an injected workload and this TokenExchange is
 	// the one in effect for it.
-	ConditionReady = "Ready"
+	ConditionReady = duck.ConditionReady
 	// ConditionTargetResolved: spec.targetRef names an existing workload with a pod template.
 	ConditionTargetResolved = "TargetResolved"
 	// ConditionConfigMapReady: the ConfigMap {workload}-token-exchange holds this spec.
@@ -348,31 +352,52 @@ const (
 	ConditionStartupSettingsCurrent = "StartupSettingsCurrent"
 )
 
-// Condition reasons besides duck.ReasonTargetNotFound, duck.ReasonUnsupportedKind and
-// duck.ReasonInvalidTargetRef.
+// Reasons of the Ready condition, and of Reconciling or Stalled next to it. A Ready=False reason is
+// either Reconciling (it resolves by itself: kstatus InProgress, Argo CD Progressing) or Stalled
+// (nothing changes until someone changes the TokenExchange, its workload or the cluster: kstatus
+// Failed, Argo CD Degraded). Target resolution adds duck.ReasonTargetNotFound (Reconciling: the
+// workload is watched), duck.ReasonUnsupportedKind and duck.ReasonInvalidTargetRef (Stalled).
 const (
-	ReasonResolved          = "Resolved"
-	ReasonConfigured        = "Configured"
-	ReasonNotInjected       = "NotInjected"
-	ReasonConflict          = "Conflict"
-	ReasonInvalidSpec       = "InvalidSpec"
+	// ReasonConfigured: Ready=True (and ConfigMapReady=True): the configuration is in effect.
+	ReasonConfigured = "Configured"
+	// ReasonNotInjected (Stalled): the workload's pod template has no injection-status annotation;
+	// the injector acts only when the workload is created or updated with its label.
+	ReasonNotInjected = "NotInjected"
+	// ReasonConflict (Stalled): an older TokenExchange configures the same workload.
+	ReasonConflict = "Conflict"
+	// ReasonInvalidSpec (Stalled): the stored spec fails validation (stored under an older CRD).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonConfigMapNotOwned (Stalled): a ConfigMap of that name belongs to someone else. The
+	// controller checks again every 15 s and recovers once it is gone.
 	ReasonConfigMapNotOwned = "ConfigMapNotOwned"
-	ReasonApplyFailed       = "ApplyFailed"
-	ReasonWaitingForTarget  = "WaitingForTarget"
+	// ReasonApplyFailed (Reconciling): the API server refused the ConfigMap write; retried.
+	ReasonApplyFailed = "ApplyFailed"
+)
+
+// Reasons of the other conditions.
+const (
+	// ReasonResolved (TargetResolved=True): the workload exists and has a pod template.
+	ReasonResolved = "Resolved"
+	// ReasonWaitingForTarget (ConfigMapReady=False): nothing is written until the target resolves.
+	ReasonWaitingForTarget = "WaitingForTarget"
+	// ReasonNoPods, ReasonPropagated, ReasonPropagating, ReasonConfigRejected, ReasonStatusUnavailable
+	// (ConfigPropagated): whether the pods' sidecars run the ConfigMap's current content.
 	ReasonNoPods            = "NoPods"
 	ReasonPropagated        = "Propagated"
 	ReasonPropagating       = "Propagating"
 	ReasonConfigRejected    = "ConfigRejected"
 	ReasonStatusUnavailable = "StatusUnavailable"
-	ReasonCurrent           = "Current"
-	ReasonRestartRequired   = "RestartRequired"
+	// ReasonCurrent, ReasonRestartRequired (StartupSettingsCurrent): whether the pods run the
+	// pod-start settings (traffic interception) of the current content.
+	ReasonCurrent         = "Current"
+	ReasonRestartRequired = "RestartRequired"
 )
 
 // TokenExchangeStatus is the observed state.
 type TokenExchangeStatus struct {
-	// ObservedGeneration is the generation of the spec this status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// observedGeneration and conditions: Ready (the summary), Reconciling or Stalled (present only
+	// while True), TargetResolved and ConfigMapReady.
+	duck.Status `json:",inline"`
 
 	// Phase summarises the state: Pending (waiting for the workload or its injection), Active
 	// (configuration in effect) or Error (needs a fix: invalid spec, conflict, unsupported kind).
@@ -408,12 +433,6 @@ type TokenExchangeStatus struct {
 	// the ConfigMap.
 	// +optional
 	IdentityStatus *IdentityStatus `json:"identityStatus,omitempty"`
-
-	// Conditions: Ready, TargetResolved, ConfigMapReady, ConfigPropagated, StartupSettingsCurrent.
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // IdentityStatus is true for a component when its sidecar is ready in every configured pod (and
@@ -428,6 +447,9 @@ type IdentityStatus struct {
 	// OutboundProxyReady: envoy-proxy is ready.
 	OutboundProxyReady bool `json:"outboundProxyReady"`
 }
+
+// GetStatus returns the status model shared by every Kagenti resource.
+func (t *TokenExchange) GetStatus() *duck.Status { return &t.Status.Status }
 
 // GetTargetRef implements duck.Referrer.
 func (t *TokenExchange) GetTargetRef() *duck.TargetRef { return &t.Spec.TargetRef }

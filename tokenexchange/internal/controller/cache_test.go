@@ -13,12 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
 func podTemplate() corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{InjectionStatusAnnotation: "{}"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{configmap.InjectionStatusAnnotation: "{}"}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: "agent-sa",
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
@@ -68,7 +69,7 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 			tmpl, err := w.PodTemplate()
 			require.NoError(t, err)
 			assert.Equal(t, "agent-sa", tmpl.Spec.ServiceAccountName)
-			assert.Contains(t, tmpl.Annotations, InjectionStatusAnnotation)
+			assert.Contains(t, tmpl.Annotations, configmap.InjectionStatusAnnotation)
 			assert.Empty(t, tmpl.Spec.Containers, "the pod spec is not cached")
 			sel, err := w.Selector()
 			require.NoError(t, err)
@@ -83,11 +84,11 @@ func TestTrimPod(t *testing.T) {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "x"}},
 			Volumes: []corev1.Volume{
-				{Name: TokenExchangeVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
+				{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", InitContainerStatuses: []corev1.ContainerStatus{{Name: SpiffeHelper, Ready: true, Image: "x", ImageID: "y"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", InitContainerStatuses: []corev1.ContainerStatus{{Name: configmap.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}}},
 	}
 	out, err := TrimPod(p)
 	require.NoError(t, err)
@@ -97,6 +98,6 @@ func TestTrimPod(t *testing.T) {
 	assert.Equal(t, []corev1.Container{{Name: "agent"}}, got.Spec.Containers, "names only: the status prober looks for the role containers")
 	assert.Empty(t, got.Annotations)
 	assert.Equal(t, map[string]string{"app": "agent"}, got.Labels)
-	assert.True(t, allReady([]*corev1.Pod{got}, SpiffeHelper))
+	assert.True(t, allReady([]*corev1.Pod{got}, configmap.ComponentSpiffeHelper))
 	assert.Equal(t, "10.0.0.7", got.Status.PodIP)
 }

@@ -11,16 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
-)
-
-// Names the injector uses (docs/architecture.md §5).
-const (
-	TokenExchangeVolume = "kagenti-token-exchange"
-	SpiffeHelper        = "spiffe-helper"
-	ClientRegistration  = "client-registration"
-	AuthProxy           = "auth-proxy"
-	EnvoyProxy          = "envoy-proxy"
 )
 
 // SelectorIndex remembers, per namespace, the pod selector of each TokenExchange's resolved
@@ -105,17 +97,17 @@ func summarizePods(pods []corev1.Pod, cmName string) podSummary {
 	}
 	id := &v1alpha1.IdentityStatus{}
 	if len(configured) > 0 {
-		id.SpiffeEnabled = allReady(configured, SpiffeHelper)
-		id.IdpRegistered = allReady(configured, ClientRegistration)
-		id.InboundProxyReady = allReady(configured, AuthProxy)
-		id.OutboundProxyReady = allReady(configured, EnvoyProxy)
+		id.SpiffeEnabled = allReady(configured, configmap.ComponentSpiffeHelper)
+		id.IdpRegistered = allReady(configured, configmap.ComponentClientRegistration)
+		id.InboundProxyReady = allReady(configured, configmap.ComponentAuthProxy)
+		id.OutboundProxyReady = allReady(configured, configmap.ComponentEnvoyProxy)
 	}
 	return podSummary{pods: configured, identity: id}
 }
 
 func mountsTokenExchange(p *corev1.Pod, cmName string) bool {
 	for _, v := range p.Spec.Volumes {
-		if v.Name == TokenExchangeVolume && v.ConfigMap != nil && v.ConfigMap.Name == cmName {
+		if v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil && v.ConfigMap.Name == cmName {
 			return true
 		}
 	}

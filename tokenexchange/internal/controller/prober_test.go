@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kagenti/platform/pkg/configmap"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -46,7 +47,7 @@ func newProberFixture(t *testing.T) *proberFixture {
 func rolePod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
-		Spec:       corev1.PodSpec{InitContainers: []corev1.Container{{Name: EnvoyProxy}, {Name: SpiffeHelper}}},
+		Spec:       corev1.PodSpec{InitContainers: []corev1.Container{{Name: configmap.ComponentEnvoyProxy}, {Name: configmap.ComponentSpiffeHelper}}},
 		Status:     corev1.PodStatus{PodIP: "10.0.0.1"},
 	}
 }

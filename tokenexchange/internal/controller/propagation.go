@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kagenti/platform/pkg/configmap"
 	"io"
 	"net"
 	"net/http"
@@ -39,9 +40,9 @@ import (
 // statusPorts maps the injected containers that run a kagenti-authbridge role to their status
 // ports. spiffe-helper reads its configuration once and reports no hash; proxy-init has exited.
 var statusPorts = map[string]int32{
-	ClientRegistration: sidecar.RegisterStatusPort,
-	AuthProxy:          sidecar.InboundStatusPort,
-	EnvoyProxy:         sidecar.OutboundStatusPort,
+	configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
+	configmap.ComponentAuthProxy:          sidecar.InboundStatusPort,
+	configmap.ComponentEnvoyProxy:         sidecar.OutboundStatusPort,
 }
 
 const (
@@ -271,10 +272,10 @@ func (p *PodStatusProber) status(ctx context.Context, ip string, port int32) (*s
 // setPropagation records prop in the status: the pod counts, the content hash, and the
 // conditions ConfigPropagated and StartupSettingsCurrent. It returns how soon to look again
 // (0: the pods have settled; a change of the pods or the spec wakes the reconciler).
-func (st *status) setPropagation(prop Propagation, cmName, restartHint string) time.Duration {
-	st.s.Pods = int32(prop.Pods)
-	st.s.ConfiguredPods = int32(len(prop.Current))
-	st.s.ContentHash = prop.Want
+func (st status) setPropagation(prop Propagation, cmName, restartHint string) time.Duration {
+	st.Pods = int32(prop.Pods)
+	st.ConfiguredPods = int32(len(prop.Current))
+	st.ContentHash = prop.Want
 	var retry time.Duration
 	switch {
 	case prop.Pods == 0:

@@ -24,7 +24,6 @@ import (
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
-	"github.com/kagenti/platform/tokenexchange/internal/controller"
 )
 
 // podNetwork stands in for the cluster network between the controller and pod IPs: envtest has
@@ -68,8 +67,8 @@ type rolePod struct {
 func startRolePod(t *testing.T, ns, name, app string) *rolePod {
 	t.Helper()
 	ctx := context.Background()
-	roles := map[string]int{controller.AuthProxy: sidecar.InboundStatusPort, controller.EnvoyProxy: sidecar.OutboundStatusPort}
-	sidecars := []string{controller.SpiffeHelper, controller.AuthProxy, controller.EnvoyProxy}
+	roles := map[string]int{configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort}
+	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}
 	p := injectedPod(ns, name, app, sidecars)
 	must(t, k8s.Create(ctx, p))
 	ip := fmt.Sprintf("10.251.%d.%d", nextPodIP.Add(1)/250, nextPodIP.Load()%250+1)
@@ -268,7 +267,7 @@ func TestUnreachablePodStatusIsReported(t *testing.T) {
 	ns := namespace(t)
 	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
-	sidecars := []string{controller.EnvoyProxy}
+	sidecars := []string{configmap.ComponentEnvoyProxy}
 	p := injectedPod(ns, "agent-0", "agent", sidecars)
 	must(t, k8s.Create(ctx, p))
 	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(p), p))

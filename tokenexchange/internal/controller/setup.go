@@ -46,7 +46,7 @@ func podTokenExchangeConfigMap(o client.Object) []string {
 		return nil
 	}
 	for _, v := range p.Spec.Volumes {
-		if v.Name == TokenExchangeVolume && v.ConfigMap != nil {
+		if v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil {
 			return []string{v.ConfigMap.Name}
 		}
 	}
@@ -64,12 +64,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
 		return err
 	}
+	events := mgr.GetEventRecorder(Name)
 	r := &Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Resolver:  duck.NewManagerResolver(mgr),
-		Applier:   &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
-		Recorder:  mgr.GetEventRecorder(Name),
+		Client:   mgr.GetClient(),
+		Resolver: duck.NewManagerResolver(mgr),
+		Applier:  &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events,
+			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady,
+				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
+		Recorder:  events,
 		Selectors: NewSelectorIndex(),
 		Pods:      NewPodStatusProber(opts.PodStatusClient),
 	}

@@ -314,7 +314,7 @@ func TestPodStatus(t *testing.T) {
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 
-	sidecars := []string{controller.SpiffeHelper, controller.ClientRegistration, controller.AuthProxy, controller.EnvoyProxy}
+	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}
 	var pods []*corev1.Pod
 	for i := range 2 {
 		p := injectedPod(ns, fmt.Sprintf("agent-%d", i), "agent", sidecars)
@@ -338,7 +338,7 @@ func TestPodStatus(t *testing.T) {
 	})
 
 	// envoy-proxy stops being ready in one pod.
-	setPodStatus(t, pods[1], sidecars, map[string]bool{controller.EnvoyProxy: true})
+	setPodStatus(t, pods[1], sidecars, map[string]bool{configmap.ComponentEnvoyProxy: true})
 	eventually(t, "outbound proxy not ready", func(ctx context.Context) (bool, string) {
 		te := getTX(ctx, t, ns, "tx")
 		id := te.Status.IdentityStatus
@@ -357,7 +357,7 @@ func injectedPod(ns, name, app string, sidecars []string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}},
-			Volumes: []corev1.Volume{{Name: controller.TokenExchangeVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			Volumes: []corev1.Volume{{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}}}},
 		},
 	}

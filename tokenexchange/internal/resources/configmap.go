@@ -15,10 +15,13 @@ import (
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
-// Keys and annotations of the ConfigMap, whose files are mounted under /etc/kagenti/token-exchange/.
+// Keys, annotations and labels of the ConfigMap, whose files are mounted under
+// configmap.PathTokenExchange (/etc/kagenti/token-exchange/).
 const (
 	ConfigKey  = authconfig.ConfigFile
 	TargetAnno = "kagenti.io/target"
+	// Component is the ConfigMap's configmap.ComponentLabel value.
+	Component = "token-exchange"
 )
 
 // Target is the workload the ConfigMap is for.
@@ -41,7 +44,7 @@ func MakeConfigMap(te *v1alpha1.TokenExchange, t Target) *corev1.ConfigMap {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ConfigMapName(t.Name),
 			Namespace:   t.Namespace,
-			Labels:      map[string]string{"app.kubernetes.io/part-of": "kagenti", "app.kubernetes.io/component": "token-exchange"},
+			Labels:      map[string]string{configmap.PartOfLabel: configmap.PartOf, configmap.ComponentLabel: Component},
 			Annotations: map[string]string{TargetAnno: t.Kind + "/" + t.Name},
 		},
 		Data: map[string]string{

@@ -1,0 +1,17 @@
+package authconfig
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/kagenti/platform/pkg/configmap"
+)
+
+// The sidecars read their files where the injector mounts them. The data-plane binary does not
+// import pkg/configmap (it would pull the controller libraries into every pod), so this test holds
+// its copies of the mount paths to the contract.
+func TestMountPathsAreTheInjectors(t *testing.T) {
+	assert.Equal(t, configmap.PathTokenExchange, ConfigDir)
+	assert.Equal(t, configmap.PathShared, SharedDir)
+}
