@@ -79,6 +79,14 @@ func TestLifecycle(t *testing.T) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(np), cur)
 		return len(cur.Spec.Ingress) == 1 && len(cur.Spec.Egress) == 1 && len(cur.Spec.Egress[0].To) == 1, "not restored"
 	})
+	// netpol's writes are recorded under its field manager, not the process name.
+	restored := &networkingv1.NetworkPolicy{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(np), restored))
+	managers := map[string]bool{}
+	for _, f := range restored.ManagedFields {
+		managers[f.Manager] = true
+	}
+	assert.True(t, managers[FieldManager], "field managers: %v", managers)
 
 	// Events on the card.
 	eventually(t, "events on the AgentCard", func() (bool, string) {
@@ -170,10 +178,29 @@ func TestConflict(t *testing.T) {
 	deployment(t, k8s, ns, "taken")
 	agentCard(t, k8s, ns, "taken-card", targetSpec("Deployment", "taken"))
 	c := waitCondition(t, ns, "taken-card", metav1.ConditionFalse, ReasonPolicyConflict)
-	assert.Contains(t, c.Message, "NetworkPolicy taken-agent-policy already exists and is not managed by kagenti-netpol")
+	assert.Contains(t, c.Message, `NetworkPolicy "taken-agent-policy" exists and is not managed by this controller`)
+	assert.Contains(t, c.Message, "no owner reference and no app.kubernetes.io/managed-by=kagenti-netpol label")
 	cur := &networkingv1.NetworkPolicy{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(theirs), cur))
 	assert.Equal(t, theirs.Spec, cur.Spec, "the user's policy is untouched")
+	assert.Empty(t, cur.OwnerReferences, "the user's policy is not adopted")
+	assert.Equal(t, theirs.ResourceVersion, cur.ResourceVersion, "the user's policy was never written")
+
+	// A policy labelled as netpol's with no owner (its card was deleted with --cascade=orphan and
+	// created again) is netpol's: adopted by the new card and brought up to date.
+	orphan := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "orphan-agent-policy", Namespace: ns,
+			Labels: map[string]string{resources.ManagedByLabel: resources.ManagedByValue}},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}},
+	}
+	require.NoError(t, k8s.Create(ctx, orphan))
+	deployment(t, k8s, ns, "orphan")
+	card := agentCard(t, k8s, ns, "orphan-card", targetSpec("Deployment", "orphan"))
+	waitCondition(t, ns, "orphan-card", metav1.ConditionTrue, ReasonRestrictive)
+	adopted := waitPolicy(t, ns, "orphan-agent-policy", resources.Restrictive)
+	require.NotNil(t, metav1.GetControllerOf(adopted))
+	assert.Equal(t, card.GetUID(), metav1.GetControllerOf(adopted).UID)
+	assert.Equal(t, map[string]string{"app": "orphan"}, adopted.Spec.PodSelector.MatchLabels)
 
 	// Two cards for one workload: the second one reports the conflict.
 	deployment(t, k8s, ns, "shared")
@@ -181,7 +208,7 @@ func TestConflict(t *testing.T) {
 	waitCondition(t, ns, "first", metav1.ConditionTrue, ReasonRestrictive)
 	agentCard(t, k8s, ns, "second", targetSpec("Deployment", "shared"))
 	c = waitCondition(t, ns, "second", metav1.ConditionFalse, ReasonPolicyConflict)
-	assert.Contains(t, c.Message, "is controlled by AgentCard first")
+	assert.Contains(t, c.Message, `NetworkPolicy "shared-agent-policy" exists and is not managed by this controller (controlled by AgentCard first)`)
 }
 
 // TestModes: enforce writes, audit reports without writing, off removes what netpol wrote.

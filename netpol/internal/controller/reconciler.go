@@ -19,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -49,12 +50,13 @@ const (
 type Reconciler struct {
 	// Client reads through the cache, unstructured objects included.
 	Client client.Client
-	// APIReader reads around the cache (to tell a conflict from a cache lag).
-	APIReader client.Reader
-	Resolver  *duck.Resolver
-	Recorder  events.EventRecorder
-	Mode      string
-	Policy    resources.Options
+	// Policies writes the NetworkPolicies (its APIReader tells a user's policy, invisible to the
+	// label-filtered cache, from a cache lag).
+	Policies *configmap.Applier
+	Resolver *duck.Resolver
+	Recorder events.EventRecorder
+	Mode     string
+	Policy   resources.Options
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
@@ -113,10 +115,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			fmt.Sprintf("audit mode: would apply %s NetworkPolicy %s (%s); %s", resources.KindFor(verdict), desired.Name, verdict.Reason, state))
 	}
 
-	if conflict, err := r.apply(ctx, u, card, desired); err != nil {
-		return ctrl.Result{}, err
-	} else if conflict != "" {
-		return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonPolicyConflict, conflict)
+	if err := r.apply(ctx, u, desired); err != nil {
+		var notOwned *configmap.NotOwnedError
+		if errors.As(err, &notOwned) {
+			return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonPolicyConflict,
+				notOwned.Error()+", or point this AgentCard elsewhere")
+		}
+		return ctrl.Result{}, fmt.Errorf("applying NetworkPolicy %s: %w", desired.Name, err)
 	}
 	// A card whose target changed leaves its old policy behind: remove every other policy it controls.
 	if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
@@ -155,71 +160,32 @@ func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (met
 	return resources.WorkloadPodSelector(w)
 }
 
-// apply creates or updates the desired policy. It returns a message when the name is taken by a
-// policy this card does not control.
-func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, desired *networkingv1.NetworkPolicy) (string, error) {
-	existing := &networkingv1.NetworkPolicy{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		err = r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
-		if err == nil {
-			r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
-				"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
-			return "", nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("creating NetworkPolicy %s: %w", desired.Name, err)
-		}
-		// Unlabelled (invisible to the filtered cache) or not yet in the cache: ask the API server.
-		existing = &networkingv1.NetworkPolicy{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
-			return "", err
-		}
-	} else if err != nil {
-		return "", err
+// apply writes the desired policy through configmap.ApplyObject, the one apply-if-changed every
+// pillar uses for the objects it derives: nothing is written when the stored policy matches, and a
+// policy of that name that this card does not control is left alone with a *configmap.NotOwnedError.
+func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, desired *networkingv1.NetworkPolicy) error {
+	result, err := configmap.ApplyObject(ctx, r.Policies, desired, u, policyContent)
+	if err != nil {
+		return err
 	}
-	if owner := metav1.GetControllerOfNoCopy(existing); owner == nil || owner.UID != card.UID ||
-		existing.Labels[resources.ManagedByLabel] != resources.ManagedByValue {
-		by := "is not managed by kagenti-netpol"
-		if owner != nil {
-			by = fmt.Sprintf("is controlled by %s %s", owner.Kind, owner.Name)
-		}
-		return fmt.Sprintf("NetworkPolicy %s already exists and %s; rename or delete it, or point this AgentCard elsewhere", desired.Name, by), nil
+	switch result {
+	case configmap.Created:
+		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
+			"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
+	case configmap.Updated:
+		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyUpdated", "Update",
+			"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
 	}
-	if upToDate(existing, desired) {
-		return "", nil
-	}
-	updated := existing.DeepCopy()
-	updated.Spec = desired.Spec
-	for k, v := range desired.Labels {
-		metav1.SetMetaDataLabel(&updated.ObjectMeta, k, v)
-	}
-	for k, v := range desired.Annotations {
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, k, v)
-	}
-	if err := r.Client.Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {
-		return "", fmt.Errorf("updating NetworkPolicy %s: %w", desired.Name, err)
-	}
-	r.Recorder.Eventf(u, updated, corev1.EventTypeNormal, "PolicyUpdated", "Update",
-		"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
-	return "", nil
+	return nil
 }
 
-func upToDate(existing, desired *networkingv1.NetworkPolicy) bool {
-	if !equality.Semantic.DeepEqual(existing.Spec, desired.Spec) {
-		return false
-	}
-	for k, v := range desired.Labels {
-		if existing.Labels[k] != v {
-			return false
-		}
-	}
-	for k, v := range desired.Annotations {
-		if existing.Annotations[k] != v {
-			return false
-		}
-	}
-	return true
+// policyContent is what netpol writes of a NetworkPolicy besides its metadata: the spec, compared
+// semantically (a stored policy with defaulted or reordered-equal fields is not rewritten).
+var policyContent = configmap.Content[*networkingv1.NetworkPolicy]{
+	UpToDate: func(have, want *networkingv1.NetworkPolicy) bool {
+		return equality.Semantic.DeepEqual(have.Spec, want.Spec)
+	},
+	Copy: func(dst, src *networkingv1.NetworkPolicy) { dst.Spec = src.Spec },
 }
 
 // auditState says how the cluster differs from what enforce mode would write.
@@ -230,7 +196,8 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 		return "no such policy exists, nothing was written", nil
 	case err != nil:
 		return "", err
-	case upToDate(existing, desired):
+	case policyContent.UpToDate(existing, desired) &&
+		existing.Annotations[resources.PolicyKindAnnotation] == desired.Annotations[resources.PolicyKindAnnotation]:
 		return "the existing policy already matches, nothing was written", nil
 	}
 	return "the existing policy differs and was left unchanged", nil

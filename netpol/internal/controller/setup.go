@@ -23,6 +23,7 @@ import (
 
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -149,12 +150,17 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 		return fmt.Errorf("indexing AgentCards by spec.targetRef: %w", err)
 	}
 	r := &Reconciler{
-		Client:    c,
-		APIReader: mgr.GetAPIReader(),
-		Resolver:  duck.NewManagerResolver(mgr),
-		Recorder:  mgr.GetEventRecorder(FieldManager),
-		Mode:      opts.Mode,
-		Policy:    opts.Policy,
+		Client: c,
+		Policies: &configmap.Applier{
+			Client:    client.WithFieldOwner(c, FieldManager),
+			APIReader: mgr.GetAPIReader(),
+			Scheme:    mgr.GetScheme(),
+			ManagedBy: resources.ManagedByValue,
+		},
+		Resolver: duck.NewManagerResolver(mgr),
+		Recorder: mgr.GetEventRecorder(FieldManager),
+		Mode:     opts.Mode,
+		Policy:   opts.Policy,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agentcard-networkpolicy").
