@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/netpol/internal/controller"
+	"github.com/kagenti/platform/netpol/internal/view"
 )
 
 const name = "kagenti-netpol"
@@ -84,6 +85,9 @@ func newRootCommand() *cobra.Command {
 func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElect bool, qps float32, burst int, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := view.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

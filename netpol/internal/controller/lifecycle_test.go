@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 )
 
@@ -36,20 +37,20 @@ func TestLifecycle(t *testing.T) {
 	assert.Equal(t, "AgentCard", owner.Kind)
 	assert.Equal(t, map[string]string{"app": "weather"}, np.Spec.PodSelector.MatchLabels)
 	assert.ElementsMatch(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
-	restricted := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonRestrictive)
+	restricted := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, api.ReasonRestrictive)
 	assert.Contains(t, restricted.Message, "agentcard has not reported a verdict yet")
 	assert.Equal(t, card.GetGeneration(), restricted.ObservedGeneration)
 
 	// agentcard verifies the signature: permissive within one reconcile.
 	playAgentcard(t, k8s, ns, "weather-card", true)
 	waitPolicy(t, ns, "weather-agent-policy", resources.Permissive)
-	permissive := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonPermissive)
+	permissive := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, api.ReasonPermissive)
 	assert.Equal(t, restricted.LastTransitionTime, permissive.LastTransitionTime, "status stayed True: lastTransitionTime must not move")
 	// netpol's condition lives next to agentcard's, neither wiped by the other.
 	got := getCard(t, ns, "weather-card")
 	require.NotNil(t, got.Condition("Ready"), "agentcard's condition survives netpol's apply")
 	playAgentcard(t, k8s, ns, "weather-card", true)
-	require.NotNil(t, getCard(t, ns, "weather-card").Condition(ConditionNetworkPolicyReady), "netpol's condition survives agentcard's apply")
+	require.NotNil(t, getCard(t, ns, "weather-card").Condition(api.ConditionNetworkPolicyReady), "netpol's condition survives agentcard's apply")
 
 	// The spec changes (a new identity binding): agentcard's verdict is about the old spec, so the
 	// card is not verified until agentcard judges the new one.
@@ -57,7 +58,7 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, k8s.Patch(ctx, card, client.RawPatch(types.MergePatchType, patch)))
 	stale := waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
 	assert.Contains(t, stale.Annotations[resources.VerificationAnnotation], "generation 1")
-	waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "weather-card", metav1.ConditionTrue, api.ReasonRestrictive)
 	playAgentcard(t, k8s, ns, "weather-card", true)
 	waitPolicy(t, ns, "weather-agent-policy", resources.Permissive)
 	playAgentcardReason(t, k8s, ns, "weather-card", false, "IdentityNotAllowed")
@@ -86,7 +87,7 @@ func TestLifecycle(t *testing.T) {
 	for _, f := range restored.ManagedFields {
 		managers[f.Manager] = true
 	}
-	assert.True(t, managers[FieldManager], "field managers: %v", managers)
+	assert.True(t, managers[api.Name], "field managers: %v", managers)
 
 	// Events on the card.
 	eventually(t, "events on the AgentCard", func() (bool, string) {
@@ -126,7 +127,7 @@ func TestTargetResolution(t *testing.T) {
 	assert.Contains(t, c.Message, `Deployment "late" not found`)
 	deployment(t, k8s, ns, "late")
 	waitPolicy(t, ns, "late-agent-policy", resources.Restrictive)
-	waitCondition(t, ns, "late-card", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "late-card", metav1.ConditionTrue, api.ReasonRestrictive)
 
 	// Retarget: the old policy goes, the new one comes.
 	deployment(t, k8s, ns, "other")
@@ -177,7 +178,7 @@ func TestConflict(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, theirs))
 	deployment(t, k8s, ns, "taken")
 	agentCard(t, k8s, ns, "taken-card", targetSpec("Deployment", "taken"))
-	c := waitCondition(t, ns, "taken-card", metav1.ConditionFalse, ReasonPolicyConflict)
+	c := waitCondition(t, ns, "taken-card", metav1.ConditionFalse, api.ReasonPolicyConflict)
 	assert.Contains(t, c.Message, `NetworkPolicy "taken-agent-policy" exists and is not managed by this controller`)
 	assert.Contains(t, c.Message, "no owner reference and no app.kubernetes.io/managed-by=kagenti-netpol label")
 	cur := &networkingv1.NetworkPolicy{}
@@ -196,7 +197,7 @@ func TestConflict(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, orphan))
 	deployment(t, k8s, ns, "orphan")
 	card := agentCard(t, k8s, ns, "orphan-card", targetSpec("Deployment", "orphan"))
-	waitCondition(t, ns, "orphan-card", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "orphan-card", metav1.ConditionTrue, api.ReasonRestrictive)
 	adopted := waitPolicy(t, ns, "orphan-agent-policy", resources.Restrictive)
 	require.NotNil(t, metav1.GetControllerOf(adopted))
 	assert.Equal(t, card.GetUID(), metav1.GetControllerOf(adopted).UID)
@@ -205,9 +206,9 @@ func TestConflict(t *testing.T) {
 	// Two cards for one workload: the second one reports the conflict.
 	deployment(t, k8s, ns, "shared")
 	agentCard(t, k8s, ns, "first", targetSpec("Deployment", "shared"))
-	waitCondition(t, ns, "first", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "first", metav1.ConditionTrue, api.ReasonRestrictive)
 	agentCard(t, k8s, ns, "second", targetSpec("Deployment", "shared"))
-	c = waitCondition(t, ns, "second", metav1.ConditionFalse, ReasonPolicyConflict)
+	c = waitCondition(t, ns, "second", metav1.ConditionFalse, api.ReasonPolicyConflict)
 	assert.Contains(t, c.Message, `NetworkPolicy "shared-agent-policy" exists and is not managed by this controller (controlled by AgentCard first)`)
 }
 
@@ -224,7 +225,7 @@ func TestModes(t *testing.T) {
 
 	stop = startNetpol(t, ModeAudit)
 	playAgentcard(t, k8s, ns, "modal-card", true)
-	c := waitCondition(t, ns, "modal-card", metav1.ConditionFalse, ReasonAuditMode)
+	c := waitCondition(t, ns, "modal-card", metav1.ConditionFalse, api.ReasonAuditMode)
 	assert.Contains(t, c.Message, "would apply permissive NetworkPolicy modal-agent-policy")
 	assert.Contains(t, c.Message, "the existing policy differs and was left unchanged")
 	np := &networkingv1.NetworkPolicy{}
@@ -233,7 +234,7 @@ func TestModes(t *testing.T) {
 	// A new card in audit mode gets no policy at all.
 	deployment(t, k8s, ns, "fresh")
 	agentCard(t, k8s, ns, "fresh-card", targetSpec("Deployment", "fresh"))
-	c = waitCondition(t, ns, "fresh-card", metav1.ConditionFalse, ReasonAuditMode)
+	c = waitCondition(t, ns, "fresh-card", metav1.ConditionFalse, api.ReasonAuditMode)
 	assert.Contains(t, c.Message, "no such policy exists, nothing was written")
 	stop()
 
@@ -241,7 +242,7 @@ func TestModes(t *testing.T) {
 	waitNoPolicy(t, ns, "modal-agent-policy")
 	eventually(t, "NetworkPolicyReady removed in mode off", func() (bool, string) {
 		card := getCard(t, ns, "modal-card")
-		return card.Condition(ConditionNetworkPolicyReady) == nil && card.Condition("Ready") != nil, "condition still there"
+		return card.Condition(api.ConditionNetworkPolicyReady) == nil && card.Condition("Ready") != nil, "condition still there"
 	})
 }
 
@@ -250,7 +251,7 @@ func TestInvalidSelector(t *testing.T) {
 	startNetpol(t, ModeEnforce)
 	ns := namespace(t)
 	agentCard(t, k8s, ns, "everything", map[string]any{"selector": map[string]any{}})
-	c := waitCondition(t, ns, "everything", metav1.ConditionFalse, ReasonInvalidSelector)
+	c := waitCondition(t, ns, "everything", metav1.ConditionFalse, api.ReasonInvalidSelector)
 	assert.Contains(t, c.Message, "spec.selector is empty and would select every pod")
 	var list networkingv1.NetworkPolicyList
 	require.NoError(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
 	"github.com/kagenti/platform/pkg/configmap"
@@ -77,6 +78,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := opts.Validate(); err != nil {
 		return err
+	}
+	if !mgr.GetScheme().Recognizes(view.AgentCardGVK) {
+		return errors.New("the manager's scheme lacks netpol's AgentCard status type: call view.AddToScheme on it")
 	}
 	w := &crdWaiter{mgr: mgr, opts: opts}
 	if err := mgr.Add(w); err != nil {
@@ -149,18 +153,23 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 	if err := mgr.GetFieldIndexer().IndexField(ctx, view.NewAgentCard(), duck.TargetRefIndex, cardTargetKey); err != nil {
 		return fmt.Errorf("indexing AgentCards by spec.targetRef: %w", err)
 	}
+	events := mgr.GetEventRecorder(api.Name)
 	r := &Reconciler{
 		Client: c,
 		Policies: &configmap.Applier{
-			Client:    client.WithFieldOwner(c, FieldManager),
+			Client:    client.WithFieldOwner(c, api.Name),
 			APIReader: mgr.GetAPIReader(),
 			Scheme:    mgr.GetScheme(),
 			ManagedBy: resources.ManagedByValue,
 		},
 		Resolver: duck.NewManagerResolver(mgr),
-		Recorder: mgr.GetEventRecorder(FieldManager),
-		Mode:     opts.Mode,
-		Policy:   opts.Policy,
+		Recorder: events,
+		Status: &duck.StatusApplier{
+			Client: c, FieldOwner: api.Name, Recorder: events,
+			Conditions: []string{api.ConditionNetworkPolicyReady}, ConditionsOnly: true,
+		},
+		Mode:   opts.Mode,
+		Policy: opts.Policy,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agentcard-networkpolicy").

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
 )
@@ -67,6 +68,7 @@ func run(m *testing.M) int {
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
 	_ = clientgoscheme.AddToScheme(scheme)
+	_ = view.AddToScheme(scheme)
 
 	env := &envtest.Environment{CRDDirectoryPaths: []string{agentCardCRDDir()}, ErrorIfCRDPathMissing: true,
 		// The machines running this are shared; give the API server time to come up.
@@ -272,7 +274,7 @@ func waitCondition(t testing.TB, ns, card string, status metav1.ConditionStatus,
 	t.Helper()
 	var got metav1.Condition
 	eventually(t, fmt.Sprintf("AgentCard %s/%s NetworkPolicyReady=%s/%s", ns, card, status, reason), func() (bool, string) {
-		c := getCard(t, ns, card).Condition(ConditionNetworkPolicyReady)
+		c := getCard(t, ns, card).Condition(api.ConditionNetworkPolicyReady)
 		if c == nil {
 			return false, "no condition"
 		}
