@@ -194,7 +194,7 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 func (r *Reconciler) deleteOwned(ctx context.Context, namespace string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
 	var list networkingv1.NetworkPolicyList
 	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
-		client.MatchingLabels{resources.ManagedByLabel: resources.ManagedByValue}); err != nil {
+		client.MatchingLabels{configmap.ManagedByLabel: api.Name}); err != nil {
 		return err
 	}
 	for i := range list.Items {

@@ -65,7 +65,7 @@ func (o Options) Validate() error {
 // of other policies costs no memory here. Pass it as cache.Options.ByObject.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(labels.Set{resources.ManagedByLabel: resources.ManagedByValue})},
+		&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: api.Name})},
 	}
 }
 
@@ -160,7 +160,7 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 			Client:    client.WithFieldOwner(c, api.Name),
 			APIReader: mgr.GetAPIReader(),
 			Scheme:    mgr.GetScheme(),
-			ManagedBy: resources.ManagedByValue,
+			ManagedBy: api.Name,
 		},
 		Resolver: duck.NewManagerResolver(mgr),
 		Recorder: events,
