@@ -157,8 +157,15 @@ func namespace(t testing.TB) string {
 
 func deployment(t testing.TB, c client.Client, ns, name string) *appsv1.Deployment {
 	t.Helper()
+	d := deploymentObject(name, ns)
+	require.NoError(t, c.Create(context.Background(), d))
+	return d
+}
+
+// deploymentObject is a Deployment whose pods are labelled app=name (and version=v1).
+func deploymentObject(name, ns string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
+	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -168,8 +175,6 @@ func deployment(t testing.TB, c client.Client, ns, name string) *appsv1.Deployme
 			},
 		},
 	}
-	require.NoError(t, c.Create(context.Background(), d))
-	return d
 }
 
 // agentCard creates an AgentCard; spec is its spec.
