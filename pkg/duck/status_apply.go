@@ -35,13 +35,19 @@ type StatusApplier struct {
 	Recorder recorder.EventRecorder
 	// Conditions are the condition types the pillar owns, besides Ready, Reconciling and Stalled.
 	Conditions []string
+	// ConditionsOnly is for a pillar that reports on another pillar's resource (netpol on
+	// AgentCards): it owns Conditions and nothing else. Ready, Reconciling, Stalled,
+	// observedGeneration and every other status field stay with the resource's own controller,
+	// and the Events follow the first of Conditions instead of Ready.
+	ConditionsOnly bool
 }
 
 // Apply writes desired's status when its owned part differs from current's (the resource as read
-// at the start of the reconcile). After a successful write it records an Event when Ready changed
-// its status or reason: Warning when it is not True, Normal when it became True after having been
-// something else. A Ready condition's first value is an Event only when it is not True, so a
-// thousand resources becoming ready at start-up record no Events, and every failure does.
+// at the start of the reconcile). After a successful write it records an Event when Ready (with
+// ConditionsOnly, the first of Conditions) changed its status or reason: Warning when it is not
+// True, Normal when it became True after having been something else. The condition's first value
+// is an Event only when it is not True, so a thousand resources becoming ready at start-up record
+// no Events, and every failure does.
 func (a *StatusApplier) Apply(ctx context.Context, current, desired Object) error {
 	have, err := a.ownedStatus(current)
 	if err != nil {
@@ -66,7 +72,7 @@ func (a *StatusApplier) Apply(ctx context.Context, current, desired Object) erro
 		client.FieldOwner(a.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying the status of %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
 	}
-	a.recordReadyChange(current.GetStatus().Condition(ConditionReady), desired)
+	a.recordSummaryChange(current.GetStatus().Condition(a.summary()), desired)
 	return nil
 }
 
@@ -87,6 +93,9 @@ func (a *StatusApplier) ownedStatus(obj Object) (map[string]any, error) {
 			owned = append(owned, c)
 		}
 	}
+	if a.ConditionsOnly {
+		status = map[string]any{}
+	}
 	if len(owned) == 0 {
 		delete(status, "conditions")
 	} else {
@@ -98,7 +107,9 @@ func (a *StatusApplier) ownedStatus(obj Object) (map[string]any, error) {
 func (a *StatusApplier) owns(condType string) bool {
 	switch condType {
 	case ConditionReady, ConditionReconciling, ConditionStalled:
-		return true
+		if !a.ConditionsOnly {
+			return true
+		}
 	}
 	for _, t := range a.Conditions {
 		if t == condType {
@@ -108,8 +119,16 @@ func (a *StatusApplier) owns(condType string) bool {
 	return false
 }
 
-func (a *StatusApplier) recordReadyChange(before *metav1.Condition, obj Object) {
-	now := obj.GetStatus().Condition(ConditionReady)
+// summary is the condition whose changes are Events.
+func (a *StatusApplier) summary() string {
+	if a.ConditionsOnly && len(a.Conditions) > 0 {
+		return a.Conditions[0]
+	}
+	return ConditionReady
+}
+
+func (a *StatusApplier) recordSummaryChange(before *metav1.Condition, obj Object) {
+	now := obj.GetStatus().Condition(a.summary())
 	if a.Recorder == nil || now == nil {
 		return
 	}

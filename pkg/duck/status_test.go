@@ -2,9 +2,12 @@ package duck
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -183,6 +186,72 @@ func TestStatusApplierWritesOnlyChangesAndOwnedConditions(t *testing.T) {
 	assert.Nil(t, g.Status.Condition(ConditionStalled))
 	assert.NotNil(t, g.Status.Condition("NetworkPolicyReady"))
 	assert.Equal(t, []string{"Warning Conflict"}, rec.lines())
+}
+
+// TestStatusApplierConditionsOnly: a second pillar reporting on a resource it does not own
+// (netpol on AgentCards) writes its one condition, and never the owner's Ready, observedGeneration or
+// other status fields, even from a stale copy; both write without conflicts.
+func TestStatusApplierConditionsOnly(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	ns := namespace(t, c, "status-apply-guest")
+	ownerEvents, guestEvents := &eventLog{}, &eventLog{}
+	owner := &StatusApplier{Client: c, FieldOwner: "kagenti-owner", Recorder: ownerEvents}
+	guest := &StatusApplier{Client: c, FieldOwner: "kagenti-guest", Recorder: guestEvents,
+		Conditions: []string{"NetworkPolicyReady"}, ConditionsOnly: true}
+
+	g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}}
+	require.NoError(t, c.Create(ctx, g))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	stale := g.DeepCopyObject().(*gadget) // the guest's read, from before the owner's write
+
+	mine := g.DeepCopyObject().(*gadget)
+	mine.Status.Observe(g.Generation)
+	mine.Status.MarkReady("Configured", "ok")
+	mine.Status.Phase = "Active"
+	require.NoError(t, owner.Apply(ctx, g, mine))
+
+	theirs := stale.DeepCopyObject().(*gadget)
+	theirs.Status.Observe(7) // a guest's generation bookkeeping must not reach the status
+	theirs.Status.MarkStalled("Bogus", "the guest does not own Ready")
+	theirs.Status.Set("NetworkPolicyReady", metav1.ConditionFalse, "PolicyConflict", "taken")
+	require.NoError(t, guest.Apply(ctx, stale, theirs))
+
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.True(t, g.Status.IsReady(), "the owner's Ready stands")
+	assert.Nil(t, g.Status.Condition(ConditionStalled), "the guest writes no Stalled")
+	assert.Equal(t, "Active", g.Status.Phase)
+	assert.Equal(t, g.Generation, g.Status.ObservedGeneration)
+	require.NotNil(t, g.Status.Condition("NetworkPolicyReady"))
+	owned := 0
+	for _, f := range g.ManagedFields {
+		if f.Manager != "kagenti-guest" {
+			continue
+		}
+		owned++
+		var fields map[string]map[string]map[string]any
+		require.NoError(t, json.Unmarshal(f.FieldsV1.Raw, &fields))
+		assert.Equal(t, []string{"f:conditions"}, slices.Collect(maps.Keys(fields["f:status"])), "the guest owns no other status field")
+		assert.Equal(t, []string{`k:{"type":"NetworkPolicyReady"}`}, slices.Collect(maps.Keys(fields["f:status"]["f:conditions"])), "the guest owns only its condition")
+	}
+	assert.Equal(t, 1, owned, "the guest's apply is recorded under its field owner")
+	assert.Equal(t, []string{"Warning PolicyConflict"}, guestEvents.lines(), "Events follow the guest's own condition")
+	assert.Empty(t, ownerEvents.lines())
+
+	// The owner's next write (from its own stale read) keeps the guest's condition, and the guest
+	// giving its condition up removes only that.
+	again := g.DeepCopyObject().(*gadget)
+	again.Status.MarkReconciling("Waiting", "pods are starting")
+	require.NoError(t, owner.Apply(ctx, g, again))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	require.NotNil(t, g.Status.Condition("NetworkPolicyReady"))
+	gone := g.DeepCopyObject().(*gadget)
+	gone.Status.Remove("NetworkPolicyReady")
+	require.NoError(t, guest.Apply(ctx, g, gone))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.Nil(t, g.Status.Condition("NetworkPolicyReady"))
+	assert.NotNil(t, g.Status.Condition(ConditionReconciling))
+	assert.Equal(t, "Active", g.Status.Phase)
 }
 
 // assertVerdict reads obj back as the tools do (unstructured) and checks both verdicts.

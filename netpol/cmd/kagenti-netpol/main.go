@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/netpol/internal/controller"
+	"github.com/kagenti/platform/netpol/internal/view"
 )
 
 const name = "kagenti-netpol"
@@ -70,8 +71,9 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&opts.Policy.OperatorNamespace, "operator-namespace", opts.Policy.OperatorNamespace, "namespace whose pods may always reach agents (agentcard fetches cards from there)")
 	f.StringVar(&opts.Policy.DNSNamespace, "dns-namespace", opts.Policy.DNSNamespace, "namespace of the cluster DNS pods every agent may reach on port 53")
 	f.Var(&dnsLabels, "dns-labels", "comma-separated key=value labels of the cluster DNS pods")
-	f.Float32Var(&qps, "kube-api-qps", controller.DefaultQPS, "queries per second to the API server")
+	f.Float32Var(&qps, "kube-api-qps", controller.DefaultQPS, "queries per second to the API server; negative is no client-side limit (the API server's priority and fairness paces the client)")
 	f.IntVar(&burst, "kube-api-burst", controller.DefaultBurst, "burst of queries to the API server")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", opts.MaxConcurrentReconciles, "AgentCards reconciled in parallel")
 	f.DurationVar(&opts.CRDPollInterval, "crd-poll-interval", opts.CRDPollInterval, "how often to look for the AgentCard CRD while it is not installed")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
@@ -84,6 +86,9 @@ func newRootCommand() *cobra.Command {
 func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElect bool, qps float32, burst int, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := view.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 // TestLifecycle: create → restrictive, verify → permissive, identity binding required → restrictive
@@ -29,27 +31,27 @@ func TestLifecycle(t *testing.T) {
 
 	// Not yet verified: restrictive, owned by the card, selecting the Deployment's pods.
 	np := waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
-	assert.Equal(t, resources.ManagedByValue, np.Labels[resources.ManagedByLabel])
+	assert.Equal(t, api.Name, np.Labels[configmap.ManagedByLabel])
 	owner := metav1.GetControllerOf(np)
 	require.NotNil(t, owner, "the AgentCard controls the policy (garbage collection)")
 	assert.Equal(t, card.GetUID(), owner.UID)
 	assert.Equal(t, "AgentCard", owner.Kind)
 	assert.Equal(t, map[string]string{"app": "weather"}, np.Spec.PodSelector.MatchLabels)
 	assert.ElementsMatch(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
-	restricted := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonRestrictive)
+	restricted := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, api.ReasonRestrictive)
 	assert.Contains(t, restricted.Message, "agentcard has not reported a verdict yet")
 	assert.Equal(t, card.GetGeneration(), restricted.ObservedGeneration)
 
 	// agentcard verifies the signature: permissive within one reconcile.
 	playAgentcard(t, k8s, ns, "weather-card", true)
 	waitPolicy(t, ns, "weather-agent-policy", resources.Permissive)
-	permissive := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonPermissive)
+	permissive := waitCondition(t, ns, "weather-card", metav1.ConditionTrue, api.ReasonPermissive)
 	assert.Equal(t, restricted.LastTransitionTime, permissive.LastTransitionTime, "status stayed True: lastTransitionTime must not move")
 	// netpol's condition lives next to agentcard's, neither wiped by the other.
 	got := getCard(t, ns, "weather-card")
 	require.NotNil(t, got.Condition("Ready"), "agentcard's condition survives netpol's apply")
 	playAgentcard(t, k8s, ns, "weather-card", true)
-	require.NotNil(t, getCard(t, ns, "weather-card").Condition(ConditionNetworkPolicyReady), "netpol's condition survives agentcard's apply")
+	require.NotNil(t, getCard(t, ns, "weather-card").Condition(api.ConditionNetworkPolicyReady), "netpol's condition survives agentcard's apply")
 
 	// The spec changes (a new identity binding): agentcard's verdict is about the old spec, so the
 	// card is not verified until agentcard judges the new one.
@@ -57,7 +59,7 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, k8s.Patch(ctx, card, client.RawPatch(types.MergePatchType, patch)))
 	stale := waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
 	assert.Contains(t, stale.Annotations[resources.VerificationAnnotation], "generation 1")
-	waitCondition(t, ns, "weather-card", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "weather-card", metav1.ConditionTrue, api.ReasonRestrictive)
 	playAgentcard(t, k8s, ns, "weather-card", true)
 	waitPolicy(t, ns, "weather-agent-policy", resources.Permissive)
 	playAgentcardReason(t, k8s, ns, "weather-card", false, "IdentityNotAllowed")
@@ -79,6 +81,14 @@ func TestLifecycle(t *testing.T) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(np), cur)
 		return len(cur.Spec.Ingress) == 1 && len(cur.Spec.Egress) == 1 && len(cur.Spec.Egress[0].To) == 1, "not restored"
 	})
+	// netpol's writes are recorded under its field manager, not the process name.
+	restored := &networkingv1.NetworkPolicy{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(np), restored))
+	managers := map[string]bool{}
+	for _, f := range restored.ManagedFields {
+		managers[f.Manager] = true
+	}
+	assert.True(t, managers[api.Name], "field managers: %v", managers)
 
 	// Events on the card.
 	eventually(t, "events on the AgentCard", func() (bool, string) {
@@ -118,7 +128,7 @@ func TestTargetResolution(t *testing.T) {
 	assert.Contains(t, c.Message, `Deployment "late" not found`)
 	deployment(t, k8s, ns, "late")
 	waitPolicy(t, ns, "late-agent-policy", resources.Restrictive)
-	waitCondition(t, ns, "late-card", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "late-card", metav1.ConditionTrue, api.ReasonRestrictive)
 
 	// Retarget: the old policy goes, the new one comes.
 	deployment(t, k8s, ns, "other")
@@ -169,19 +179,38 @@ func TestConflict(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, theirs))
 	deployment(t, k8s, ns, "taken")
 	agentCard(t, k8s, ns, "taken-card", targetSpec("Deployment", "taken"))
-	c := waitCondition(t, ns, "taken-card", metav1.ConditionFalse, ReasonPolicyConflict)
-	assert.Contains(t, c.Message, "NetworkPolicy taken-agent-policy already exists and is not managed by kagenti-netpol")
+	c := waitCondition(t, ns, "taken-card", metav1.ConditionFalse, api.ReasonPolicyConflict)
+	assert.Contains(t, c.Message, `NetworkPolicy "taken-agent-policy" exists and is not managed by this controller`)
+	assert.Contains(t, c.Message, "no owner reference and no app.kubernetes.io/managed-by=kagenti-netpol label")
 	cur := &networkingv1.NetworkPolicy{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(theirs), cur))
 	assert.Equal(t, theirs.Spec, cur.Spec, "the user's policy is untouched")
+	assert.Empty(t, cur.OwnerReferences, "the user's policy is not adopted")
+	assert.Equal(t, theirs.ResourceVersion, cur.ResourceVersion, "the user's policy was never written")
+
+	// A policy labelled as netpol's with no owner (its card was deleted with --cascade=orphan and
+	// created again) is netpol's: adopted by the new card and brought up to date.
+	orphan := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "orphan-agent-policy", Namespace: ns,
+			Labels: map[string]string{configmap.ManagedByLabel: api.Name}},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}},
+	}
+	require.NoError(t, k8s.Create(ctx, orphan))
+	deployment(t, k8s, ns, "orphan")
+	card := agentCard(t, k8s, ns, "orphan-card", targetSpec("Deployment", "orphan"))
+	waitCondition(t, ns, "orphan-card", metav1.ConditionTrue, api.ReasonRestrictive)
+	adopted := waitPolicy(t, ns, "orphan-agent-policy", resources.Restrictive)
+	require.NotNil(t, metav1.GetControllerOf(adopted))
+	assert.Equal(t, card.GetUID(), metav1.GetControllerOf(adopted).UID)
+	assert.Equal(t, map[string]string{"app": "orphan"}, adopted.Spec.PodSelector.MatchLabels)
 
 	// Two cards for one workload: the second one reports the conflict.
 	deployment(t, k8s, ns, "shared")
 	agentCard(t, k8s, ns, "first", targetSpec("Deployment", "shared"))
-	waitCondition(t, ns, "first", metav1.ConditionTrue, ReasonRestrictive)
+	waitCondition(t, ns, "first", metav1.ConditionTrue, api.ReasonRestrictive)
 	agentCard(t, k8s, ns, "second", targetSpec("Deployment", "shared"))
-	c = waitCondition(t, ns, "second", metav1.ConditionFalse, ReasonPolicyConflict)
-	assert.Contains(t, c.Message, "is controlled by AgentCard first")
+	c = waitCondition(t, ns, "second", metav1.ConditionFalse, api.ReasonPolicyConflict)
+	assert.Contains(t, c.Message, `NetworkPolicy "shared-agent-policy" exists and is not managed by this controller (controlled by AgentCard first)`)
 }
 
 // TestModes: enforce writes, audit reports without writing, off removes what netpol wrote.
@@ -197,7 +226,7 @@ func TestModes(t *testing.T) {
 
 	stop = startNetpol(t, ModeAudit)
 	playAgentcard(t, k8s, ns, "modal-card", true)
-	c := waitCondition(t, ns, "modal-card", metav1.ConditionFalse, ReasonAuditMode)
+	c := waitCondition(t, ns, "modal-card", metav1.ConditionFalse, api.ReasonAuditMode)
 	assert.Contains(t, c.Message, "would apply permissive NetworkPolicy modal-agent-policy")
 	assert.Contains(t, c.Message, "the existing policy differs and was left unchanged")
 	np := &networkingv1.NetworkPolicy{}
@@ -206,7 +235,7 @@ func TestModes(t *testing.T) {
 	// A new card in audit mode gets no policy at all.
 	deployment(t, k8s, ns, "fresh")
 	agentCard(t, k8s, ns, "fresh-card", targetSpec("Deployment", "fresh"))
-	c = waitCondition(t, ns, "fresh-card", metav1.ConditionFalse, ReasonAuditMode)
+	c = waitCondition(t, ns, "fresh-card", metav1.ConditionFalse, api.ReasonAuditMode)
 	assert.Contains(t, c.Message, "no such policy exists, nothing was written")
 	stop()
 
@@ -214,7 +243,7 @@ func TestModes(t *testing.T) {
 	waitNoPolicy(t, ns, "modal-agent-policy")
 	eventually(t, "NetworkPolicyReady removed in mode off", func() (bool, string) {
 		card := getCard(t, ns, "modal-card")
-		return card.Condition(ConditionNetworkPolicyReady) == nil && card.Condition("Ready") != nil, "condition still there"
+		return card.Condition(api.ConditionNetworkPolicyReady) == nil && card.Condition("Ready") != nil, "condition still there"
 	})
 }
 
@@ -223,7 +252,7 @@ func TestInvalidSelector(t *testing.T) {
 	startNetpol(t, ModeEnforce)
 	ns := namespace(t)
 	agentCard(t, k8s, ns, "everything", map[string]any{"selector": map[string]any{}})
-	c := waitCondition(t, ns, "everything", metav1.ConditionFalse, ReasonInvalidSelector)
+	c := waitCondition(t, ns, "everything", metav1.ConditionFalse, api.ReasonInvalidSelector)
 	assert.Contains(t, c.Message, "spec.selector is empty and would select every pod")
 	var list networkingv1.NetworkPolicyList
 	require.NoError(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))

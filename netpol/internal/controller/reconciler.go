@@ -11,31 +11,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
-)
-
-// FieldManager is netpol's server-side apply field manager.
-const FieldManager = "kagenti-netpol"
-
-// ConditionNetworkPolicyReady is the condition netpol owns on AgentCards.
-const ConditionNetworkPolicyReady = "NetworkPolicyReady"
-
-// Condition reasons (CamelCase, usable verbatim).
-const (
-	ReasonPermissive       = "PermissivePolicyApplied"
-	ReasonRestrictive      = "RestrictivePolicyApplied"
-	ReasonAuditMode        = "AuditMode"
-	ReasonPolicyConflict   = "PolicyConflict"
-	ReasonInvalidSelector  = "InvalidSelector"
-	ReasonInvalidAgentCard = "InvalidAgentCard"
 )
 
 // Modes of operation (--mode).
@@ -49,12 +34,15 @@ const (
 type Reconciler struct {
 	// Client reads through the cache, unstructured objects included.
 	Client client.Client
-	// APIReader reads around the cache (to tell a conflict from a cache lag).
-	APIReader client.Reader
-	Resolver  *duck.Resolver
-	Recorder  events.EventRecorder
-	Mode      string
-	Policy    resources.Options
+	// Policies writes the NetworkPolicies (its APIReader tells a user's policy, invisible to the
+	// label-filtered cache, from a cache lag).
+	Policies *configmap.Applier
+	Resolver *duck.Resolver
+	Recorder events.EventRecorder
+	// Status writes NetworkPolicyReady, and only that, on AgentCards.
+	Status *duck.StatusApplier
+	Mode   string
+	Policy resources.Options
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
@@ -81,23 +69,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	card, err := view.FromUnstructured(u)
 	if err != nil {
-		return ctrl.Result{}, r.report(ctx, u, nil, metav1.ConditionFalse, ReasonInvalidAgentCard, err.Error())
+		return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonInvalidAgentCard, err.Error())
 	}
 	if r.Mode == ModeOff {
 		if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u); err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.clearCondition(ctx, card)
+		return ctrl.Result{}, r.clearCondition(ctx, u)
 	}
 
 	selector, err := r.podSelector(ctx, card)
 	if err != nil {
 		if reason := duck.ReasonOf(err); reason != "" {
-			return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, reason, err.Error())
+			return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, reason, err.Error())
 		}
 		var invalid *invalidSelectorError
 		if errors.As(err, &invalid) {
-			return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonInvalidSelector, err.Error())
+			return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonInvalidSelector, err.Error())
 		}
 		return ctrl.Result{}, err
 	}
@@ -109,24 +97,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonAuditMode,
+		return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonAuditMode,
 			fmt.Sprintf("audit mode: would apply %s NetworkPolicy %s (%s); %s", resources.KindFor(verdict), desired.Name, verdict.Reason, state))
 	}
 
-	if conflict, err := r.apply(ctx, u, card, desired); err != nil {
-		return ctrl.Result{}, err
-	} else if conflict != "" {
-		return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionFalse, ReasonPolicyConflict, conflict)
+	if err := r.apply(ctx, u, desired); err != nil {
+		var notOwned *configmap.NotOwnedError
+		if errors.As(err, &notOwned) {
+			return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonPolicyConflict,
+				notOwned.Error()+", or point this AgentCard elsewhere")
+		}
+		return ctrl.Result{}, fmt.Errorf("applying NetworkPolicy %s: %w", desired.Name, err)
 	}
 	// A card whose target changed leaves its old policy behind: remove every other policy it controls.
 	if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
 		return ctrl.Result{}, err
 	}
-	reason := ReasonRestrictive
+	reason := api.ReasonRestrictive
 	if verdict.Verified {
-		reason = ReasonPermissive
+		reason = api.ReasonPermissive
 	}
-	return ctrl.Result{}, r.report(ctx, u, card, metav1.ConditionTrue, reason,
+	return ctrl.Result{}, r.report(ctx, u, metav1.ConditionTrue, reason,
 		fmt.Sprintf("NetworkPolicy %s is %s: %s", desired.Name, resources.KindFor(verdict), verdict.Reason))
 }
 
@@ -155,71 +146,32 @@ func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (met
 	return resources.WorkloadPodSelector(w)
 }
 
-// apply creates or updates the desired policy. It returns a message when the name is taken by a
-// policy this card does not control.
-func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, desired *networkingv1.NetworkPolicy) (string, error) {
-	existing := &networkingv1.NetworkPolicy{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		err = r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
-		if err == nil {
-			r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
-				"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
-			return "", nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("creating NetworkPolicy %s: %w", desired.Name, err)
-		}
-		// Unlabelled (invisible to the filtered cache) or not yet in the cache: ask the API server.
-		existing = &networkingv1.NetworkPolicy{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
-			return "", err
-		}
-	} else if err != nil {
-		return "", err
+// apply writes the desired policy through configmap.ApplyObject, the one apply-if-changed every
+// pillar uses for the objects it derives: nothing is written when the stored policy matches, and a
+// policy of that name that this card does not control is left alone with a *configmap.NotOwnedError.
+func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, desired *networkingv1.NetworkPolicy) error {
+	result, err := configmap.ApplyObject(ctx, r.Policies, desired, u, policyContent)
+	if err != nil {
+		return err
 	}
-	if owner := metav1.GetControllerOfNoCopy(existing); owner == nil || owner.UID != card.UID ||
-		existing.Labels[resources.ManagedByLabel] != resources.ManagedByValue {
-		by := "is not managed by kagenti-netpol"
-		if owner != nil {
-			by = fmt.Sprintf("is controlled by %s %s", owner.Kind, owner.Name)
-		}
-		return fmt.Sprintf("NetworkPolicy %s already exists and %s; rename or delete it, or point this AgentCard elsewhere", desired.Name, by), nil
+	switch result {
+	case configmap.Created:
+		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
+			"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
+	case configmap.Updated:
+		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyUpdated", "Update",
+			"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
 	}
-	if upToDate(existing, desired) {
-		return "", nil
-	}
-	updated := existing.DeepCopy()
-	updated.Spec = desired.Spec
-	for k, v := range desired.Labels {
-		metav1.SetMetaDataLabel(&updated.ObjectMeta, k, v)
-	}
-	for k, v := range desired.Annotations {
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, k, v)
-	}
-	if err := r.Client.Update(ctx, updated, client.FieldOwner(FieldManager)); err != nil {
-		return "", fmt.Errorf("updating NetworkPolicy %s: %w", desired.Name, err)
-	}
-	r.Recorder.Eventf(u, updated, corev1.EventTypeNormal, "PolicyUpdated", "Update",
-		"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
-	return "", nil
+	return nil
 }
 
-func upToDate(existing, desired *networkingv1.NetworkPolicy) bool {
-	if !equality.Semantic.DeepEqual(existing.Spec, desired.Spec) {
-		return false
-	}
-	for k, v := range desired.Labels {
-		if existing.Labels[k] != v {
-			return false
-		}
-	}
-	for k, v := range desired.Annotations {
-		if existing.Annotations[k] != v {
-			return false
-		}
-	}
-	return true
+// policyContent is what netpol writes of a NetworkPolicy besides its metadata: the spec, compared
+// semantically (a stored policy with defaulted or reordered-equal fields is not rewritten).
+var policyContent = configmap.Content[*networkingv1.NetworkPolicy]{
+	UpToDate: func(have, want *networkingv1.NetworkPolicy) bool {
+		return equality.Semantic.DeepEqual(have.Spec, want.Spec)
+	},
+	Copy: func(dst, src *networkingv1.NetworkPolicy) { dst.Spec = src.Spec },
 }
 
 // auditState says how the cluster differs from what enforce mode would write.
@@ -230,7 +182,8 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 		return "no such policy exists, nothing was written", nil
 	case err != nil:
 		return "", err
-	case upToDate(existing, desired):
+	case policyContent.UpToDate(existing, desired) &&
+		existing.Annotations[resources.PolicyKindAnnotation] == desired.Annotations[resources.PolicyKindAnnotation]:
 		return "the existing policy already matches, nothing was written", nil
 	}
 	return "the existing policy differs and was left unchanged", nil
@@ -241,7 +194,7 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 func (r *Reconciler) deleteOwned(ctx context.Context, namespace string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
 	var list networkingv1.NetworkPolicyList
 	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
-		client.MatchingLabels{resources.ManagedByLabel: resources.ManagedByValue}); err != nil {
+		client.MatchingLabels{configmap.ManagedByLabel: api.Name}); err != nil {
 		return err
 	}
 	for i := range list.Items {
@@ -271,86 +224,30 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// report writes NetworkPolicyReady when it changed (lastTransitionTime moves only with its status)
-// and emits an Event for each change.
-func (r *Reconciler) report(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, status metav1.ConditionStatus, reason, message string) error {
-	cond := metav1.Condition{
-		Type: ConditionNetworkPolicyReady, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: u.GetGeneration(), LastTransitionTime: metav1.Now(),
-	}
-	var old *metav1.Condition
-	if card != nil {
-		old = card.Condition(ConditionNetworkPolicyReady)
-	} else if parsed, err := view.FromUnstructured(stripSpec(u)); err == nil {
-		old = parsed.Condition(ConditionNetworkPolicyReady)
-	}
-	if old != nil {
-		if old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
-			return nil
-		}
-		if old.Status == cond.Status {
-			cond.LastTransitionTime = old.LastTransitionTime
-		}
-	}
-	if err := r.applyConditions(ctx, u.GetNamespace(), u.GetName(), []any{conditionMap(cond)}); err != nil {
+// report sets NetworkPolicyReady on the card through the StatusApplier: written only when it
+// changed, lastTransitionTime moved only with its status, an Event when its status or reason
+// changes (none for a first value that is True).
+func (r *Reconciler) report(ctx context.Context, u *unstructured.Unstructured, status metav1.ConditionStatus, reason, message string) error {
+	current := view.StatusOf(u)
+	desired := current.DeepCopyObject().(*view.CardStatus)
+	desired.Status.Observe(u.GetGeneration())
+	desired.Status.Set(api.ConditionNetworkPolicyReady, status, reason, message)
+	return r.applyStatus(ctx, current, desired)
+}
+
+// clearCondition gives up netpol's condition (mode off): the applier owns nothing else, so applying
+// a status without it removes it and leaves agentcard's conditions alone.
+func (r *Reconciler) clearCondition(ctx context.Context, u *unstructured.Unstructured) error {
+	current := view.StatusOf(u)
+	desired := current.DeepCopyObject().(*view.CardStatus)
+	desired.Status.Remove(api.ConditionNetworkPolicyReady)
+	return r.applyStatus(ctx, current, desired)
+}
+
+// applyStatus writes the status; a card deleted meanwhile has nothing left to report on.
+func (r *Reconciler) applyStatus(ctx context.Context, current, desired *view.CardStatus) error {
+	if err := r.Status.Apply(ctx, current, desired); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if old == nil || old.Reason != reason || old.Status != status {
-		eventType := corev1.EventTypeNormal
-		if status == metav1.ConditionFalse && reason != ReasonAuditMode {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(u, nil, eventType, reason, "Reconcile", "%s", message)
-	}
 	return nil
-}
-
-// stripSpec keeps only status so a card with a malformed spec can still be read for its conditions.
-func stripSpec(u *unstructured.Unstructured) *unstructured.Unstructured {
-	out := &unstructured.Unstructured{Object: map[string]any{}}
-	if s, ok := u.Object["status"]; ok {
-		out.Object["status"] = s
-	}
-	return out
-}
-
-// clearCondition gives up netpol's condition (mode off): applying no conditions as FieldManager
-// removes the one it owned and nothing else.
-func (r *Reconciler) clearCondition(ctx context.Context, card *view.AgentCard) error {
-	if card.Condition(ConditionNetworkPolicyReady) == nil {
-		return nil
-	}
-	return r.applyConditions(ctx, card.Namespace, card.Name, nil)
-}
-
-// applyConditions server-side applies status.conditions as FieldManager: only the listed entries
-// (keyed by type) are netpol's; agentcard's conditions are untouched.
-func (r *Reconciler) applyConditions(ctx context.Context, namespace, name string, conds []any) error {
-	obj := map[string]any{
-		"apiVersion": view.AgentCardGVK.GroupVersion().String(),
-		"kind":       view.AgentCardGVK.Kind,
-		"metadata":   map[string]any{"name": name, "namespace": namespace},
-	}
-	if conds != nil {
-		obj["status"] = map[string]any{"conditions": conds}
-	}
-	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: obj})
-	if err := r.Client.Status().Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("applying condition %s to AgentCard %s: %w", ConditionNetworkPolicyReady, types.NamespacedName{Namespace: namespace, Name: name}, err)
-	}
-	return nil
-}
-
-func conditionMap(c metav1.Condition) map[string]any {
-	return map[string]any{
-		"type":               c.Type,
-		"status":             string(c.Status),
-		"reason":             c.Reason,
-		"message":            c.Message,
-		"observedGeneration": c.ObservedGeneration,
-		"lastTransitionTime": c.LastTransitionTime.UTC().Format("2006-01-02T15:04:05Z"),
-	}
 }

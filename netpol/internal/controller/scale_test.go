@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
 )
@@ -63,7 +64,7 @@ func TestScale(t *testing.T) {
 		_ = c.List(ctx, list, client.InNamespace(ns))
 		n := 0
 		for i := range list.Items {
-			if card, err := view.FromUnstructured(&list.Items[i]); err == nil && card.Condition(ConditionNetworkPolicyReady) != nil {
+			if card, err := view.FromUnstructured(&list.Items[i]); err == nil && card.Condition(api.ConditionNetworkPolicyReady) != nil {
 				n++
 			}
 		}

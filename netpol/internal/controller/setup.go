@@ -10,29 +10,40 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Client rate limits of the binary (flags --kube-api-qps, --kube-api-burst). Every AgentCard costs
-// about two writes (its policy and its condition), so client-go's defaults (5/10) would take minutes
-// to converge 1,000 cards.
+// Client rate limits of the binary (flags --kube-api-qps, --kube-api-burst). The default, a
+// negative QPS, is no client-side limit, as every other Kagenti binary runs (controller-runtime's
+// default): the API server's priority and fairness paces the client. Every AgentCard costs about two
+// writes (its policy and its condition); a 50 QPS cap took 18 s to converge 1,000 cards.
 const (
-	DefaultQPS   float32 = 50
+	DefaultQPS   float32 = -1
 	DefaultBurst         = 100
 )
+
+// DefaultMaxConcurrentReconciles is the number of AgentCards reconciled in parallel: each
+// reconcile waits on one or two API round trips, so a few workers keep the API server busy
+// without a queue of 1,000 cards draining one at a time.
+const DefaultMaxConcurrentReconciles = 8
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
@@ -42,11 +53,14 @@ type Options struct {
 	Policy resources.Options
 	// CRDPollInterval is how often to look for the AgentCard CRD while it is missing (default 10s).
 	CRDPollInterval time.Duration
+	// MaxConcurrentReconciles is the number of AgentCards reconciled in parallel (default 8).
+	MaxConcurrentReconciles int
 }
 
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
-	return Options{Mode: ModeEnforce, Policy: resources.DefaultOptions(), CRDPollInterval: 10 * time.Second}
+	return Options{Mode: ModeEnforce, Policy: resources.DefaultOptions(), CRDPollInterval: 10 * time.Second,
+		MaxConcurrentReconciles: DefaultMaxConcurrentReconciles}
 }
 
 // Validate reports bad flag values by flag name.
@@ -60,11 +74,18 @@ func (o Options) Validate() error {
 }
 
 // CacheByObject restricts the NetworkPolicy cache to the policies netpol manages, so a cluster full
-// of other policies costs no memory here. Pass it as cache.Options.ByObject.
+// of other policies costs no memory here, and keeps of every workload only what netpol reads: its
+// metadata (managedFields stripped), spec.selector and its pod template's labels (a CronJob's pods
+// are selected by them). Pass it as cache.Options.ByObject.
 func CacheByObject() map[client.Object]cache.ByObject {
-	return map[client.Object]cache.ByObject{
-		&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(labels.Set{resources.ManagedByLabel: resources.ManagedByValue})},
-	}
+	by := duck.TrimmedWorkloads(templateLabelsOnly)
+	by[&networkingv1.NetworkPolicy{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: api.Name})}
+	return by
+}
+
+// templateLabelsOnly is the part of a pod template netpol reads.
+func templateLabelsOnly(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: t.Labels}}
 }
 
 // Setup registers netpol with mgr. The controller itself starts once the AgentCard CRD is served:
@@ -74,8 +95,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.CRDPollInterval <= 0 {
 		opts.CRDPollInterval = 10 * time.Second
 	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
 	if err := opts.Validate(); err != nil {
 		return err
+	}
+	if !mgr.GetScheme().Recognizes(view.AgentCardGVK) {
+		return errors.New("the manager's scheme lacks netpol's AgentCard status type: call view.AddToScheme on it")
 	}
 	w := &crdWaiter{mgr: mgr, opts: opts}
 	if err := mgr.Add(w); err != nil {
@@ -148,16 +175,27 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 	if err := mgr.GetFieldIndexer().IndexField(ctx, view.NewAgentCard(), duck.TargetRefIndex, cardTargetKey); err != nil {
 		return fmt.Errorf("indexing AgentCards by spec.targetRef: %w", err)
 	}
+	events := mgr.GetEventRecorder(api.Name)
 	r := &Reconciler{
-		Client:    c,
-		APIReader: mgr.GetAPIReader(),
-		Resolver:  duck.NewManagerResolver(mgr),
-		Recorder:  mgr.GetEventRecorder(FieldManager),
-		Mode:      opts.Mode,
-		Policy:    opts.Policy,
+		Client: c,
+		Policies: &configmap.Applier{
+			Client:    client.WithFieldOwner(c, api.Name),
+			APIReader: mgr.GetAPIReader(),
+			Scheme:    mgr.GetScheme(),
+			ManagedBy: api.Name,
+		},
+		Resolver: duck.NewManagerResolver(mgr),
+		Recorder: events,
+		Status: &duck.StatusApplier{
+			Client: c, FieldOwner: api.Name, Recorder: events,
+			Conditions: []string{api.ConditionNetworkPolicyReady}, ConditionsOnly: true,
+		},
+		Mode:   opts.Mode,
+		Policy: opts.Policy,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agentcard-networkpolicy").
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		For(view.NewAgentCard()).
 		Owns(&networkingv1.NetworkPolicy{})
 	for _, gvk := range duck.BuiltinKinds() {

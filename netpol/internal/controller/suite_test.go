@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
 )
@@ -67,6 +68,7 @@ func run(m *testing.M) int {
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
 	_ = clientgoscheme.AddToScheme(scheme)
+	_ = view.AddToScheme(scheme)
 
 	env := &envtest.Environment{CRDDirectoryPaths: []string{agentCardCRDDir()}, ErrorIfCRDPathMissing: true,
 		// The machines running this are shared; give the API server time to come up.
@@ -155,8 +157,15 @@ func namespace(t testing.TB) string {
 
 func deployment(t testing.TB, c client.Client, ns, name string) *appsv1.Deployment {
 	t.Helper()
+	d := deploymentObject(name, ns)
+	require.NoError(t, c.Create(context.Background(), d))
+	return d
+}
+
+// deploymentObject is a Deployment whose pods are labelled app=name (and version=v1).
+func deploymentObject(name, ns string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
+	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -166,8 +175,6 @@ func deployment(t testing.TB, c client.Client, ns, name string) *appsv1.Deployme
 			},
 		},
 	}
-	require.NoError(t, c.Create(context.Background(), d))
-	return d
 }
 
 // agentCard creates an AgentCard; spec is its spec.
@@ -272,7 +279,7 @@ func waitCondition(t testing.TB, ns, card string, status metav1.ConditionStatus,
 	t.Helper()
 	var got metav1.Condition
 	eventually(t, fmt.Sprintf("AgentCard %s/%s NetworkPolicyReady=%s/%s", ns, card, status, reason), func() (bool, string) {
-		c := getCard(t, ns, card).Condition(ConditionNetworkPolicyReady)
+		c := getCard(t, ns, card).Condition(api.ConditionNetworkPolicyReady)
 		if c == nil {
 			return false, "no condition"
 		}

@@ -13,15 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/view"
 	"github.com/kagenti/platform/pkg/configmap"
 )
 
 const (
-	// ManagedByLabel marks the objects this controller writes (docs/architecture.md §4).
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	// ManagedByValue is the value of ManagedByLabel on netpol's policies.
-	ManagedByValue = "kagenti-netpol"
 	// SignatureVerifiedLabel is the Pod label agentcard writes after verifying a card.
 	SignatureVerifiedLabel = "kagenti.io/signature-verified"
 	// NamespaceNameLabel is set by the API server on every namespace.
@@ -116,7 +113,7 @@ func MakeNetworkPolicy(card *view.AgentCard, podSelector metav1.LabelSelector, o
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      PolicyName(card),
 			Namespace: card.Namespace,
-			Labels:    map[string]string{ManagedByLabel: ManagedByValue},
+			Labels:    map[string]string{configmap.ManagedByLabel: api.Name},
 			Annotations: map[string]string{
 				PolicyKindAnnotation:   KindFor(v),
 				VerificationAnnotation: v.Reason,

@@ -121,3 +121,25 @@ func TestVerdictTable(t *testing.T) {
 		})
 	}
 }
+
+func TestStatusOf(t *testing.T) {
+	u := NewAgentCard()
+	u.SetName("c")
+	u.SetNamespace("ns")
+	u.SetGeneration(3)
+	u.Object["status"] = map[string]any{
+		"observedGeneration": int64(2),
+		"signature":          map[string]any{"verified": true}, // agentcard's own field: not read
+		"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "CardAvailable",
+			"lastTransitionTime": "2026-01-01T00:00:00Z"}},
+	}
+	s := StatusOf(u)
+	assert.Equal(t, AgentCardGVK, s.GroupVersionKind())
+	assert.Equal(t, int64(3), s.Generation)
+	assert.Equal(t, int64(2), s.Status.ObservedGeneration)
+	require.Len(t, s.Status.Conditions, 1)
+	assert.True(t, s.Status.IsReady())
+
+	u.Object["status"] = map[string]any{"conditions": "not a list"}
+	assert.Empty(t, StatusOf(u).Status.Conditions, "a status that does not parse reads as empty")
+}
