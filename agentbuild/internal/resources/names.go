@@ -14,7 +14,7 @@ const (
 	// ManagedBy is the app.kubernetes.io/managed-by value of every object this controller creates.
 	ManagedBy = "kagenti-agentbuild"
 	// LabelManagedBy is the standard managed-by label.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelManagedBy = configmap.ManagedByLabel
 	// LabelBuildUID selects every Pipeline and PipelineRun of one AgentBuild (UIDs fit a label value;
 	// build names may not).
 	LabelBuildUID = "kagenti.io/agentbuild-uid"

@@ -14,6 +14,8 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 const (
@@ -88,7 +90,7 @@ func (p *caPublisher) read() ([]byte, error) {
 
 func (p *caPublisher) apply(ctx context.Context, pem []byte) error {
 	cm := corev1ac.ConfigMap(p.key.Name, p.key.Namespace).
-		WithLabels(map[string]string{"app.kubernetes.io/name": "kagenti-agentcard", "app.kubernetes.io/managed-by": fieldOwner}).
+		WithLabels(map[string]string{"app.kubernetes.io/name": "kagenti-agentcard", configmap.ManagedByLabel: fieldOwner}).
 		WithData(map[string]string{caConfigMapKey: string(pem)})
 	return p.client.Apply(ctx, cm, client.FieldOwner(fieldOwner), client.ForceOwnership)
 }

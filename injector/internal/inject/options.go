@@ -17,7 +17,7 @@ import (
 const (
 	LabelInject      = "kagenti.io/inject"
 	LabelSpiffe      = "kagenti.io/spiffe"
-	AnnotationStatus = "kagenti.io/injection-status"
+	AnnotationStatus = configmap.InjectionStatusAnnotation
 	// AnnotationIdentityDefaults carries the identity defaults to the data plane (pkg/configmap).
 	AnnotationIdentityDefaults  = configmap.IdentityDefaultsAnnotation
 	AnnotationExcludeComponents = "kagenti.io/exclude-components"
