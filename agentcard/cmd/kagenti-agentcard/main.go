@@ -17,12 +17,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/controller"
 	"github.com/kagenti/platform/agentcard/internal/discovery"
+	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
 
 const name = "kagenti-agentcard"
@@ -164,7 +164,7 @@ func namespaceSet(list string) map[string]cache.Config {
 func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
 	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = metricsauth.Provider
 	}
 	return o
 }

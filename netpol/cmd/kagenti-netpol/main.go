@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/netpol/internal/controller"
 	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
 
 const name = "kagenti-netpol"
@@ -175,7 +175,7 @@ func (l *labelsFlag) Type() string { return "labels" }
 func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
 	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = metricsauth.Provider
 	}
 	return o
 }

@@ -12,7 +12,7 @@ import (
 const (
 	EnvPodName        = "POD_NAME"                // fieldRef metadata.name
 	EnvPodNamespace   = "POD_NAMESPACE"           // fieldRef metadata.namespace
-	EnvServiceAccount = "KAGENTI_SERVICE_ACCOUNT" // fieldRef spec.serviceAccountName
+	EnvServiceAccount = "KAGENTI_SERVICE_ACCOUNT" // the template's serviceAccountName, in defaults.env
 	EnvWorkload       = "KAGENTI_WORKLOAD"        // the workload's name, set by the injector
 )
 
