@@ -144,8 +144,10 @@ func readyReason(u *unstructured.Unstructured) string {
 	return ""
 }
 
-// TestTokenExchangeWebhook: where the validating webhook is registered, the API server relays its
-// denial of a clientNameTemplate the CRD schema cannot check, naming the field.
+// TestTokenExchangeWebhook: a clientNameTemplate outside the grammar is refused at admission, naming
+// the field. Since the grammar became a CRD validation rule (the same one the webhook applies), the
+// API server answers before it calls the webhook; the webhook still refuses such a template for
+// objects stored under an older CRD (its own envtest tests call it directly).
 func TestTokenExchangeWebhook(t *testing.T) {
 	ctx := context.Background()
 	c := framework.Client(t)
@@ -168,11 +170,11 @@ func TestTokenExchangeWebhook(t *testing.T) {
 	te.SetName("bad-template")
 	// The webhook may still be starting (failurePolicy Ignore lets writes through meanwhile): dry runs.
 	var denial error
-	framework.Eventually(t, 60*time.Second, "webhook denies the template", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, 60*time.Second, "the template is refused", func(ctx context.Context) (bool, string, error) {
 		denial = c.Create(ctx, te.DeepCopy(), client.DryRunAll)
 		return denial != nil, "accepted", nil
 	})
-	for _, want := range []string{`admission webhook "tokenexchange.kagenti.io" denied`, "spec.clientRegistration.keycloak.clientNameTemplate", ".Password"} {
+	for _, want := range []string{"spec.clientRegistration.keycloak.clientNameTemplate", ".Password"} {
 		if !strings.Contains(denial.Error(), want) {
 			t.Errorf("denial %q does not mention %q", denial, want)
 		}
