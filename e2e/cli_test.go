@@ -28,7 +28,7 @@ import (
 )
 
 // The kagenti CLI (cli/) as users run it: bin/kagenti, built by `make build`, against the cluster
-// under test. Its outputs are compared with goldens in testdata/cli (REFRESH_GOLDEN=1 rewrites them),
+// under test. Its outputs are compared with goldens in testdata/cli (UPDATE_GOLDEN=1 rewrites them),
 // after normalising what differs from run to run (namespaces, pod names, ages, hashes, dates).
 
 var (
@@ -181,7 +181,7 @@ func normalize(s, ns string) string {
 func compareCLIGolden(t *testing.T, name, got string) {
 	t.Helper()
 	path := filepath.Join(cliDir(), name)
-	if os.Getenv("REFRESH_GOLDEN") == "1" {
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -189,10 +189,10 @@ func compareCLIGolden(t *testing.T, name, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("golden %s: %v (REFRESH_GOLDEN=1 writes it)", path, err)
+		t.Fatalf("golden %s: %v (UPDATE_GOLDEN=1 writes it)", path, err)
 	}
 	if string(want) != got {
-		t.Errorf("%s differs (REFRESH_GOLDEN=1 rewrites it; review the diff):\n--- want\n%s\n--- got\n%s", path, want, got)
+		t.Errorf("%s differs (UPDATE_GOLDEN=1 rewrites it; review the diff):\n--- want\n%s\n--- got\n%s", path, want, got)
 	}
 }
 

@@ -3,7 +3,6 @@ package duck
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	lua "github.com/yuin/gopher-lua"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +21,8 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
 
 func TestMarkKeepsTransitionTimeAndPairsConditions(t *testing.T) {
@@ -260,27 +260,18 @@ func assertVerdict(t *testing.T, c client.Client, obj client.Object, want status
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(testReferrerGV.WithKind("Gadget"))
 	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(obj), u))
-	res, err := status.Compute(u)
-	require.NoError(t, err)
-	assert.Equal(t, want, res.Status, "kstatus, %s: %s", state, res.Message)
-	health, msg := argoHealth(t, u.Object)
-	assert.Equal(t, wantArgo, health, "Argo CD health, %s: %s", state, msg)
+	ducktest.AssertVerdict(t, u, want, wantArgo, state)
 }
 
-// argoHealth runs the shipped Argo CD health script (deploy/gitops/argocd) with gopher-lua, the
-// Lua implementation Argo CD itself embeds, and checks every kind's key in the shipped ConfigMap
-// carries that script.
-func argoHealth(t *testing.T, obj map[string]any) (string, string) {
-	t.Helper()
-	dir := filepath.Join("..", "..", "deploy", "gitops", "argocd")
-	script, err := os.ReadFile(filepath.Join(dir, "health.lua"))
-	require.NoError(t, err)
+// TestArgoCDHealthForEveryKind checks that every kind's key in the shipped argocd-cm ConfigMap
+// carries the one health script the verdict tests run.
+func TestArgoCDHealthForEveryKind(t *testing.T) {
 	var kust struct {
 		ConfigMapGenerator []struct {
 			Files []string `json:"files"`
 		} `json:"configMapGenerator"`
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	raw, err := os.ReadFile(filepath.Join(ducktest.ArgoCDDir(), "kustomization.yaml"))
 	require.NoError(t, err)
 	require.NoError(t, yaml.Unmarshal(raw, &kust))
 	var kinds []string
@@ -290,42 +281,6 @@ func argoHealth(t *testing.T, obj map[string]any) (string, string) {
 		kinds = append(kinds, strings.TrimPrefix(key, "resource.customizations.health.kagenti.io_"))
 	}
 	assert.ElementsMatch(t, []string{"TokenExchange", "AgentTrace", "AgentCard", "AgentBuild"}, kinds)
-
-	L := lua.NewState()
-	defer L.Close()
-	L.SetGlobal("obj", toLua(L, obj))
-	require.NoError(t, L.DoString(string(script)))
-	ret, ok := L.Get(-1).(*lua.LTable)
-	require.True(t, ok, "the script returns a table")
-	return ret.RawGetString("status").String(), ret.RawGetString("message").String()
-}
-
-func toLua(L *lua.LState, v any) lua.LValue {
-	switch v := v.(type) {
-	case map[string]any:
-		t := L.NewTable()
-		for k, e := range v {
-			t.RawSetString(k, toLua(L, e))
-		}
-		return t
-	case []any:
-		t := L.NewTable()
-		for _, e := range v {
-			t.Append(toLua(L, e))
-		}
-		return t
-	case string:
-		return lua.LString(v)
-	case bool:
-		return lua.LBool(v)
-	case int64:
-		return lua.LNumber(v)
-	case float64:
-		return lua.LNumber(v)
-	case nil:
-		return lua.LNil
-	}
-	panic(fmt.Sprintf("unexpected %T", v))
 }
 
 // eventLog is an EventRecorder that keeps "type reason" of every Event.

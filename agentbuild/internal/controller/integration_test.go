@@ -34,6 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
@@ -621,9 +622,7 @@ func (e *env) assertVerdict(b *v1alpha1.AgentBuild, want kstatus.Status, argo, s
 
 func (e *env) checkVerdict(u *unstructured.Unstructured, want kstatus.Status, argo, state string) {
 	e.t.Helper()
-	v := testsupport.Verdicts(e.t, u)
-	assert.Equal(e.t, want, v.Kstatus, "kstatus, %s: %s", state, v.Message)
-	assert.Equal(e.t, argo, v.Argo, "Argo CD health, %s: %s", state, v.Message)
+	ducktest.AssertVerdict(e.t, u, want, argo, state)
 }
 
 // --- helpers ---

@@ -2,13 +2,10 @@ package controller
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	lua "github.com/yuin/gopher-lua"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
 
 // TestGitOpsVerdicts drives AgentTraces into every state the controller reports and checks what
@@ -147,48 +145,8 @@ func assertVerdict(t *testing.T, ns, name string, want kstatus.Status, argo, sta
 	checkVerdict(t, u, want, argo, state)
 }
 
-// checkVerdict computes kstatus and runs deploy/gitops/argocd/health.lua with gopher-lua (the Lua
-// implementation Argo CD embeds) on u.
+// checkVerdict checks what kstatus and the shipped Argo CD health script conclude from u.
 func checkVerdict(t *testing.T, u *unstructured.Unstructured, want kstatus.Status, argo, state string) {
 	t.Helper()
-	res, err := kstatus.Compute(u)
-	require.NoError(t, err)
-	script, err := os.ReadFile(filepath.Join(crdDir(), "..", "..", "gitops", "argocd", "health.lua"))
-	require.NoError(t, err)
-	L := lua.NewState()
-	defer L.Close()
-	L.SetGlobal("obj", toLua(L, u.Object))
-	require.NoError(t, L.DoString(string(script)))
-	health, ok := L.Get(-1).(*lua.LTable)
-	require.True(t, ok, "health.lua returned %s, not a table", L.Get(-1).Type())
-	assert.Equal(t, want, res.Status, "kstatus, %s: %s", state, res.Message)
-	assert.Equal(t, argo, health.RawGetString("status").String(), "Argo CD health, %s: %s", state, health.RawGetString("message"))
-}
-
-func toLua(L *lua.LState, v any) lua.LValue {
-	switch v := v.(type) {
-	case map[string]any:
-		t := L.NewTable()
-		for k, e := range v {
-			t.RawSetString(k, toLua(L, e))
-		}
-		return t
-	case []any:
-		t := L.NewTable()
-		for _, e := range v {
-			t.Append(toLua(L, e))
-		}
-		return t
-	case string:
-		return lua.LString(v)
-	case bool:
-		return lua.LBool(v)
-	case int64:
-		return lua.LNumber(v)
-	case float64:
-		return lua.LNumber(v)
-	case nil:
-		return lua.LNil
-	}
-	panic(fmt.Sprintf("unexpected %T in an unstructured object", v))
+	ducktest.AssertVerdict(t, u, want, argo, state)
 }

@@ -58,7 +58,7 @@ func TestGoldenOutputsAreValid(t *testing.T) {
 			require.NoError(t, err)
 			golden, err := manifest.Read([]string{filepath.Join(goldenDir(), "out", name+".yaml")}, false, nil)
 			require.NoError(t, err)
-			require.Len(t, golden, len(res.Objects), "the golden is stale: run the migrate tests with REFRESH_GOLDEN=1")
+			require.Len(t, golden, len(res.Objects), "the golden is stale: run the migrate tests with UPDATE_GOLDEN=1")
 
 			ctx := context.Background()
 			for i, doc := range golden {

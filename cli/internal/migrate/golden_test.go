@@ -15,9 +15,9 @@ import (
 
 // Golden files: testdata/in/<case>.yaml is migrated; testdata/out/<case>.yaml holds the objects as
 // `kagenti migrate` prints them, testdata/out/<case>.report.txt the not-migrated report.
-// REFRESH_GOLDEN=1 rewrites them; a golden file without an input fails the test.
+// UPDATE_GOLDEN=1 rewrites them; a golden file without an input fails the test.
 
-var refresh = os.Getenv("REFRESH_GOLDEN") == "1"
+var updateGolden = os.Getenv("UPDATE_GOLDEN") == "1"
 
 func goldenCases(t *testing.T) []string {
 	t.Helper()
@@ -67,14 +67,14 @@ func TestGolden(t *testing.T) {
 
 func compareGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if refresh {
+	if updateGolden {
 		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 		require.NoError(t, os.WriteFile(path, got, 0o644))
 		return
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file; run with REFRESH_GOLDEN=1")
-	require.Equal(t, string(want), string(got), "%s is stale; run with REFRESH_GOLDEN=1 and review the diff", path)
+	require.NoError(t, err, "missing golden file; run with UPDATE_GOLDEN=1")
+	require.Equal(t, string(want), string(got), "%s is stale; run with UPDATE_GOLDEN=1 and review the diff", path)
 }
 
 // TestEveryLeafAccounted: for every input, every leaf of every legacy object has a disposition, and

@@ -19,8 +19,8 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Refresh the golden files with: REFRESH_GOLDEN=1 go test ./injector/internal/inject/
-var refresh = os.Getenv("REFRESH_GOLDEN") == "1"
+// Rewrite the golden files with: UPDATE_GOLDEN=1 go test ./injector/internal/inject/
+var updateGolden = os.Getenv("UPDATE_GOLDEN") == "1"
 
 // variant is one way of injecting every input.
 type variant struct {
@@ -67,12 +67,12 @@ func TestGolden(t *testing.T) {
 				require.NoError(t, err)
 				injected := injectWorkload(t, w, cfg)
 				got := marshal(t, w.Object())
-				if refresh {
+				if updateGolden {
 					require.NoError(t, os.WriteFile(golden, got, 0o644))
 				}
 				want, err := os.ReadFile(golden)
-				require.NoError(t, err, "missing golden file; refresh with REFRESH_GOLDEN=1")
-				require.Equal(t, string(want), string(got), "output differs from %s; refresh with REFRESH_GOLDEN=1", golden)
+				require.NoError(t, err, "missing golden file; run with UPDATE_GOLDEN=1")
+				require.Equal(t, string(want), string(got), "output differs from %s; run with UPDATE_GOLDEN=1", golden)
 
 				t.Run("idempotent", func(t *testing.T) {
 					again, changed := injectTemplate(t, w, injected, cfg)

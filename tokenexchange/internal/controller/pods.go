@@ -2,70 +2,51 @@ package controller
 
 import (
 	"context"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/resources"
 )
 
-// SelectorIndex remembers, per namespace, the pod selector of each TokenExchange's resolved
-// workload, so a pod event maps to its TokenExchanges without reading anything from the API
-// server or walking owner references.
-type SelectorIndex struct {
-	mu sync.RWMutex
-	ns map[string]map[string]labels.Selector
-}
+// tokenExchangeConfigMapIndex indexes TokenExchanges by the name of the ConfigMap they render
+// ({targetRef.name}-token-exchange, resources.ConfigMapName).
+const tokenExchangeConfigMapIndex = "tokenexchange.configMapName"
 
-func NewSelectorIndex() *SelectorIndex {
-	return &SelectorIndex{ns: map[string]map[string]labels.Selector{}}
-}
-
-func (x *SelectorIndex) Set(key types.NamespacedName, s labels.Selector) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	m := x.ns[key.Namespace]
-	if m == nil {
-		m = map[string]labels.Selector{}
-		x.ns[key.Namespace] = m
+func tokenExchangeConfigMap(o client.Object) []string {
+	te, ok := o.(*v1alpha1.TokenExchange)
+	if !ok {
+		return nil
 	}
-	m[key.Name] = s
+	return []string{resources.ConfigMapName(te.Spec.TargetRef.Name)}
 }
 
-func (x *SelectorIndex) Forget(key types.NamespacedName) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if m := x.ns[key.Namespace]; m != nil {
-		delete(m, key.Name)
-		if len(m) == 0 {
-			delete(x.ns, key.Namespace)
-		}
+// podReferrers maps a pod event to the TokenExchanges whose ConfigMap the pod's token-exchange
+// volume mounts, through two indexes: the pods a reconcile counts are exactly those
+// (podTokenExchangeIndex), so no other TokenExchange needs waking, and the cost of an event does
+// not grow with the namespace's TokenExchanges.
+func (r *Reconciler) podReferrers(ctx context.Context, o client.Object) []reconcile.Request {
+	cms := podTokenExchangeConfigMap(o)
+	if len(cms) == 0 {
+		return nil
 	}
-}
-
-// Requests returns a request for every TokenExchange whose workload selects a pod with these labels.
-func (x *SelectorIndex) Requests(namespace string, podLabels map[string]string) []reconcile.Request {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	var out []reconcile.Request
-	set := labels.Set(podLabels)
-	for name, s := range x.ns[namespace] {
-		if s.Matches(set) {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
-		}
+	var list v1alpha1.TokenExchangeList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()),
+		client.MatchingFields{tokenExchangeConfigMapIndex: cms[0]}); err != nil {
+		logf.FromContext(ctx).Error(err, "listing the TokenExchanges of a pod's ConfigMap", "pod", client.ObjectKeyFromObject(o), "configMap", cms[0])
+		return nil
 	}
-	return out
-}
-
-// mapPod is the handler for pod events.
-func (x *SelectorIndex) mapPod(_ context.Context, o client.Object) []reconcile.Request {
-	return x.Requests(o.GetNamespace(), o.GetLabels())
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
 }
 
 // pods lists the selected pods whose token-exchange volume is ConfigMap cmName (the only ones

@@ -33,9 +33,8 @@ type Reconciler struct {
 	// same name (outside this controller's label-filtered cache) from a stale cache.
 	Applier *configmap.Applier
 	// Status writes the status and records an Event when Ready changes, through Recorder.
-	Status    *duck.StatusApplier
-	Recorder  recorder.EventRecorder
-	Selectors *SelectorIndex
+	Status   *duck.StatusApplier
+	Recorder recorder.EventRecorder
 	// Pods reads which configuration the pods' identity sidecars run (propagation.go).
 	Pods *PodStatusProber
 }
@@ -54,7 +53,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	current := &v1alpha1.TokenExchange{}
 	if err := r.Client.Get(ctx, req.NamespacedName, current); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Selectors.Forget(req.NamespacedName)
 			r.Pods.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil // the ConfigMap goes with it (owner reference)
 		}
@@ -84,7 +82,6 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		if reason == "" {
 			return ctrl.Result{}, fmt.Errorf("resolving %s: %w", ref, err)
 		}
-		r.Selectors.Forget(client.ObjectKeyFromObject(te))
 		s.targetNotResolved(reason, err.Error())
 		return ctrl.Result{}, nil
 	}
@@ -98,7 +95,6 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		s.noSelector(err)
 		return ctrl.Result{}, nil
 	}
-	r.Selectors.Set(client.ObjectKeyFromObject(te), selector)
 
 	if inEffect, err := r.referrerInEffect(ctx, te); err != nil {
 		return ctrl.Result{}, err

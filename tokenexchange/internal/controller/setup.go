@@ -64,6 +64,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
 		return err
 	}
+	// TokenExchanges by the ConfigMap they render: a pod event finds its TokenExchange through the
+	// ConfigMap its token-exchange volume mounts (podReferrers).
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.TokenExchange{}, tokenExchangeConfigMapIndex, tokenExchangeConfigMap); err != nil {
+		return err
+	}
 	events := mgr.GetEventRecorder(Name)
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
@@ -72,9 +77,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events,
 			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady,
 				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
-		Recorder:  events,
-		Selectors: NewSelectorIndex(),
-		Pods:      NewPodStatusProber(opts.PodStatusClient),
+		Recorder: events,
+		Pods:     NewPodStatusProber(opts.PodStatusClient),
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4
@@ -98,7 +102,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return duck.ReferrerRequests(ctx, mgr.GetClient(), gvk.GroupKind(), target, newList())
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.Selectors.mapPod)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	for _, gvk := range duck.BuiltinKinds() {
 		// The resolver reads these kinds from the same informers (duck.NewManagerResolver), so a
