@@ -14,7 +14,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -111,9 +110,8 @@ func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElec
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultNamespaces: namespaceSet(namespaces)},
-		// Workloads of any kind are read unstructured (pkg/duck): serve them from the cache too.
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Cache:                         controller.CacheOptions(namespaceSet(namespaces)),
+		Client:                        controller.ClientOptions(),
 	})
 	if err != nil {
 		return err

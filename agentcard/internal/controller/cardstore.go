@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+
+	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
 // DefaultMaxCachedCardBytes is the default of --max-cached-card-bytes.
@@ -19,11 +21,17 @@ type cardStore struct {
 	limit   int
 	used    int
 	entries map[string]*storedCard
+	// verifications counts the signature verifications run (the tests read it).
+	verifications int
 }
 
 type storedCard struct {
 	data []byte
 	refs int
+	// verifiedUnder is the trust bundle (its hash) verify was computed under: every pod serving
+	// this card shares the one signature verification (binding to each pod's identity is per pod).
+	verifiedUnder *string
+	verify        signature.Result
 }
 
 func newCardStore(limit int) *cardStore {
@@ -64,6 +72,39 @@ func (s *cardStore) release(key string) {
 		s.used -= len(e.data)
 		delete(s.entries, key)
 	}
+}
+
+// verification returns the signature verification of the held card key under the bundle with
+// hash bundle, calling verify only when no pod serving the same card has had it computed under
+// that bundle yet. A card the store does not hold (key "") is verified each time; a verify that
+// reports !ok (it could not run) is not kept.
+func (s *cardStore) verification(key, bundle string, verify func() (signature.Result, bool)) signature.Result {
+	if key == "" {
+		v, _ := verify()
+		s.mu.Lock()
+		s.verifications++
+		s.mu.Unlock()
+		return v
+	}
+	s.mu.Lock()
+	e, ok := s.entries[key]
+	if ok && e.verifiedUnder != nil && *e.verifiedUnder == bundle {
+		v := e.verify
+		s.mu.Unlock()
+		return v
+	}
+	s.mu.Unlock()
+	v, done := verify() // outside the lock: verifications of different cards run in parallel
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.verifications++
+	if !done {
+		return v
+	}
+	if e, ok := s.entries[key]; ok {
+		e.verifiedUnder, e.verify = &bundle, v
+	}
+	return v
 }
 
 // size returns the bytes held.

@@ -230,20 +230,29 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 	if key == st.verifiedFor {
 		return
 	}
-	if parsed == nil {
-		// A 304 for a card verified under another bundle or identity: parse the kept copy again. A
-		// kept copy always exists here (a card the store could not hold has no ETag, so no 304).
-		c, err := card.Parse(st.card.status)
-		if err != nil {
-			st.verify = signature.Result{Reason: signature.ReasonMalformedSignature, Message: "cannot re-read the kept card: " + err.Error()}
-			st.binding = signature.BindingResult{Reason: signature.ReasonNotVerified, Message: "no verified signature"}
-			st.verifiedFor = ""
-			return
+	var parseErr error
+	// Pods serving the same card share one verification per bundle (the store's).
+	st.verify = r.cards.verification(st.card.heldKey, bundleHash, func() (signature.Result, bool) {
+		if parsed == nil {
+			// A 304 for a card not verified under this bundle: parse the kept copy again. A kept
+			// copy always exists here (a card the store could not hold has no ETag, so no 304).
+			c, err := card.Parse(st.card.status)
+			if err != nil {
+				parseErr = err
+				return signature.Result{}, false
+			}
+			parsed = c
 		}
-		parsed = c
+		v := boundedResult((&signature.Verifier{Bundle: bundle}).Verify(parsed))
+		metrics.ObserveVerification(v.Verified, v.Reason)
+		return v, true
+	})
+	if parseErr != nil {
+		st.verify = signature.Result{Reason: signature.ReasonMalformedSignature, Message: "cannot re-read the kept card: " + parseErr.Error()}
+		st.binding = signature.BindingResult{Reason: signature.ReasonNotVerified, Message: "no verified signature"}
+		st.verifiedFor = ""
+		return
 	}
-	st.verify = boundedResult((&signature.Verifier{Bundle: bundle}).Verify(parsed))
-	metrics.ObserveVerification(st.verify.Verified, st.verify.Reason)
 	if idErr != nil {
 		// A binding the spec cannot have is reported as such, whatever the signature.
 		st.binding = signature.BindingResult{Expected: in.expectedIDSpec, Reason: idErr.Reason, Message: idErr.Message}

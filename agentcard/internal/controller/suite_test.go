@@ -89,7 +89,8 @@ func run(m *testing.M) int {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Client:  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Cache:   controller.CacheOptions(nil),
+		Client:  controller.ClientOptions(),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)
