@@ -76,7 +76,8 @@ func (u *uninstaller) uninjectStep(ctx context.Context) (step, error) {
 
 func (u *uninstaller) uninject(ctx context.Context, items []item) error {
 	patch := []byte(`{"metadata":{"labels":{"` + LabelInject + `":"disabled"}}}`)
-	for _, it := range items {
+	gone := map[int]bool{} // deleted since they were listed: nothing to strip
+	for i, it := range items {
 		if it.gvk.Kind == "Job" {
 			continue
 		}
@@ -85,11 +86,15 @@ func (u *uninstaller) uninject(ctx context.Context, items []item) error {
 			return err
 		}
 		if _, err := ri.Patch(ctx, it.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kagenti-uninstall"}); err != nil {
+			if isGone(err) {
+				gone[i] = true
+				continue
+			}
 			return fmt.Errorf("labelling %s: %w", it, err)
 		}
 	}
-	for _, it := range items {
-		if it.gvk.Kind == "Job" {
+	for i, it := range items {
+		if it.gvk.Kind == "Job" || gone[i] {
 			continue
 		}
 		if err := u.waitUninjected(ctx, it); err != nil {
@@ -104,6 +109,9 @@ func (u *uninstaller) waitUninjected(ctx context.Context, it item) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, u.opts.Timeout, true, func(ctx context.Context) (bool, error) {
 		o, err := u.c.Get(ctx, it.gvk, it.namespace, it.name)
+		if isGone(err) {
+			return true, nil // deleted meanwhile: nothing left to strip
+		}
 		if err != nil {
 			return false, err
 		}
