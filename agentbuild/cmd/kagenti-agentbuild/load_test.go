@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +33,7 @@ import (
 	"github.com/kagenti/platform/agentbuild/internal/resources"
 	"github.com/kagenti/platform/agentbuild/internal/templates"
 	"github.com/kagenti/platform/agentbuild/internal/testsupport"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
 
 // TestLoad runs the kagenti-agentbuild binary, built as the Dockerfile builds it, as its own
@@ -61,14 +59,14 @@ func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
-	n, updates := envInt("KAGENTI_LOAD_N", 10000), envInt("KAGENTI_LOAD_UPDATES", 200)
+	n, updates := ducktest.EnvInt("KAGENTI_LOAD_N", 10000), ducktest.EnvInt("KAGENTI_LOAD_UPDATES", 200)
 	settle, idle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), envDuration("KAGENTI_LOAD_IDLE", time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Setenv("KUBEBUILDER_ASSETS", testsupport.Assets(t))
 	}
-	t.Logf("load average at start: %s", loadavg())
+	t.Logf("load average at start: %s", ducktest.Loadavg())
 
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{testsupport.CRDDir(), testsupport.TektonCRDDir(t)},
@@ -99,7 +97,7 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
 	bin := buildBinary(t, dir)
-	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	extra := strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))
 	args := append([]string{"--kubeconfig", filepath.Join(dir, "kubeconfig"), "--metrics-bind-address", metricsAddr, "--metrics-secure=false",
 		"--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error"}, extra...)
@@ -111,31 +109,31 @@ func TestLoad(t *testing.T) {
 	pid := cmd.Process.Pid
 	t.Logf("controller: pid %d, %s %s", pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(extra, " "))
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		_, err := apiRequests(metricsAddr)
+		_, err := ducktest.APIRequests(metricsAddr)
 		return err == nil, nil
 	}), "the controller's metrics endpoint never answered")
 
 	time.Sleep(settle)
 	t.Logf("LOAD idle (no AgentBuild, %v after start): RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
-		settle, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), loadavg())
+		settle, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.Loadavg())
 	if n == 0 {
 		return
 	}
 
 	tekton := playTekton(ctx, t, cfg, c, scheme)
 	builds := buildCache(ctx, t, cfg, scheme)
-	before := mustRequests(t, metricsAddr)
+	before := ducktest.MustRequests(t, metricsAddr)
 
 	start := time.Now()
-	parallel(t, n, 16, func(i int) error { return c.Create(ctx, newBuild(ns, fmt.Sprintf("agent-%d", i))) })
+	ducktest.Parallel(t, n, 16, func(i int) error { return c.Create(ctx, newBuild(ns, fmt.Sprintf("agent-%d", i))) })
 	created := time.Since(start)
 	waitConverged(ctx, t, builds, n, 90*time.Minute)
 	converged := time.Since(start)
-	rssConverged := [3]float64{procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile")}
-	afterCreate := mustRequests(t, metricsAddr)
+	rssConverged := [3]float64{ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile")}
+	afterCreate := ducktest.MustRequests(t, metricsAddr)
 	t.Logf("LOAD n=%d AgentBuilds: created in %v; all Ready for their generation after %v (from the first create); load average %s",
-		n, created.Round(time.Millisecond), converged.Round(time.Millisecond), loadavg())
-	t.Logf("LOAD API requests per AgentBuild to converge: %s", afterCreate.sub(before).perObject(n))
+		n, created.Round(time.Millisecond), converged.Round(time.Millisecond), ducktest.Loadavg())
+	t.Logf("LOAD API requests per AgentBuild to converge: %s", afterCreate.Sub(before).PerObject(n))
 
 	lat := make([]time.Duration, 0, updates)
 	for u := range updates {
@@ -159,18 +157,18 @@ func TestLoad(t *testing.T) {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
 		t.Logf("LOAD %d spec updates: update → new generation's PipelineRun on a watch p50=%v p90=%v p99=%v max=%v; load average %s",
-			len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), loadavg())
+			len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), ducktest.Loadavg())
 	}
 
-	idleStart := mustRequests(t, metricsAddr)
+	idleStart := ducktest.MustRequests(t, metricsAddr)
 	time.Sleep(idle)
-	idleWrites := mustRequests(t, metricsAddr).sub(idleStart)
+	idleWrites := ducktest.MustRequests(t, metricsAddr).Sub(idleStart)
 	t.Logf("LOAD idle with %d converged AgentBuilds: %.1f API writes per minute (%s in %v)",
-		n, float64(idleWrites.writes())/idle.Minutes(), idleWrites, idle)
+		n, float64(idleWrites.Writes())/idle.Minutes(), idleWrites, idle)
 	t.Logf("LOAD controller RSS: %.1f MiB when all Ready (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
-		rssConverged[0], rssConverged[1], rssConverged[2], procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
+		rssConverged[0], rssConverged[1], rssConverged[2], ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
 	saveHeapProfile(t, pprofAddr)
-	t.Logf("load average at end: %s", loadavg())
+	t.Logf("load average at end: %s", ducktest.Loadavg())
 }
 
 // saveHeapProfile writes the controller's heap profile, for `go tool pprof -sample_index=inuse_space
@@ -326,139 +324,6 @@ func waitConverged(ctx context.Context, t *testing.T, builds cache.Cache, n int,
 		return ready == n, nil
 	})
 	require.NoError(t, err, "not every AgentBuild became Ready: %s", last)
-}
-
-// requests counts the controller's API requests by HTTP method.
-type requests map[string]float64
-
-func (r requests) sub(o requests) requests {
-	out := requests{}
-	for m, v := range r {
-		out[m] = v - o[m]
-	}
-	return out
-}
-
-func (r requests) writes() float64 { return r["POST"] + r["PUT"] + r["PATCH"] + r["DELETE"] }
-
-func (r requests) String() string {
-	methods := make([]string, 0, len(r))
-	for m := range r {
-		methods = append(methods, m)
-	}
-	sort.Strings(methods)
-	parts := make([]string, 0, len(methods))
-	for _, m := range methods {
-		parts = append(parts, fmt.Sprintf("%s %.0f", m, r[m]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func (r requests) perObject(n int) string {
-	return fmt.Sprintf("%.2f writes (POST %.2f, PATCH %.2f, PUT %.2f, DELETE %.2f), %.2f GETs (reads, lists and watches)",
-		r.writes()/float64(n), r["POST"]/float64(n), r["PATCH"]/float64(n), r["PUT"]/float64(n), r["DELETE"]/float64(n), r["GET"]/float64(n))
-}
-
-func mustRequests(t *testing.T, addr string) requests {
-	t.Helper()
-	r, err := apiRequests(addr)
-	require.NoError(t, err)
-	return r
-}
-
-// apiRequests sums rest_client_requests_total from the controller's metrics by method.
-func apiRequests(addr string) (requests, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	out := requests{}
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "rest_client_requests_total{"), "} ")
-		if !ok {
-			continue
-		}
-		v, _ := strconv.ParseFloat(value, 64)
-		for _, l := range strings.Split(labels, ",") {
-			if m, ok := strings.CutPrefix(l, `method="`); ok {
-				out[strings.TrimSuffix(m, `"`)] += v
-			}
-		}
-	}
-	return out, s.Err()
-}
-
-// procStatus reads a memory line (VmRSS, RssAnon, RssFile, VmHWM) of /proc/<pid>/status, in MiB.
-func procStatus(pid int, key string) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), key+":"); ok {
-			var kb float64
-			_, _ = fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-			return kb / 1024
-		}
-	}
-	return -1
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
-
-func parallel(t *testing.T, n, workers int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	next := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := f(i); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
-	}
-	return def
 }
 
 func envDuration(name string, def time.Duration) time.Duration {

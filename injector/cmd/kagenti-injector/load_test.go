@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
 
 // TestLoad runs the kagenti-injector binary, built as the Dockerfile builds it, as its own process
@@ -44,14 +43,14 @@ func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
-	n := envInt("KAGENTI_LOAD_N", 1000)
+	n := ducktest.EnvInt("KAGENTI_LOAD_N", 1000)
 	settle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second)
 	ctx := context.Background()
 	root := repoRoot()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
 	}
-	t.Logf("load average at start: %s", loadavg())
+	t.Logf("load average at start: %s", ducktest.Loadavg())
 
 	wh := &admissionv1.MutatingWebhookConfiguration{}
 	b, err := os.ReadFile(filepath.Join(root, "deploy", "kustomize", "injector", "mutatingwebhookconfiguration.yaml"))
@@ -73,7 +72,7 @@ func TestLoad(t *testing.T) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, build.Run(), "building the binary")
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	wo := env.WebhookInstallOptions
 	cmd := exec.Command(bin, "--kubeconfig", filepath.Join(dir, "kubeconfig"), "--metrics-bind-address", metricsAddr, "--metrics-secure=false",
 		"--health-probe-bind-address", "0", "--zap-log-level=error", "--config", filepath.Join(dir, "absent.yaml"),
@@ -84,25 +83,25 @@ func TestLoad(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		_, err := apiRequests(metricsAddr)
+		_, err := ducktest.APIRequests(metricsAddr)
 		return err == nil, nil
 	}), "the injector's metrics endpoint never answered")
 	time.Sleep(settle)
 	t.Logf("LOAD idle (%v after start): RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
-		settle, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), loadavg())
+		settle, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.Loadavg())
 
 	c, err := client.New(cfg, client.Options{})
 	require.NoError(t, err)
 	ns := "load"
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kagenti.io/injection": "enabled"}}}))
-	before, err := apiRequests(metricsAddr)
+	before, err := ducktest.APIRequests(metricsAddr)
 	require.NoError(t, err)
 	var (
 		mu   sync.Mutex
 		lats []time.Duration
 	)
 	start := time.Now()
-	parallel(t, n, 16, func(i int) error {
+	ducktest.Parallel(t, n, 16, func(i int) error {
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("agent-%d", i), Labels: map[string]string{"kagenti.io/inject": "enabled"}},
 			Spec: appsv1.DeploymentSpec{
@@ -128,128 +127,12 @@ func TestLoad(t *testing.T) {
 	elapsed := time.Since(start)
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	pct := func(p float64) time.Duration { return lats[int(float64(len(lats)-1)*p)].Round(time.Millisecond / 10) }
-	after, err := apiRequests(metricsAddr)
+	after, err := ducktest.APIRequests(metricsAddr)
 	require.NoError(t, err)
-	t.Logf("LOAD n=%d injected Deployments in %v: create p50=%v p99=%v; load average %s", n, elapsed.Round(time.Millisecond), pct(0.5), pct(0.99), loadavg())
-	t.Logf("LOAD injector API requests during the run: %s", after.sub(before))
+	t.Logf("LOAD n=%d injected Deployments in %v: create p50=%v p99=%v; load average %s", n, elapsed.Round(time.Millisecond), pct(0.5), pct(0.99), ducktest.Loadavg())
+	t.Logf("LOAD injector API requests during the run: %s", after.Sub(before))
 	t.Logf("LOAD injector RSS after %d admissions: %.1f MiB (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
-		n, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
-}
-
-// requests counts the injector's API requests by HTTP method.
-type requests map[string]float64
-
-func (r requests) sub(o requests) requests {
-	out := requests{}
-	for m, v := range r {
-		out[m] = v - o[m]
-	}
-	return out
-}
-
-func (r requests) String() string {
-	methods := make([]string, 0, len(r))
-	for m := range r {
-		methods = append(methods, m)
-	}
-	sort.Strings(methods)
-	parts := make([]string, 0, len(methods))
-	for _, m := range methods {
-		parts = append(parts, fmt.Sprintf("%s %.0f", m, r[m]))
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
-}
-
-// apiRequests sums rest_client_requests_total (client-go's counter of every API request) from the
-// injector's metrics, by method.
-func apiRequests(addr string) (requests, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	out := requests{}
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		labels, value, ok := strings.Cut(strings.TrimPrefix(s.Text(), "rest_client_requests_total{"), "} ")
-		if !ok || !strings.HasPrefix(s.Text(), "rest_client_requests_total{") {
-			continue
-		}
-		v, _ := strconv.ParseFloat(value, 64)
-		for _, l := range strings.Split(labels, ",") {
-			if m, ok := strings.CutPrefix(l, `method="`); ok {
-				out[strings.TrimSuffix(m, `"`)] += v
-			}
-		}
-	}
-	return out, s.Err()
-}
-
-// procStatus reads a memory line (VmRSS, RssAnon, RssFile, VmHWM) of /proc/<pid>/status, in MiB.
-func procStatus(pid int, key string) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), key+":"); ok {
-			var kb float64
-			_, _ = fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-			return kb / 1024
-		}
-	}
-	return -1
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
-
-func parallel(t *testing.T, n, workers int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	next := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := f(i); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
+		n, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
 }
 
 func envDuration(name string, def time.Duration) time.Duration {

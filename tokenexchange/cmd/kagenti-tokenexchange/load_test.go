@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/resources"
 )
@@ -55,7 +55,7 @@ func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
-	n, updates := envInt("KAGENTI_LOAD_N", 1000), envInt("KAGENTI_LOAD_UPDATES", 200)
+	n, updates := ducktest.EnvInt("KAGENTI_LOAD_N", 1000), ducktest.EnvInt("KAGENTI_LOAD_UPDATES", 200)
 	settle, idle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), envDuration("KAGENTI_LOAD_IDLE", time.Minute)
 	ctx := context.Background()
 	root := repoRoot()
@@ -88,7 +88,7 @@ func TestLoad(t *testing.T) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, build.Run(), "building the binary")
-	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	wo := env.WebhookInstallOptions
 	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"),
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error",
@@ -100,14 +100,14 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
-	t.Logf("load average at start: %s", loadavg())
+	t.Logf("load average at start: %s", ducktest.Loadavg())
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		_, err := apiRequests(metricsAddr)
+		_, err := ducktest.APIRequests(metricsAddr)
 		return err == nil, nil
 	}), "the controller's metrics endpoint never answered")
 	time.Sleep(settle)
 	t.Logf("LOAD idle (no TokenExchange, %v after start): RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
-		settle, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), loadavg())
+		settle, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.Loadavg())
 	t.Logf("controller: pid %d, %s %s", cmd.Process.Pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(args[len(args)-len(strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))):], " "))
 
 	scheme := k8sruntime.NewScheme()
@@ -119,9 +119,9 @@ func TestLoad(t *testing.T) {
 	ns := "load"
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
-	before := mustRequests(t, metricsAddr)
+	before := ducktest.MustRequests(t, metricsAddr)
 	start := time.Now()
-	parallel(t, n, 16, func(i int) error {
+	ducktest.Parallel(t, n, 16, func(i int) error {
 		name := fmt.Sprintf("agent-%d", i)
 		if err := c.Create(ctx, deployment(ns, name)); err != nil {
 			return err
@@ -151,13 +151,13 @@ func TestLoad(t *testing.T) {
 	}), "not all TokenExchanges became Active")
 	allActive := time.Since(start)
 	type rss struct{ rss, anon, file float64 }
-	rssActive := rss{procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile")}
+	rssActive := rss{ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile")}
 	memActive := memStats(t, metricsAddr)
-	writesActive := mustRequests(t, metricsAddr).sub(before)
-	loadActive := loadavg()
+	writesActive := ducktest.MustRequests(t, metricsAddr).Sub(before)
+	loadActive := ducktest.Loadavg()
 	t.Logf("LOAD n=%d (Deployments, pods, TokenExchanges): created in %v; all Active after %v (from the first create); load average %s",
 		n, created.Round(time.Millisecond), allActive.Round(time.Millisecond), loadActive)
-	t.Logf("LOAD API requests per TokenExchange to converge: %s", writesActive.perObject(n))
+	t.Logf("LOAD API requests per TokenExchange to converge: %s", writesActive.PerObject(n))
 
 	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	require.NoError(t, err)
@@ -202,14 +202,14 @@ func TestLoad(t *testing.T) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
 
-	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v; load average %s", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), loadavg())
-	idleStart := mustRequests(t, metricsAddr)
+	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v; load average %s", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), ducktest.Loadavg())
+	idleStart := ducktest.MustRequests(t, metricsAddr)
 	time.Sleep(idle)
-	idleReqs := mustRequests(t, metricsAddr).sub(idleStart)
-	t.Logf("LOAD idle with %d converged TokenExchanges: %.1f API writes per minute (%s in %v)", n, idleReqs.writes()/idle.Minutes(), idleReqs, idle)
+	idleReqs := ducktest.MustRequests(t, metricsAddr).Sub(idleStart)
+	t.Logf("LOAD idle with %d converged TokenExchanges: %.1f API writes per minute (%s in %v)", n, idleReqs.Writes()/idle.Minutes(), idleReqs, idle)
 	memEnd := memStats(t, metricsAddr)
 	t.Logf("LOAD controller RSS: %.1f MiB when all Active (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
-		rssActive.rss, rssActive.anon, rssActive.file, procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile"), procStatus(pid, "VmHWM"))
+		rssActive.rss, rssActive.anon, rssActive.file, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
 	for _, m := range []struct {
 		when string
 		s    map[string]float64
@@ -219,7 +219,7 @@ func TestLoad(t *testing.T) {
 			m.s["mspan_inuse"]+m.s["mcache_inuse"]+m.s["gc_sys"]+m.s["other_sys"]+m.s["buck_hash_sys"], m.s["sys"])
 	}
 	saveHeapProfile(t, pprofAddr)
-	t.Logf("load average at end: %s", loadavg())
+	t.Logf("load average at end: %s", ducktest.Loadavg())
 }
 
 func deployment(ns, name string) *appsv1.Deployment {
@@ -256,24 +256,6 @@ func pod(ns, app string) *corev1.Pod {
 		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: s, Image: "example.com/" + s + ":v1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
 	}
 	return p
-}
-
-// procStatus reads a memory line (VmRSS, RssAnon, RssFile, VmHWM) of /proc/<pid>/status, in MiB.
-func procStatus(pid int, key string) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), key+":"); ok {
-			var kb float64
-			_, _ = fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-			return kb / 1024
-		}
-	}
-	return -1
 }
 
 // memStats scrapes the go_memstats_* gauges from the controller's metrics endpoint, in MiB.
@@ -315,124 +297,8 @@ func saveHeapProfile(t *testing.T, addr string) {
 	t.Logf("heap profile: %s", path)
 }
 
-func parallel(t *testing.T, n, workers int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	next := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := f(i); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// requests counts the controller's API requests by HTTP method.
-type requests map[string]float64
-
-func (r requests) sub(o requests) requests {
-	out := requests{}
-	for m, v := range r {
-		out[m] = v - o[m]
-	}
-	return out
-}
-
-func (r requests) writes() float64 { return r["POST"] + r["PUT"] + r["PATCH"] + r["DELETE"] }
-
-func (r requests) String() string {
-	methods := make([]string, 0, len(r))
-	for m := range r {
-		methods = append(methods, m)
-	}
-	sort.Strings(methods)
-	parts := make([]string, 0, len(methods))
-	for _, m := range methods {
-		parts = append(parts, fmt.Sprintf("%s %.0f", m, r[m]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func (r requests) perObject(n int) string {
-	return fmt.Sprintf("%.2f writes (POST %.2f, PATCH %.2f, PUT %.2f, DELETE %.2f), %.2f GETs (reads, lists and watches)",
-		r.writes()/float64(n), r["POST"]/float64(n), r["PATCH"]/float64(n), r["PUT"]/float64(n), r["DELETE"]/float64(n), r["GET"]/float64(n))
-}
-
-func mustRequests(t *testing.T, addr string) requests {
-	t.Helper()
-	r, err := apiRequests(addr)
-	require.NoError(t, err)
-	return r
-}
-
-// apiRequests sums rest_client_requests_total (client-go's counter of every API request, Events
-// included) from the controller's metrics, by method.
-func apiRequests(addr string) (requests, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	out := requests{}
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "rest_client_requests_total{"), "} ")
-		if !ok {
-			continue
-		}
-		v, _ := strconv.ParseFloat(value, 64)
-		for _, l := range strings.Split(labels, ",") {
-			if m, ok := strings.CutPrefix(l, `method="`); ok {
-				out[strings.TrimSuffix(m, `"`)] += v
-			}
-		}
-	}
-	return out, s.Err()
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
-
 func envDuration(name string, def time.Duration) time.Duration {
 	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
 	}
 	return def
