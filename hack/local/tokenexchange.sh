@@ -50,4 +50,7 @@ tokenexchange_summary() {
   if kubectl get validatingwebhookconfiguration kagenti-tokenexchange >/dev/null 2>&1; then
     echo "  validating webhook: registered (clientNameTemplate, as the CRD's CEL rule)"
   fi
+  # The sample's pods run nothing here (kwok); the e2e test below runs injected pods' containers.
+  echo "  identity flow with real sidecars, SPIRE and an IdP (root, after this run ends):"
+  echo "    flock /tmp/kagenti-local.lock hack/local.sh e2e -run TestIdentityFlow   (docs/identity.md)"
 }

@@ -1,0 +1,156 @@
+package podrunner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "x", "B": "y"}
+	for in, want := range map[string]string{
+		"$(A)-$(B)":    "x-y",
+		"$(MISSING)":   "$(MISSING)",
+		"$$(A)":        "$(A)",
+		"cost $5":      "cost $5",
+		"open $(A":     "open $(A",
+		"trailing $":   "trailing $",
+		"--port=$(B)1": "--port=y1",
+	} {
+		if got := expand(in, vars); got != want {
+			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestImageName(t *testing.T) {
+	for in, want := range map[string]string{
+		"ghcr.io/kagenti/kagenti-authbridge:v0.1.0":      "kagenti-authbridge",
+		"ghcr.io/spiffe/spiffe-helper:0.11.0":            "spiffe-helper",
+		"localhost:5000/spiffe-helper":                   "spiffe-helper",
+		"example.com/a/b@sha256:0123456789abcdef":        "b",
+		"registry.k8s.io/e2e-test-images/busybox:1.36.1": "busybox",
+	} {
+		if got := imageName(in); got != want {
+			t.Errorf("imageName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestWriteAtomically: the layout the kubelet's atomic writer leaves (names → ..data/name,
+// ..data → a timestamped directory), a swap on change, removal of names that are gone, modes.
+func TestWriteAtomically(t *testing.T) {
+	dir := t.TempDir()
+	write := func(files map[string]projectedFile) {
+		t.Helper()
+		if err := writeAtomically(dir, files); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(map[string]projectedFile{"config.yaml": {data: []byte("a: 1\n"), mode: 0o644}, "sub/key": {data: []byte("k"), mode: 0o600}})
+	first, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if link, _ := os.Readlink(filepath.Join(dir, "config.yaml")); link != filepath.Join("..data", "config.yaml") {
+		t.Fatalf("config.yaml links to %q", link)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "sub", "key")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("sub/key: %v %v", info, err)
+	}
+
+	write(map[string]projectedFile{"config.yaml": {data: []byte("a: 1\n"), mode: 0o644}, "sub/key": {data: []byte("k"), mode: 0o600}})
+	if again, _ := os.Readlink(filepath.Join(dir, "..data")); again != first {
+		t.Fatalf("unchanged content swapped ..data: %s → %s", first, again)
+	}
+
+	write(map[string]projectedFile{"config.yaml": {data: []byte("a: 2\n"), mode: 0o644}})
+	second, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if second == first {
+		t.Fatal("changed content did not swap ..data")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "config.yaml")); string(b) != "a: 2\n" {
+		t.Fatalf("config.yaml = %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Fatalf("a name that is gone is still linked: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, first)); !os.IsNotExist(err) {
+		t.Fatalf("the previous directory %s was not removed", first)
+	}
+}
+
+func TestSelectKeys(t *testing.T) {
+	data := map[string][]byte{"a": []byte("1"), "b": []byte("2")}
+	files, err := selectKeys("configMap x", data, []corev1.KeyToPath{{Key: "a", Path: "dir/a.txt", Mode: ptr.To[int32](0o600)}}, nil, false)
+	if err != nil || len(files) != 1 || files["dir/a.txt"].mode != 0o600 {
+		t.Fatalf("items: %v %v", files, err)
+	}
+	if _, err := selectKeys("configMap x", data, []corev1.KeyToPath{{Key: "missing", Path: "m"}}, nil, false); err == nil {
+		t.Fatal("a missing key of a required volume must fail")
+	}
+	if files, err := selectKeys("configMap x", data, []corev1.KeyToPath{{Key: "missing", Path: "m"}}, nil, true); err != nil || len(files) != 0 {
+		t.Fatalf("optional volume, missing key: %v %v", files, err)
+	}
+}
+
+func TestFieldAndResourceValues(t *testing.T) {
+	pod := &corev1.Pod{}
+	pod.Name, pod.Namespace = "p", "ns"
+	pod.Annotations = map[string]string{"kagenti.io/identity-defaults": "A=1\n", "x": "y"}
+	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{"memory": resource.MustParse("64Mi"), "cpu": resource.MustParse("250m")}}}}
+	for path, want := range map[string]string{
+		"metadata.name": "p", "metadata.annotations['kagenti.io/identity-defaults']": "A=1\n",
+		"metadata.annotations": "kagenti.io/identity-defaults=\"A=1\\n\"\nx=\"y\"",
+	} {
+		if got, err := fieldValue(pod, path); err != nil || got != want {
+			t.Errorf("fieldValue(%s) = %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if _, err := fieldValue(pod, "spec.unknown"); err == nil {
+		t.Error("an unknown fieldPath must fail")
+	}
+	mi := resource.MustParse("1Mi")
+	if got, err := resourceValue(pod, "c", &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: mi}); err != nil || got != "64" {
+		t.Errorf("limits.memory in Mi = %q, %v", got, err)
+	}
+	if got, err := resourceValue(pod, "c", &corev1.ResourceFieldSelector{Resource: "limits.cpu"}); err != nil || got != "1" {
+		t.Errorf("limits.cpu rounded up = %q, %v", got, err)
+	}
+	if _, err := resourceValue(pod, "c", &corev1.ResourceFieldSelector{Resource: "requests.memory"}); err == nil {
+		t.Error("an unset request must fail (no node-allocatable fallback)")
+	}
+}
+
+func TestUnsupportedSpecFailsNamingTheField(t *testing.T) {
+	for field, c := range map[string]corev1.Container{
+		"livenessProbe": {Name: "c", LivenessProbe: &corev1.Probe{}},
+		"subPath":       {Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/x", SubPath: "y"}}},
+		"privileged":    {Name: "c", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}},
+	} {
+		err := checkContainer(&c)
+		if err == nil {
+			t.Errorf("%s: accepted", field)
+			continue
+		}
+		if !strings.Contains(err.Error(), "container c") || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %q does not name container and field", field, err)
+		}
+	}
+}
+
+func TestBoundingSet(t *testing.T) {
+	caps, err := boundingSet(&corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}})
+	if err != nil || len(caps) != 1 || caps[0] != capabilityNumbers["NET_ADMIN"] {
+		t.Fatalf("drop ALL add NET_ADMIN = %v, %v", caps, err)
+	}
+	if caps, _ := boundingSet(nil); len(caps) != len(defaultCapabilities) {
+		t.Fatalf("no capabilities section: %d, want the runtime's %d defaults", len(caps), len(defaultCapabilities))
+	}
+	if _, err := boundingSet(&corev1.Capabilities{Add: []corev1.Capability{"WAKE_ALARM"}}); err == nil {
+		t.Fatal("an unknown capability must fail")
+	}
+}
