@@ -178,6 +178,8 @@ func newIdentityFlow(t *testing.T) *identityFlow {
 	f.caller = kubelet.Run(t, callerPod)
 	f.waitReady(f.callee, inboundStatusPort)
 	f.waitReady(f.caller, outboundStatus)
+	f.waitAgent(f.callee)
+	f.waitAgent(f.caller)
 	return f
 }
 
@@ -406,6 +408,16 @@ func (f *identityFlow) callerSVID(t *testing.T) string {
 func (f *identityFlow) waitReady(p *podrunner.RunningPod, port int) {
 	u := fmt.Sprintf("http://%s/readyz", net.JoinHostPort(p.Pod.Status.PodIP, strconv.Itoa(port)))
 	framework.Eventually(f.t, 2*time.Minute, p.Pod.Name+" ready at "+u, func(ctx context.Context) (bool, string, error) {
+		status, body := httpGet(f.t, u, "", "")
+		return status == http.StatusOK, fmt.Sprintf("%d %s", status, body), nil
+	})
+}
+
+// waitAgent waits until the pod's agent answers behind its inbound proxy (/healthz needs no
+// token): the kubelet starts it last, and nothing probes it.
+func (f *identityFlow) waitAgent(p *podrunner.RunningPod) {
+	u := fmt.Sprintf("http://%s/healthz", net.JoinHostPort(p.Pod.Status.PodIP, strconv.Itoa(inboundPort)))
+	framework.Eventually(f.t, 2*time.Minute, p.Pod.Name+"'s agent answering at "+u, func(ctx context.Context) (bool, string, error) {
 		status, body := httpGet(f.t, u, "", "")
 		return status == http.StatusOK, fmt.Sprintf("%d %s", status, body), nil
 	})

@@ -97,13 +97,13 @@ func imageEnv(pod *corev1.Pod) []string {
 
 // launchSpecFor builds how one container is started: program, arguments, env, user, capabilities
 // and mounts.
-func (r *podRun) launchSpecFor(ctx context.Context, c *corev1.Container, sidecarOrMain bool) (launchSpec, error) {
+func (r *podRun) launchSpecFor(ctx context.Context, c *corev1.Container, mayBeAgent bool) (launchSpec, error) {
 	env, vars, err := r.containerEnv(ctx, c)
 	if err != nil {
 		return launchSpec{}, err
 	}
 	s := launchSpec{NetNS: r.net.NSPath(), Dir: c.WorkingDir, Env: append(imageEnv(r.pod), env...)}
-	if s.Argv, s.Env, err = r.argv(c, vars, s.Env, sidecarOrMain); err != nil {
+	if s.Argv, s.Env, err = r.argv(c, vars, s.Env, mayBeAgent); err != nil {
 		return launchSpec{}, err
 	}
 	if err := r.applySecurityContext(c, &s); err != nil {
@@ -117,10 +117,10 @@ func (r *podRun) launchSpecFor(ctx context.Context, c *corev1.Container, sidecar
 
 // argv maps the image to a local program (its entrypoint) with the spec's expanded args, or,
 // for an image the runner has no program for, to the test's stand-in agent.
-func (r *podRun) argv(c *corev1.Container, vars map[string]string, env []string, sidecarOrMain bool) ([]string, []string, error) {
+func (r *podRun) argv(c *corev1.Container, vars map[string]string, env []string, mayBeAgent bool) ([]string, []string, error) {
 	program, ok := r.k.Programs[imageName(c.Image)]
 	if !ok {
-		if !sidecarOrMain || len(r.k.AgentArgv) == 0 {
+		if !mayBeAgent || len(r.k.AgentArgv) == 0 {
 			return nil, nil, fmt.Errorf("container %s: no program for image %s", c.Name, c.Image)
 		}
 		// The stand-in is a test server: the agent image's own command means nothing to it.

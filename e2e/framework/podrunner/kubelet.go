@@ -238,9 +238,9 @@ func (r *podRun) keepVolumesInSync(t testing.TB) {
 }
 
 // start launches a long-running container.
-func (r *podRun) start(t testing.TB, ctx context.Context, c *corev1.Container, sidecarOrMain bool) *process {
+func (r *podRun) start(t testing.TB, ctx context.Context, c *corev1.Container, mayBeAgent bool) *process {
 	t.Helper()
-	spec, err := r.launchSpecFor(ctx, c, sidecarOrMain)
+	spec, err := r.launchSpecFor(ctx, c, mayBeAgent)
 	if err != nil {
 		t.Fatal(err)
 	}
