@@ -23,6 +23,10 @@ func checkPod(pod *corev1.Pod) error {
 		return fmt.Errorf("pod %s: shareProcessNamespace is not supported", pod.Name)
 	case s.HostUsers != nil && !*s.HostUsers:
 		return fmt.Errorf("pod %s: hostUsers: false (user namespaces) is not supported", pod.Name)
+	case len(s.HostAliases) > 0 || s.DNSConfig != nil:
+		return fmt.Errorf("pod %s: hostAliases and dnsConfig are not supported (the pods use the host's resolver)", pod.Name)
+	case s.RuntimeClassName != nil || len(s.ResourceClaims) > 0 || s.Resources != nil:
+		return fmt.Errorf("pod %s: runtimeClassName, resourceClaims and pod-level resources are not supported", pod.Name)
 	}
 	if sc := s.SecurityContext; sc != nil {
 		if sc.FSGroup != nil || sc.FSGroupChangePolicy != nil || len(sc.Sysctls) > 0 || sc.SELinuxOptions != nil ||

@@ -270,12 +270,17 @@ func (r *podRun) start(t testing.TB, ctx context.Context, c *corev1.Container, m
 	return p
 }
 
-// stop sends SIGTERM, then SIGKILL after a grace period, and shows the log of a failed test.
+// stop sends SIGTERM, then SIGKILL after the pod's termination grace period, and shows the log
+// of a failed test.
 func (r *podRun) stop(t testing.TB, name string, p *process) {
+	grace := 30 * time.Second // the API's default
+	if g := r.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
