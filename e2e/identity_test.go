@@ -87,8 +87,7 @@ func TestIdentityFlow(t *testing.T) {
 		pids := f.pids(t)
 		v2 := f.calleeID + "-v2"
 		secs := f.updateTokenExchange(t, "caller-auth", func(u *unstructured.Unstructured) {
-			rules := f.callerRules(v2)
-			mustSet(t, u, rules, "spec", "outbound", "tokenExchange", "destinationRules")
+			mustSet(t, u, f.callerRules(v2), "spec", "outbound", "tokenExchange", "destinationRules")
 		})
 		t.Logf("caller TokenExchange: pods on the new content hash %.1f s after the update (load %s)", secs, loadAverage())
 		res := f.agentCall(t, user, "http://"+f.calleeServiceAddr()+"/tasks", f.calleeHost())
@@ -111,16 +110,16 @@ func TestIdentityFlow(t *testing.T) {
 
 // Names and addresses of the flow.
 const (
-	identityNode      = "kagenti-identity-e2e"
-	identityTaint     = "kagenti.io/identity-e2e"
-	identityPodCIDR   = "10.78.0.0/25"   // kwok hands out .1 … .126
-	identityHostAddr  = "10.78.0.254/24" // the bridge's address, outside what kwok hands out
-	agentImage        = "example.com/e2e/identity-agent:test"
-	agentPort         = 8081
-	inboundPort       = 8080
-	servicePort       = 80
-	inboundStatusPort = 15125
-	outboundStatus    = 15126
+	identityNode       = "kagenti-identity-e2e"
+	identityTaint      = "kagenti.io/identity-e2e"
+	identityPodCIDR    = "10.78.0.0/25"   // kwok hands out .1 … .126
+	identityHostAddr   = "10.78.0.254/24" // the bridge's address, outside what kwok hands out
+	agentImage         = "example.com/e2e/identity-agent:test"
+	agentPort          = 8081
+	inboundPort        = 8080
+	servicePort        = 80
+	inboundStatusPort  = 15125
+	outboundStatusPort = 15126
 )
 
 type identityFlow struct {
@@ -177,7 +176,7 @@ func newIdentityFlow(t *testing.T) *identityFlow {
 	f.callee = kubelet.Run(t, calleePod)
 	f.caller = kubelet.Run(t, callerPod)
 	f.waitReady(f.callee, inboundStatusPort)
-	f.waitReady(f.caller, outboundStatus)
+	f.waitReady(f.caller, outboundStatusPort)
 	f.waitAgent(f.callee)
 	f.waitAgent(f.caller)
 	return f
