@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,16 @@ import (
 func TestIdentityFlow(t *testing.T) {
 	f := newIdentityFlow(t)
 	user := f.idp.token(t, "user", "user-secret")
+
+	t.Run("the test kubelet runs each container as its spec says", func(t *testing.T) {
+		for _, p := range []*podrunner.RunningPod{f.caller, f.callee} {
+			for _, c := range p.Pod.Spec.InitContainers {
+				if c.RestartPolicy != nil { // the native sidecars; proxy-init has exited
+					checkContainerProcess(t, p, c)
+				}
+			}
+		}
+	})
 
 	t.Run("spiffe-helper wrote the caller's JWT SVID from SPIRE", func(t *testing.T) {
 		claims := jwtClaims(t, f.callerSVID(t))
@@ -410,6 +421,59 @@ func (f *identityFlow) waitReady(p *podrunner.RunningPod, port int) {
 		status, body := httpGet(f.t, u, "", "")
 		return status == http.StatusOK, fmt.Sprintf("%d %s", status, body), nil
 	})
+}
+
+// checkContainerProcess compares a container's process with its spec: user and group, no_new_privs,
+// and each mount (and the root) read-only or not, as the kernel reports them.
+func checkContainerProcess(t *testing.T, p *podrunner.RunningPod, c corev1.Container) {
+	t.Helper()
+	pid := strconv.Itoa(p.PID(t, c.Name))
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := c.SecurityContext
+	if sc == nil {
+		sc = &corev1.SecurityContext{}
+	}
+	want := map[string]string{
+		"Uid":        fmt.Sprintf("%d", ptr.Deref(sc.RunAsUser, 0)),
+		"Gid":        fmt.Sprintf("%d", ptr.Deref(sc.RunAsGroup, 0)),
+		"NoNewPrivs": map[bool]string{true: "1", false: "0"}[sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation],
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		key, value, _ := strings.Cut(line, ":")
+		if w, ok := want[key]; ok && strings.Fields(value)[0] != w {
+			t.Errorf("%s/%s: %s %s, want %s", p.Pod.Name, c.Name, key, strings.Fields(value)[0], w)
+		}
+	}
+	readOnly := mountReadOnly(t, pid)
+	if got, want := readOnly["/"], ptr.Deref(sc.ReadOnlyRootFilesystem, false); got != want {
+		t.Errorf("%s/%s: / read-only %v, want %v", p.Pod.Name, c.Name, got, want)
+	}
+	for _, m := range c.VolumeMounts {
+		got, ok := readOnly[m.MountPath]
+		if !ok || got != m.ReadOnly {
+			t.Errorf("%s/%s: %s mounted %v, read-only %v; want read-only %v", p.Pod.Name, c.Name, m.MountPath, ok, got, m.ReadOnly)
+		}
+	}
+}
+
+// mountReadOnly maps the mount points a process sees to whether they are read-only (the topmost
+// mount of a path counts).
+func mountReadOnly(t *testing.T, pid string) map[string]bool {
+	b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		fields := strings.Fields(line) // id parent major:minor root mountpoint options …
+		if len(fields) > 5 {
+			out[fields[4]] = slices.Contains(strings.Split(fields[5], ","), "ro")
+		}
+	}
+	return out
 }
 
 // waitAgent waits until the pod's agent answers behind its inbound proxy (/healthz needs no
