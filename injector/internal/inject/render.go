@@ -167,7 +167,10 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 			SecretName: cfg.Identity.IdPCredentialsSecret, Optional: ptr.To(true)}}})
 	}
 	r.Volumes = append(r.Volumes, configMapVolume(VolumeTrace, configmap.TraceName(o.Workload)))
-	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace, ReadOnly: true}}
+	// No readOnly on the mounts of configMap, secret and downwardAPI volumes: the kubelet mounts
+	// them read-only whatever the mount says (since Kubernetes 1.10), so the field would only add
+	// bytes to every stored template.
+	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
 	r.UserEnv = []corev1.EnvVar{{Name: EnvTraceDir, Value: PathTrace}}
 	r.Hash = renderHash(r)
 	return r, nil
@@ -228,8 +231,8 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 	}
 	c.Args = []string{configmap.AuthbridgeRoles[name]}
 	c.VolumeMounts = []corev1.VolumeMount{
-		{Name: VolumeIdentity, MountPath: PathIdentity, ReadOnly: true},
-		{Name: VolumeTokenExchange, MountPath: PathTokenExchange, ReadOnly: true},
+		{Name: VolumeIdentity, MountPath: PathIdentity},           // downwardAPI: read-only anyway
+		{Name: VolumeTokenExchange, MountPath: PathTokenExchange}, // configMap: read-only anyway
 	}
 	switch name {
 	case config.ProxyInit, config.ClientRegistration:
@@ -240,7 +243,7 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared, ReadOnly: true})
 	}
 	if name == config.ClientRegistration {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials}) // secret: read-only anyway
 	}
 	return c, nil
 }

@@ -147,6 +147,19 @@ func mountOf(c corev1.Container, p string) (volume string, readOnly bool) {
 	return volume, readOnly
 }
 
+// readOnlyMount reports whether the container sees p read-only: its mount says so, or the volume
+// is one the kubelet always mounts read-only (configMap, secret, downwardAPI, projected, since
+// Kubernetes 1.10), for which the injector leaves readOnly out.
+func readOnlyMount(tmpl corev1.PodTemplateSpec, c corev1.Container, p string) bool {
+	vol, ro := mountOf(c, p)
+	i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+	if ro || i < 0 {
+		return ro
+	}
+	v := tmpl.Spec.Volumes[i]
+	return v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+}
+
 func containers(tmpl corev1.PodTemplateSpec) []corev1.Container {
 	return slices.Concat(tmpl.Spec.InitContainers, tmpl.Spec.Containers)
 }
@@ -184,22 +197,22 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				assert.NotEmpty(t, snap.Config.Workload.ServiceAccount)
 
 				// The files it reads are where the injector mounts them.
-				vol, ro := mountOf(c, authconfig.ConfigDir)
+				vol, _ := mountOf(c, authconfig.ConfigDir)
 				assert.Equal(t, configmap.VolumeTokenExchange, vol, "config.yaml")
-				assert.True(t, ro)
+				assert.True(t, readOnlyMount(tmpl, c, authconfig.ConfigDir))
 				switch c.Name {
 				case configmap.ComponentProxyInit, configmap.ComponentClientRegistration:
-					vol, ro = mountOf(c, authconfig.SharedDir)
+					vol, _ = mountOf(c, authconfig.SharedDir)
 					assert.Equal(t, configmap.VolumeShared, vol, "it writes the shared volume")
-					assert.False(t, ro)
+					assert.False(t, readOnlyMount(tmpl, c, authconfig.SharedDir))
 				case configmap.ComponentEnvoyProxy:
 					vol, _ = mountOf(c, authconfig.SharedDir)
 					assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
 				}
 				if c.Name == configmap.ComponentClientRegistration {
-					vol, ro = mountOf(c, authconfig.IdPCredentialsDir)
+					vol, _ = mountOf(c, authconfig.IdPCredentialsDir)
 					assert.Equal(t, configmap.VolumeIdPCredentials, vol)
-					assert.True(t, ro)
+					assert.True(t, readOnlyMount(tmpl, c, authconfig.IdPCredentialsDir))
 				}
 				// The proxies' traffic is never redirected to themselves: they run as the proxy UID.
 				if c.Name != configmap.ComponentProxyInit {
