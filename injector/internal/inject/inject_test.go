@@ -1,6 +1,7 @@
 package inject_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -204,4 +205,29 @@ func TestHashFollowsTheRenderedOutput(t *testing.T) {
 	envoy.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
 	used.Components[config.EnvoyProxy] = envoy
 	require.NotEqual(t, base.Hash, render(t, used).Hash, "another injection, another hash")
+}
+
+// Inject shares the rendered containers and volumes with its output (a cached rendering serves
+// many admissions): injecting, re-injecting over an older injection and removing must leave the
+// rendering as it was.
+func TestInjectLeavesTheRenderingUnchanged(t *testing.T) {
+	r := render(t, config.Default())
+	want := *r
+	want.InitContainers = slices.Clone(r.InitContainers)
+	for i := range want.InitContainers {
+		want.InitContainers[i] = *r.InitContainers[i].DeepCopy()
+	}
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}
+	out, _, err := inject.Inject(tmpl, r)
+	require.NoError(t, err)
+	other := config.Default()
+	other.Identity.TrustDomain = "example.org"
+	again, _, err := inject.Inject(out, render(t, other)) // strips out's injection first
+	require.NoError(t, err)
+	removed, _, err := inject.Remove(again)
+	require.NoError(t, err)
+	removed.Spec.Containers[0].VolumeMounts = append(removed.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "x", MountPath: "/x"})
+	_, _, err = inject.Remove(out)
+	require.NoError(t, err)
+	require.Equal(t, want.InitContainers, r.InitContainers)
 }

@@ -333,7 +333,8 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		}
 	}
 	line("KAGENTI_WORKLOAD", o.Workload)
-	if o.ServiceAccount != "" {
+	if o.ServiceAccount != "" && o.ServiceAccount != DefaultServiceAccount {
+		// "default" is what the data plane assumes without the line, as Kubernetes does.
 		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
 	}
 	line("KAGENTI_TRUST_DOMAIN", id.TrustDomain)
