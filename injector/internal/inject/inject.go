@@ -48,6 +48,10 @@ func ReadStatus(t *corev1.PodTemplateSpec) (*Status, error) {
 // A user container, init container or volume that has the name of an injected one is kept as the
 // user wrote it and the injected one is not added (override by name); likewise a user container that
 // already mounts something at the trace path or sets KAGENTI_TRACE_DIR keeps its own.
+//
+// out shares the injected containers' and volumes' slices, maps and pointers with r (a cached
+// rendering serves many admissions, and copying them was a fifth of the handler's time): callers
+// must not modify them in out (the webhook only encodes out; Remove and Strip work on a copy).
 func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec, changed bool, err error) {
 	old, err := ReadStatus(t)
 	if err != nil {
@@ -68,20 +72,20 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	var inits []corev1.Container
 	for _, c := range r.InitContainers {
 		if !taken[c.Name] {
-			inits = append(inits, *c.DeepCopy())
+			inits = append(inits, c)
 			st.InitContainers = append(st.InitContainers, c.Name)
 		}
 	}
 	spec.InitContainers = append(inits, spec.InitContainers...)
 	for _, c := range r.Containers {
 		if !taken[c.Name] {
-			spec.Containers = append(spec.Containers, *c.DeepCopy())
+			spec.Containers = append(spec.Containers, c)
 			st.Containers = append(st.Containers, c.Name)
 		}
 	}
 	for _, v := range r.Volumes {
 		if !slices.ContainsFunc(spec.Volumes, func(u corev1.Volume) bool { return u.Name == v.Name }) {
-			spec.Volumes = append(spec.Volumes, *v.DeepCopy())
+			spec.Volumes = append(spec.Volumes, v)
 			st.Volumes = append(st.Volumes, v.Name)
 		}
 	}

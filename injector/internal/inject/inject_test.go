@@ -1,10 +1,12 @@
 package inject_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
@@ -181,4 +183,51 @@ func TestStatusPortConflictDenied(t *testing.T) {
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, config.AuthProxy, conflict.Listener.Component)
 	require.ErrorContains(t, err, "port 15125/TCP is the port the injected auth-proxy listens on (its fixed status port)")
+}
+
+// The status hash follows what is rendered, not the inputs: a configuration change that renders the
+// same template (resources of a component this workload does not get) leaves it, so no rollout;
+// one that renders differently changes it, as an injector upgrade that renders differently does.
+func TestHashFollowsTheRenderedOutput(t *testing.T) {
+	base := render(t, config.Default())
+
+	unused := config.Default()
+	helper := unused.Components[config.SpiffeHelper]
+	helper.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
+	unused.Components[config.SpiffeHelper] = helper // spiffe-helper is not injected without kagenti.io/spiffe
+	require.NotEqual(t, config.Default().Hash(), unused.Hash())
+	same := render(t, unused)
+	require.Equal(t, base.InitContainers, same.InitContainers)
+	require.Equal(t, base.Hash, same.Hash, "the same injection, the same hash")
+
+	used := config.Default()
+	envoy := used.Components[config.EnvoyProxy]
+	envoy.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
+	used.Components[config.EnvoyProxy] = envoy
+	require.NotEqual(t, base.Hash, render(t, used).Hash, "another injection, another hash")
+}
+
+// Inject shares the rendered containers and volumes with its output (a cached rendering serves
+// many admissions): injecting, re-injecting over an older injection and removing must leave the
+// rendering as it was.
+func TestInjectLeavesTheRenderingUnchanged(t *testing.T) {
+	r := render(t, config.Default())
+	want := *r
+	want.InitContainers = slices.Clone(r.InitContainers)
+	for i := range want.InitContainers {
+		want.InitContainers[i] = *r.InitContainers[i].DeepCopy()
+	}
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}
+	out, _, err := inject.Inject(tmpl, r)
+	require.NoError(t, err)
+	other := config.Default()
+	other.Identity.TrustDomain = "example.org"
+	again, _, err := inject.Inject(out, render(t, other)) // strips out's injection first
+	require.NoError(t, err)
+	removed, _, err := inject.Remove(again)
+	require.NoError(t, err)
+	removed.Spec.Containers[0].VolumeMounts = append(removed.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "x", MountPath: "/x"})
+	_, _, err = inject.Remove(out)
+	require.NoError(t, err)
+	require.Equal(t, want.InitContainers, r.InitContainers)
 }

@@ -81,8 +81,13 @@ type Options struct {
 	excludeText string
 }
 
-// ServiceAccountOf returns the service account t's pods run as: "default" when it names none (the
-// API server's ServiceAccount admission sets that).
+// DefaultServiceAccount is the service account of pods whose template names none (the API
+// server's ServiceAccount admission sets it). kagenti-authbridge assumes it too
+// (authconfig.DefaultServiceAccount), so the identity defaults carry only another one.
+const DefaultServiceAccount = "default"
+
+// ServiceAccountOf returns the service account t's pods run as: DefaultServiceAccount when it
+// names none.
 func ServiceAccountOf(t *corev1.PodTemplateSpec) string {
 	switch {
 	case t.Spec.ServiceAccountName != "":
@@ -90,7 +95,7 @@ func ServiceAccountOf(t *corev1.PodTemplateSpec) string {
 	case t.Spec.DeprecatedServiceAccount != "":
 		return t.Spec.DeprecatedServiceAccount
 	}
-	return "default"
+	return DefaultServiceAccount
 }
 
 // InvalidError is a bad label or annotation value; the webhook denies the request with its message.

@@ -110,7 +110,7 @@ func TestRenderWithoutEnvoyTurnsOutboundOff(t *testing.T) {
 	require.Equal(t, config.ProxyInit, r.InitContainers[0].Name)
 	for _, c := range r.InitContainers {
 		require.NotEqual(t, config.EnvoyProxy, c.Name)
-		require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: inject.VolumeIdentity, MountPath: inject.PathIdentity, ReadOnly: true}, c.Name)
+		require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: inject.VolumeIdentity, MountPath: inject.PathIdentity}, c.Name)
 	}
 	require.Contains(t, r.IdentityDefaults, "\nKAGENTI_OUTBOUND_ENABLED=false\n")
 }

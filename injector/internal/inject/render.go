@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/kagenti/platform/injector/internal/config"
@@ -63,7 +64,7 @@ type Rendered struct {
 	IdentityDefaults string
 	// Listeners are the ports the injected containers listen on in the pod's network namespace.
 	Listeners []Listener
-	// Hash identifies the configuration and options this was rendered from.
+	// Hash identifies what is added (renderHash): equal hashes, equal injections.
 	Hash string
 }
 
@@ -99,7 +100,7 @@ func listeners(cfg *config.Config, name string) []Listener {
 // annotation makes a request exceed its limit, or the exclusions leave a component without what
 // it needs.
 func Render(cfg *config.Config, o Options) (*Rendered, error) {
-	r := &Rendered{Hash: renderHash(cfg, o)}
+	r := &Rendered{}
 	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
 	proxies := !o.Exclude[config.AuthProxy] || !o.Exclude[config.EnvoyProxy]
 	if spiffe && o.Exclude[config.ProxyInit] {
@@ -138,7 +139,11 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		}
 		sidecars = append(sidecars, c)
 	}
-	if cfg.SidecarMode == config.SidecarNative {
+	native := cfg.SidecarMode == config.SidecarNative
+	for i := range sidecars {
+		setProbes(&sidecars[i], native)
+	}
+	if native {
 		for i := range sidecars {
 			sidecars[i].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 		}
@@ -162,16 +167,27 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 			SecretName: cfg.Identity.IdPCredentialsSecret, Optional: ptr.To(true)}}})
 	}
 	r.Volumes = append(r.Volumes, configMapVolume(VolumeTrace, configmap.TraceName(o.Workload)))
-	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace, ReadOnly: true}}
+	// No readOnly on the mounts of configMap, secret and downwardAPI volumes: the kubelet mounts
+	// them read-only whatever the mount says (since Kubernetes 1.10), so the field would only add
+	// bytes to every stored template.
+	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
 	r.UserEnv = []corev1.EnvVar{{Name: EnvTraceDir, Value: PathTrace}}
+	r.Hash = renderHash(r)
 	return r, nil
 }
 
-func renderHash(cfg *config.Config, o Options) string {
+// renderHash identifies what Inject adds to a template: the rendered output itself, not the
+// configuration and options it came from, so that an injector upgrade that renders differently
+// (probes added, a field dropped) re-injects a workload on its next update like a configuration
+// change does, instead of leaving it with the old sidecars because its inputs look the same.
+func renderHash(r *Rendered) string {
 	b, _ := json.Marshal(struct {
-		Config  string
-		Options Options
-	}{cfg.Hash(), o})
+		InitContainers, Containers []corev1.Container
+		Volumes                    []corev1.Volume
+		UserMounts                 []corev1.VolumeMount
+		UserEnv                    []corev1.EnvVar
+		IdentityDefaults           string
+	}{r.InitContainers, r.Containers, r.Volumes, r.UserMounts, r.UserEnv, r.IdentityDefaults})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
@@ -215,8 +231,8 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 	}
 	c.Args = []string{configmap.AuthbridgeRoles[name]}
 	c.VolumeMounts = []corev1.VolumeMount{
-		{Name: VolumeIdentity, MountPath: PathIdentity, ReadOnly: true},
-		{Name: VolumeTokenExchange, MountPath: PathTokenExchange, ReadOnly: true},
+		{Name: VolumeIdentity, MountPath: PathIdentity},           // downwardAPI: read-only anyway
+		{Name: VolumeTokenExchange, MountPath: PathTokenExchange}, // configMap: read-only anyway
 	}
 	switch name {
 	case config.ProxyInit, config.ClientRegistration:
@@ -227,9 +243,70 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared, ReadOnly: true})
 	}
 	if name == config.ClientRegistration {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials}) // secret: read-only anyway
 	}
 	return c, nil
+}
+
+// The paths the sidecars' probes GET: kagenti-authbridge's status server (sidecar.AdminHandler)
+// and spiffe-helper's health listener (its defaults; proxy-init enables it in helper.conf).
+const (
+	pathLive        = "/healthz" // the process serves
+	pathReady       = "/readyz"  // a valid configuration, and what the role needs (credentials, signing keys)
+	pathHelperLive  = "/live"    // no SVID write failed
+	pathHelperReady = "/ready"   // every SVID file written
+)
+
+// startupPeriod and startupFailures bound how long a native sidecar may take to become ready
+// (register reaches the IdP, spiffe-helper the SPIRE agent) before the kubelet restarts it: probed
+// every second, so the next container starts at most a second after it is ready (with the
+// default period of 10 s, each sidecar would add up to 10 s to the pod's start), for 5 minutes.
+const (
+	startupPeriod   = 1
+	startupFailures = 300
+)
+
+// setProbes gives an identity sidecar its probes, each on the port the role serves (the status
+// ports of pkg/configmap; tokenexchange's injected_test.go GETs them from the binary started with
+// the golden's arguments). Probe fields the API server defaults (timeout 1 s, period 10 s, 3
+// failures, scheme HTTP) are left out.
+//
+//   - startup (native sidecars only): the kubelet starts the next container, and so the agent,
+//     only once this one is ready, so the agent never starts before the workload is registered,
+//     the SVID written and the proxies hold their configuration and keys. A classic sidecar starts
+//     next to the agent whatever its probes say, so it gets none (liveness then counts from the
+//     start: the status server answers as soon as the process runs).
+//   - liveness: a role whose status server stops answering (or spiffe-helper, once an SVID write
+//     failed) is restarted.
+//   - readiness: only the proxies, the pod's traffic path: auth-proxy without signing keys rejects
+//     every request, envoy-proxy without credentials cannot exchange. register and spiffe-helper
+//     keep serving what they wrote when a later renewal fails, so their state says nothing about
+//     whether the pod can take traffic.
+func setProbes(c *corev1.Container, native bool) {
+	get := func(path string, port int32) corev1.ProbeHandler {
+		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port)}}
+	}
+	live, ready := pathLive, pathReady
+	var port int32
+	switch c.Name {
+	case config.SpiffeHelper:
+		port, live, ready = configmap.HealthPortSpiffeHelper, pathHelperLive, pathHelperReady
+	case config.ClientRegistration:
+		port = configmap.StatusPortRegister
+	case config.AuthProxy:
+		port = configmap.StatusPortInbound
+	case config.EnvoyProxy:
+		port = configmap.StatusPortOutbound
+	default:
+		return
+	}
+	if native {
+		c.StartupProbe = &corev1.Probe{ProbeHandler: get(ready, port), PeriodSeconds: startupPeriod, FailureThreshold: startupFailures}
+	}
+	c.LivenessProbe = &corev1.Probe{ProbeHandler: get(live, port)}
+	if c.Name == config.AuthProxy || c.Name == config.EnvoyProxy {
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: get(ready, port)}
+	}
 }
 
 // identityDefaults renders the identity defaults kagenti-authbridge reads (the variables of its
@@ -256,7 +333,8 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		}
 	}
 	line("KAGENTI_WORKLOAD", o.Workload)
-	if o.ServiceAccount != "" {
+	if o.ServiceAccount != "" && o.ServiceAccount != DefaultServiceAccount {
+		// "default" is what the data plane assumes without the line, as Kubernetes does.
 		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
 	}
 	line("KAGENTI_TRUST_DOMAIN", id.TrustDomain)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -198,6 +199,24 @@ func TestWebhook(t *testing.T) {
 					}
 				}
 			}
+		}
+	})
+
+	// The goldens' probes, restart policies and security contexts pass the API server's validation
+	// (probes on an init container are valid only with restartPolicy: Always, a startup probe
+	// needs successThreshold 1, …): each is created with a server-side dry run where the webhook
+	// does not act.
+	t.Run("every golden injection is a valid object for the API server", func(t *testing.T) {
+		files, err := filepath.Glob(filepath.Join("..", "inject", "testdata", "golden", "*.yaml"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			u := &unstructured.Unstructured{}
+			require.NoError(t, yaml.Unmarshal(b, &u.Object), f)
+			u.SetNamespace(plain)
+			require.NoError(t, s.c.Create(ctx, u, client.DryRunAll), "%s is rejected by the API server", filepath.Base(f))
 		}
 	})
 

@@ -9,13 +9,21 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	helperconfig "github.com/spiffe/spiffe-helper/cmd/spiffe-helper/config"
@@ -139,6 +147,19 @@ func mountOf(c corev1.Container, p string) (volume string, readOnly bool) {
 	return volume, readOnly
 }
 
+// readOnlyMount reports whether the container sees p read-only: its mount says so, or the volume
+// is one the kubelet always mounts read-only (configMap, secret, downwardAPI, projected, since
+// Kubernetes 1.10), for which the injector leaves readOnly out.
+func readOnlyMount(tmpl corev1.PodTemplateSpec, c corev1.Container, p string) bool {
+	vol, ro := mountOf(c, p)
+	i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+	if ro || i < 0 {
+		return ro
+	}
+	v := tmpl.Spec.Volumes[i]
+	return v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+}
+
 func containers(tmpl corev1.PodTemplateSpec) []corev1.Container {
 	return slices.Concat(tmpl.Spec.InitContainers, tmpl.Spec.Containers)
 }
@@ -176,22 +197,22 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				assert.NotEmpty(t, snap.Config.Workload.ServiceAccount)
 
 				// The files it reads are where the injector mounts them.
-				vol, ro := mountOf(c, authconfig.ConfigDir)
+				vol, _ := mountOf(c, authconfig.ConfigDir)
 				assert.Equal(t, configmap.VolumeTokenExchange, vol, "config.yaml")
-				assert.True(t, ro)
+				assert.True(t, readOnlyMount(tmpl, c, authconfig.ConfigDir))
 				switch c.Name {
 				case configmap.ComponentProxyInit, configmap.ComponentClientRegistration:
-					vol, ro = mountOf(c, authconfig.SharedDir)
+					vol, _ = mountOf(c, authconfig.SharedDir)
 					assert.Equal(t, configmap.VolumeShared, vol, "it writes the shared volume")
-					assert.False(t, ro)
+					assert.False(t, readOnlyMount(tmpl, c, authconfig.SharedDir))
 				case configmap.ComponentEnvoyProxy:
 					vol, _ = mountOf(c, authconfig.SharedDir)
 					assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
 				}
 				if c.Name == configmap.ComponentClientRegistration {
-					vol, ro = mountOf(c, authconfig.IdPCredentialsDir)
+					vol, _ = mountOf(c, authconfig.IdPCredentialsDir)
 					assert.Equal(t, configmap.VolumeIdPCredentials, vol)
-					assert.True(t, ro)
+					assert.True(t, readOnlyMount(tmpl, c, authconfig.IdPCredentialsDir))
 				}
 				// The proxies' traffic is never redirected to themselves: they run as the proxy UID.
 				if c.Name != configmap.ComponentProxyInit {
@@ -266,6 +287,17 @@ func TestInjectedHelperConfIsReadBySpiffeHelper(t *testing.T) {
 			assert.False(t, ro, "spiffe-helper writes the SVID")
 			assert.Equal(t, authconfig.DefaultHelperFileMode, hc.JWTSVIDFileMode)
 			assert.Equal(t, configmap.HealthPortSpiffeHelper, hc.HealthCheck.BindPort)
+
+			// Its probes GET the paths and the port its health listener serves with this file.
+			require.True(t, hc.HealthCheck.ListenerEnabled, "spiffe-helper's probes need its health listener")
+			paths := map[string]string{"liveness": hc.HealthCheck.LivenessPath, "readiness": hc.HealthCheck.ReadinessPath, "startup": hc.HealthCheck.ReadinessPath}
+			probes := probesOf(helper)
+			require.NotEmpty(t, probes, "spiffe-helper has probes")
+			for kind, p := range probes {
+				require.NotNil(t, p.HTTPGet, kind)
+				assert.Equal(t, paths[kind], p.HTTPGet.Path, "%s probe path", kind)
+				assert.Equal(t, hc.HealthCheck.BindPort, p.HTTPGet.Port.IntValue(), "%s probe port", kind)
+			}
 		})
 	}
 	require.NotZero(t, seen, "no golden injects spiffe-helper")
@@ -288,5 +320,137 @@ func TestContractWithTheInjector(t *testing.T) {
 		cmd, _, err := root.Find([]string{role})
 		require.NoError(t, err)
 		assert.Equal(t, role, cmd.Name())
+	}
+}
+
+// probesOf returns c's probes by kind.
+func probesOf(c corev1.Container) map[string]*corev1.Probe {
+	out := map[string]*corev1.Probe{}
+	for kind, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p != nil {
+			out[kind] = p
+		}
+	}
+	return out
+}
+
+// TestInjectedProbesAreServed starts each kagenti-authbridge sidecar of the injector's goldens with
+// the golden's arguments and environment and GETs every probe's path on its port, as the kubelet
+// would: the liveness path answers 200, the startup and readiness paths are the role's readiness
+// (200 when its /status says ready, else 503 with the reasons; here, without an identity provider,
+// mostly 503), never a 404 or a closed port. The status ports are fixed, so the test runs again in a
+// network namespace of its own (root, or an unprivileged user namespace).
+func TestInjectedProbesAreServed(t *testing.T) {
+	if os.Getenv(testbedEnv) != "probes" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestInjectedProbesAreServed$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), testbedEnv+"=probes")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+		if os.Geteuid() != 0 {
+			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		}
+		out, err := cmd.CombinedOutput()
+		var start *os.PathError
+		if errors.As(err, &start) || (err != nil && strings.Contains(err.Error(), "operation not permitted")) {
+			t.Skipf("no network namespace for the fixed status ports: %v", err)
+		}
+		t.Logf("in its own network namespace:\n%s", out)
+		require.NoError(t, err, "output above")
+		return
+	}
+	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Skipf("ip link set lo up: %v: %s", err, out)
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	get := func(port int, path string) (int, string, error) {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	checked := map[string]bool{}
+	seen := map[string]bool{} // the same container in several goldens is started once
+	for _, file := range goldenFiles(t) {
+		tmpl := goldenTemplate(t, file)
+		for _, c := range containers(tmpl) {
+			probes := probesOf(c)
+			if !isAuthbridge(c) || len(probes) == 0 {
+				continue
+			}
+			key, err := json.Marshal(c)
+			require.NoError(t, err)
+			if seen[string(key)] {
+				continue
+			}
+			seen[string(key)] = true
+			t.Run(filepath.Base(file)+"/"+c.Name, func(t *testing.T) {
+				setContainerEnv(t, tmpl, c)
+				ctx, cancel := context.WithCancel(context.Background())
+				root := newRootCommand()
+				root.SetArgs(c.Args)
+				root.SetOut(io.Discard)
+				done := make(chan error, 1)
+				go func() { done <- root.ExecuteContext(ctx) }()
+				defer func() {
+					cancel()
+					select {
+					case err := <-done:
+						require.NoError(t, err, "the role stops cleanly")
+					case <-time.After(30 * time.Second):
+						t.Fatal("the role did not stop")
+					}
+				}()
+				for kind, p := range probes {
+					require.NotNil(t, p.HTTPGet, "%s probe: httpGet", kind)
+					require.Contains(t, []corev1.URIScheme{"", corev1.URISchemeHTTP}, p.HTTPGet.Scheme)
+					require.Empty(t, p.HTTPGet.Host, "the kubelet probes the pod IP")
+					port := p.HTTPGet.Port.IntValue()
+					require.NotZero(t, port, "%s probe: a numeric port", kind)
+					var code int
+					var body string
+					require.Eventually(t, func() bool {
+						select {
+						case err := <-done:
+							require.NoError(t, err, "the role exited")
+							t.Fatal("the role exited")
+						default:
+						}
+						code, body, err = get(port, p.HTTPGet.Path)
+						return err == nil
+					}, 20*time.Second, 50*time.Millisecond, "%s probe: nothing serves :%d", kind, port)
+					if kind == "liveness" {
+						assert.Equal(t, http.StatusOK, code, "%s probe %s on :%d: %s", kind, p.HTTPGet.Path, port, body)
+						continue
+					}
+					// Startup and readiness: the role's readiness, as its /status reports it.
+					scode, sbody, err := get(port, "/status")
+					require.NoError(t, err)
+					require.Equal(t, http.StatusOK, scode)
+					var st sidecar.Status
+					require.NoError(t, json.Unmarshal([]byte(sbody), &st))
+					require.Equal(t, c.Args[0], st.Role, "the port is this role's status server")
+					// Readiness may change between the two requests (keys loading): ask again until they agree.
+					require.Eventually(t, func() bool {
+						code, body, _ = get(port, p.HTTPGet.Path)
+						_, sbody, _ = get(port, "/status")
+						_ = json.Unmarshal([]byte(sbody), &st)
+						return (code == http.StatusOK) == st.Ready
+					}, 10*time.Second, 50*time.Millisecond, "%s probe %s on :%d answers %d %q, /status ready=%v", kind, p.HTTPGet.Path, port, code, body, st.Ready)
+					if !st.Ready {
+						assert.Equal(t, http.StatusServiceUnavailable, code)
+						assert.NotEmpty(t, strings.TrimSpace(body), "a 503 says why")
+					}
+					t.Logf("%s probe %s on :%d: %d %s", kind, p.HTTPGet.Path, port, code, strings.TrimSpace(body))
+				}
+				checked[c.Args[0]] = true
+			})
+		}
+	}
+	for _, role := range []string{"register", "inbound", "outbound"} {
+		assert.True(t, checked[role], "no golden has probes on the %s role", role)
 	}
 }

@@ -71,15 +71,24 @@ func DefaultsFromEnv(lookup func(string) (string, bool)) (Spec, error) {
 	return s, errors.Join(errs...)
 }
 
+// DefaultServiceAccount is the service account of a pod whose template names none (the API
+// server's ServiceAccount admission sets it); the injector writes KAGENTI_SERVICE_ACCOUNT only
+// for another one.
+const DefaultServiceAccount = "default"
+
 // WorkloadFromEnv reads the workload's identity from the environment.
 func WorkloadFromEnv(lookup func(string) (string, bool)) Workload {
 	get := func(k string) string { v, _ := lookup(k); return v }
-	return Workload{
+	w := Workload{
 		Namespace:      get(EnvPodNamespace),
 		Name:           get(EnvWorkload),
 		PodName:        get(EnvPodName),
 		ServiceAccount: get(EnvServiceAccount),
 	}
+	if w.ServiceAccount == "" {
+		w.ServiceAccount = DefaultServiceAccount
+	}
+	return w
 }
 
 // envOf names the environment variable that sets the default of path, for error messages.

@@ -228,3 +228,14 @@ func TestPendingRestart(t *testing.T) {
 	assert.Equal(t, []string{"x"}, running.Inbound.Validation.RequiredScopes, "run-time settings apply at once")
 	assert.Empty(t, PendingRestart(started, running))
 }
+
+// A pod whose template names no service account runs as "default"; the injector leaves
+// KAGENTI_SERVICE_ACCOUNT out then, and the SPIFFE ID must still be the pod's.
+func TestWorkloadWithoutServiceAccountIsDefault(t *testing.T) {
+	env := map[string]string{EnvPodNamespace: "agents", EnvWorkload: "weather-agent", EnvPodName: "weather-agent-0"}
+	w := WorkloadFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.Equal(t, "default", w.ServiceAccount)
+	require.Equal(t, "spiffe://cluster.local/ns/agents/sa/default", w.SpiffeID("cluster.local"))
+	env[EnvServiceAccount] = "weather"
+	require.Equal(t, "weather", WorkloadFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }).ServiceAccount)
+}
