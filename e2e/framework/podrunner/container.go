@@ -50,9 +50,6 @@ func checkPod(pod *corev1.Pod) error {
 func checkContainer(c *corev1.Container) error {
 	unsupported := map[string]bool{
 		"lifecycle":          c.Lifecycle != nil,
-		"livenessProbe":      c.LivenessProbe != nil,
-		"readinessProbe":     c.ReadinessProbe != nil,
-		"startupProbe":       c.StartupProbe != nil,
 		"stdin/tty":          c.Stdin || c.TTY,
 		"volumeDevices":      len(c.VolumeDevices) > 0,
 		"restartPolicyRules": len(c.RestartPolicyRules) > 0,
@@ -60,6 +57,11 @@ func checkContainer(c *corev1.Container) error {
 	for field, set := range unsupported {
 		if set {
 			return fmt.Errorf("container %s: %s is not supported", c.Name, field)
+		}
+	}
+	for field, p := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe, "startupProbe": c.StartupProbe} {
+		if err := checkProbe(c, field, p); err != nil {
+			return err
 		}
 	}
 	if c.RestartPolicy != nil && *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {

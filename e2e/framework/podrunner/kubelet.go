@@ -168,13 +168,14 @@ func (k *Kubelet) Run(t testing.TB, pod *corev1.Pod) *RunningPod {
 		c := &pod.Spec.InitContainers[i]
 		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 		if sidecar {
-			r.start(t, ctx, c, true)
+			r.superviseProbes(t, c, r.start(t, ctx, c, true))
 		} else {
 			r.runToCompletion(t, ctx, c)
 		}
 	}
 	for i := range pod.Spec.Containers {
-		r.start(t, ctx, &pod.Spec.Containers[i], true)
+		c := &pod.Spec.Containers[i]
+		r.superviseProbes(t, c, r.start(t, ctx, c, true))
 	}
 	return r.running
 }

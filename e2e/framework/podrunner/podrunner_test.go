@@ -1,6 +1,10 @@
 package podrunner
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -127,7 +132,8 @@ func TestFieldAndResourceValues(t *testing.T) {
 
 func TestUnsupportedSpecFailsNamingTheField(t *testing.T) {
 	for field, c := range map[string]corev1.Container{
-		"livenessProbe": {Name: "c", LivenessProbe: &corev1.Probe{}},
+		"livenessProbe": {Name: "c", LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}},
+		"startupProbe":  {Name: "c", StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromString("status")}}}},
 		"subPath":       {Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/x", SubPath: "y"}}},
 		"privileged":    {Name: "c", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}},
 	} {
@@ -152,5 +158,34 @@ func TestBoundingSet(t *testing.T) {
 	}
 	if _, err := boundingSet(&corev1.Capabilities{Add: []corev1.Capability{"WAKE_ALARM"}}); err == nil {
 		t.Fatal("an unknown capability must fail")
+	}
+}
+
+func TestProbes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	addrPort := netip.MustParseAddrPort(strings.TrimPrefix(srv.URL, "http://"))
+	c := &corev1.Container{Name: "c", Ports: []corev1.ContainerPort{{Name: "status", ContainerPort: int32(addrPort.Port())}}}
+	probeAt := func(path string) *probe {
+		spec := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("status")}}}
+		return newProbe(c, "startup", spec, addrPort.Addr())
+	}
+	if err := probeAt("/healthz").once(context.Background()); err != nil {
+		t.Errorf("a 200 answer must pass: %v", err)
+	}
+	if err := probeAt("/readyz").once(context.Background()); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("a 503 answer must fail naming it, got %v", err)
+	}
+	tcp := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(addrPort.Port()))}}}
+	if err := newProbe(c, "liveness", tcp, addrPort.Addr()).once(context.Background()); err != nil {
+		t.Errorf("a TCP probe of a listening port must pass: %v", err)
+	}
+	if err := checkProbe(c, "startupProbe", &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromString("nope")}}}); err == nil ||
+		!strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("an unknown port name must be refused naming it, got %v", err)
 	}
 }
