@@ -73,17 +73,21 @@ type SpiffeSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
 	TrustDomain string `json:"trustDomain,omitempty"`
 
-	// SocketPath of the SPIRE agent's Workload API, an absolute path with or without the unix://
-	// scheme. Default /run/spire/agent-sockets/agent.sock.
+	// SocketPath of the SPIRE agent's Workload API, with or without the unix:// scheme: a socket in
+	// /run/spire/agent-sockets/, the directory where the injector mounts the SPIRE agent's socket
+	// volume into spiffe-helper (the injector's spireSocket setting chooses what is mounted there).
+	// Default /run/spire/agent-sockets/agent.sock.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:Pattern=`^(unix://)?/[^\s]*$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(unix://)?/run/spire/agent-sockets/[^\\s]+$') && !self.matches('/[.][.]?(/|$)')`,message="must be a socket in /run/spire/agent-sockets/, the only directory mounted into spiffe-helper (the injector mounts the SPIRE agent's socket volume there; its spireSocket setting chooses the node's directory or CSI driver)"
 	SocketPath string `json:"socketPath,omitempty"`
 
-	// OutputFormat of the SVID written to /shared: jwt (a JWT SVID) or x509 (certificate, key and
-	// bundle). Default jwt.
+	// OutputFormat of the SVID written to /shared: jwt, the JWT SVID the outbound proxy
+	// authenticates with. Default jwt. x509 is rejected: no container reads X.509 SVID files.
 	// +optional
-	// +kubebuilder:validation:Enum=jwt;x509
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self == 'jwt'",message="must be jwt: x509 is not supported, no injected container reads X.509 SVID files (the outbound proxy authenticates with the JWT SVID or the registered client's secret); set jwt or leave the field out"
 	OutputFormat string `json:"outputFormat,omitempty"`
 
 	// Audience of the JWT SVID. Default kagenti-agents.
@@ -119,6 +123,8 @@ type ClientRegistrationSpec struct {
 }
 
 // KeycloakSpec configures registration with Keycloak.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.adminCredentialsSecret)",message="adminCredentialsSecret is not supported: client-registration reads the identity provider's credentials from the Secret the injector mounts, kagenti-idp-credentials in the workload's namespace (the injector's identity.idpCredentialsSecret); put the credentials there and remove this field",fieldPath=".adminCredentialsSecret",reason="FieldValueForbidden"
 type KeycloakSpec struct {
 	// URL of the Keycloak server, e.g. http://keycloak.auth.svc:8080.
 	// +optional
@@ -133,11 +139,12 @@ type KeycloakSpec struct {
 	// +kubebuilder:validation:Pattern=`^[^\s/]+$`
 	Realm string `json:"realm,omitempty"`
 
-	// AdminCredentialsSecret names a Secret in the workload's namespace holding the Keycloak admin
-	// credentials used to register the client.
+	// AdminCredentialsSecret is rejected: the credentials client-registration uses come from the
+	// Secret the injector mounts (kagenti-idp-credentials by default, in the workload's namespace),
+	// because the injector cannot read TokenExchanges at admission. The field stays in the schema
+	// only so that a manifest setting it is refused with that explanation rather than pruned.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	AdminCredentialsSecret string `json:"adminCredentialsSecret,omitempty"`
 
 	// ClientNameTemplate is the registered client's name: literal text (no whitespace, control
@@ -234,6 +241,8 @@ type OutboundSpec struct {
 }
 
 // TrafficInterceptionSpec configures the interception of outgoing traffic.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.proxyUid)",message="proxyUid is not supported: the proxies run as the injector's proxy UID (its identity.proxyUID, default 1337), the one UID the interception rules let through; a different value would redirect the proxies' own traffic to themselves. Remove this field",fieldPath=".proxyUid",reason="FieldValueForbidden"
 type TrafficInterceptionSpec struct {
 	// Enabled turns interception on or off. Default true.
 	// +optional
@@ -245,10 +254,11 @@ type TrafficInterceptionSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	ProxyPort *int32 `json:"proxyPort,omitempty"`
 
-	// ProxyUID is the user ID of the proxy, whose own traffic is not intercepted. Default 1337.
+	// ProxyUID is rejected: the proxies run as the injector's proxy UID (identity.proxyUID in its
+	// configuration), which the interception rules must skip, and a TokenExchange cannot change
+	// the pod's security context. The field stays in the schema only so that a manifest setting it
+	// is refused with that explanation rather than pruned.
 	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=2147483647
 	ProxyUID *int64 `json:"proxyUid,omitempty"`
 
 	// ExcludePorts are outbound destination ports that are not intercepted. The inbound port is

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
@@ -48,16 +50,54 @@ func RenderClientName(s string, vars ClientNameVars) (string, error) {
 	})
 }
 
+// SpireSocketDir is the directory the injector mounts the SPIRE agent's socket volume at in
+// spiffe-helper. spiffe.socketPath must name a socket inside it.
+const SpireSocketDir = authconfig.SpireSocketDir
+
+// The messages of the rules a TokenExchange written before phase 2 may break; the CRD's CEL rules
+// (markers in tokenexchange_types.go) say the same.
+const (
+	msgAdminCredentialsSecret = "adminCredentialsSecret is not supported: client-registration reads the identity provider's credentials from the Secret the injector mounts, kagenti-idp-credentials in the workload's namespace (the injector's identity.idpCredentialsSecret); put the credentials there and remove this field"
+	msgProxyUID               = "proxyUid is not supported: the proxies run as the injector's proxy UID (its identity.proxyUID, default 1337), the one UID the interception rules let through; a different value would redirect the proxies' own traffic to themselves. Remove this field"
+	msgOutputFormat           = "must be jwt: x509 is not supported, no injected container reads X.509 SVID files (the outbound proxy authenticates with the JWT SVID or the registered client's secret); set jwt or leave the field out"
+	msgSocketPath             = "must be a socket in /run/spire/agent-sockets/, the only directory mounted into spiffe-helper (the injector mounts the SPIRE agent's socket volume there; its spireSocket setting chooses the node's directory or CSI driver)"
+)
+
 // Validate reports what the controller checks before rendering: the CRD schema checks the same
 // (CEL), but objects stored before that rule existed are not re-validated by the API server. The
 // validating webhook calls it too.
 func (t *TokenExchange) Validate() field.ErrorList {
 	var errs field.ErrorList
-	if cr := t.Spec.ClientRegistration; cr != nil && cr.Keycloak != nil && cr.Keycloak.ClientNameTemplate != "" {
-		p := field.NewPath("spec", "clientRegistration", "keycloak", "clientNameTemplate")
-		if err := ValidateClientNameTemplate(cr.Keycloak.ClientNameTemplate); err != nil {
-			errs = append(errs, field.Invalid(p, cr.Keycloak.ClientNameTemplate, err.Error()))
+	spec := field.NewPath("spec")
+	if sp := t.Spec.Spiffe; sp != nil {
+		if sp.SocketPath != "" && !InSpireSocketDir(sp.SocketPath) {
+			errs = append(errs, field.Invalid(spec.Child("spiffe", "socketPath"), sp.SocketPath, msgSocketPath))
+		}
+		if sp.OutputFormat != "" && sp.OutputFormat != "jwt" {
+			errs = append(errs, field.Invalid(spec.Child("spiffe", "outputFormat"), sp.OutputFormat, msgOutputFormat))
 		}
 	}
+	if cr := t.Spec.ClientRegistration; cr != nil && cr.Keycloak != nil {
+		kc := spec.Child("clientRegistration", "keycloak")
+		if cr.Keycloak.AdminCredentialsSecret != "" {
+			errs = append(errs, field.Forbidden(kc.Child("adminCredentialsSecret"), msgAdminCredentialsSecret))
+		}
+		if cr.Keycloak.ClientNameTemplate != "" {
+			if err := ValidateClientNameTemplate(cr.Keycloak.ClientNameTemplate); err != nil {
+				errs = append(errs, field.Invalid(kc.Child("clientNameTemplate"), cr.Keycloak.ClientNameTemplate, err.Error()))
+			}
+		}
+	}
+	if out := t.Spec.Outbound; out != nil && out.TrafficInterception != nil && out.TrafficInterception.ProxyUID != nil {
+		errs = append(errs, field.Forbidden(spec.Child("outbound", "trafficInterception", "proxyUid"), msgProxyUID))
+	}
 	return errs
+}
+
+// InSpireSocketDir reports whether socketPath (with or without unix://) names a file inside
+// SpireSocketDir, without "." or ".." segments that could leave it; the data plane checks the
+// same.
+func InSpireSocketDir(socketPath string) bool {
+	p := strings.TrimPrefix(socketPath, "unix://")
+	return !strings.ContainsAny(p, " \t\n\f\r") && authconfig.InSpireSocketDir(p) // RE2's \s, as in the CEL rule
 }

@@ -79,6 +79,57 @@ func TestValidateFieldPath(t *testing.T) {
 	assert.Empty(t, te.Validate())
 }
 
+// TestValidateRejectsFieldsWithoutEffect: a TokenExchange stored before the CRD rejected them
+// (the API server does not re-validate stored objects) is refused by the controller with the same
+// field path and message as the CRD's rule.
+func TestValidateRejectsFieldsWithoutEffect(t *testing.T) {
+	for _, tc := range []struct {
+		name, field, msg string
+		spec             TokenExchangeSpec
+	}{
+		{"adminCredentialsSecret", "spec.clientRegistration.keycloak.adminCredentialsSecret", msgAdminCredentialsSecret,
+			TokenExchangeSpec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{AdminCredentialsSecret: "kc-admin"}}}},
+		{"proxyUid", "spec.outbound.trafficInterception.proxyUid", msgProxyUID,
+			TokenExchangeSpec{Outbound: &OutboundSpec{TrafficInterception: &TrafficInterceptionSpec{ProxyUID: new(int64(1337))}}}},
+		{"outputFormat x509", "spec.spiffe.outputFormat", msgOutputFormat,
+			TokenExchangeSpec{Spiffe: &SpiffeSpec{OutputFormat: "x509"}}},
+		{"socketPath elsewhere", "spec.spiffe.socketPath", msgSocketPath,
+			TokenExchangeSpec{Spiffe: &SpiffeSpec{SocketPath: "unix:///var/run/spire/agent.sock"}}},
+		{"socketPath leaving the directory", "spec.spiffe.socketPath", msgSocketPath,
+			TokenExchangeSpec{Spiffe: &SpiffeSpec{SocketPath: "/run/spire/agent-sockets/../agent.sock"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := (&TokenExchange{Spec: tc.spec}).Validate()
+			if assert.Len(t, errs, 1) {
+				assert.Equal(t, tc.field, errs[0].Field)
+				assert.Contains(t, errs[0].Error(), tc.msg)
+			}
+		})
+	}
+	ok := &TokenExchange{Spec: TokenExchangeSpec{Spiffe: &SpiffeSpec{OutputFormat: "jwt", SocketPath: "unix:///run/spire/agent-sockets/spire/agent.sock"}}}
+	assert.Empty(t, ok.Validate())
+}
+
+func TestInSpireSocketDir(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/run/spire/agent-sockets/agent.sock":        true,
+		"unix:///run/spire/agent-sockets/agent.sock": true,
+		"/run/spire/agent-sockets/a/api.sock":        true,
+		"/run/spire/agent-sockets/.agent.sock":       true,
+		"/run/spire/agent-sockets/":                  false,
+		"/run/spire/agent-sockets":                   false,
+		"/run/spire/agent-socketsX/agent.sock":       false,
+		"/run/spire/sockets/agent.sock":              false,
+		"/run/spire/agent-sockets/../x.sock":         false,
+		"/run/spire/agent-sockets/./agent.sock":      false,
+		"/run/spire/agent-sockets/a/..":              false,
+		"/run/spire/agent-sockets/a b":               false,
+		"unix://unix:///run/spire/agent-sockets/a":   false,
+	} {
+		assert.Equal(t, want, InSpireSocketDir(path), path)
+	}
+}
+
 func TestRenderClientName(t *testing.T) {
 	vars := ClientNameVars{PodName: "p-1", Namespace: "agents", WorkloadName: "weather", ServiceAccount: "sa"}
 	for tmpl, want := range map[string]string{

@@ -18,11 +18,9 @@ const (
 	ProviderOIDC = "oidc"
 )
 
-// SVID output formats of spiffe-helper.
-const (
-	OutputJWT  = "jwt"
-	OutputX509 = "x509"
-)
+// OutputJWT is the one SVID output format: spiffe-helper writes the JWT SVID that the outbound
+// proxy authenticates with. (X.509 SVID files would have no reader in the pod.)
+const OutputJWT = "jwt"
 
 // Config is the resolved configuration a data-plane role runs: every field set, every value
 // checked. Build it with Resolve.
@@ -168,7 +166,6 @@ type StartupSetting struct {
 // StartupSettings lists every setting that takes effect only at pod start.
 var StartupSettings = []StartupSetting{
 	{"spiffe.socketPath", func(c Config) any { return c.Spiffe.SocketPath }},
-	{"spiffe.outputFormat", func(c Config) any { return c.Spiffe.OutputFormat }},
 	{"spiffe.audience", func(c Config) any { return c.Spiffe.Audience }},
 	{"inbound.enabled", func(c Config) any { return c.Inbound.Enabled }},
 	{"inbound.port", func(c Config) any { return c.Inbound.Port }},
@@ -176,7 +173,6 @@ var StartupSettings = []StartupSetting{
 	{"outbound.enabled", func(c Config) any { return c.Outbound.Enabled }},
 	{"outbound.trafficInterception.enabled", func(c Config) any { return c.Outbound.Interception.Enabled }},
 	{"outbound.trafficInterception.proxyPort", func(c Config) any { return c.Outbound.Interception.ProxyPort }},
-	{"outbound.trafficInterception.proxyUid", func(c Config) any { return c.Outbound.Interception.ProxyUID }},
 	{"outbound.trafficInterception.excludePorts", func(c Config) any { return c.Outbound.Interception.ExcludePorts }},
 }
 
@@ -197,7 +193,6 @@ func PendingRestart(started, next Config) []string {
 // switches stay c's: their run-time half applies at once), which is what a running pod does.
 func (c Config) WithStartupSettingsOf(started Config) Config {
 	c.Spiffe.SocketPath = started.Spiffe.SocketPath
-	c.Spiffe.OutputFormat = started.Spiffe.OutputFormat
 	c.Spiffe.Audience = started.Spiffe.Audience
 	c.Inbound.Port = started.Inbound.Port
 	c.Inbound.ExcludePorts = slices.Clone(started.Inbound.ExcludePorts)

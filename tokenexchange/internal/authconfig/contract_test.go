@@ -14,4 +14,5 @@ import (
 func TestMountPathsAreTheInjectors(t *testing.T) {
 	assert.Equal(t, configmap.PathTokenExchange, ConfigDir)
 	assert.Equal(t, configmap.PathShared, SharedDir)
+	assert.Equal(t, configmap.PathSpireSocket, SpireSocketDir)
 }

@@ -26,6 +26,9 @@ const (
 	IdentityDir = "/etc/kagenti/identity"
 	// IdentityDefaultsFile is the file of IdentityDir with the defaults.
 	IdentityDefaultsFile = "defaults.env"
+	// SpireSocketDir is where the injector mounts the SPIRE agent's socket volume into
+	// spiffe-helper: the Workload API socket must be in it.
+	SpireSocketDir = "/run/spire/agent-sockets"
 )
 
 // Files under SharedDir. The names are relative: spiffe-helper joins them to its cert_dir.
@@ -35,9 +38,6 @@ const (
 	ClientIDFile     = "client-id.txt"     // written by client-registration
 	ClientSecretFile = "client-secret.txt" // written by client-registration
 	RegistrationFile = "registration.json" // client-registration's own state (RFC 7591/7592)
-	X509SVIDFile     = "svid.pem"          // written by spiffe-helper for outputFormat x509
-	X509KeyFile      = "svid_key.pem"
-	X509BundleFile   = "svid_bundle.pem"
 )
 
 // MaxConfigSize bounds config.yaml; a ConfigMap holds at most 1 MiB.

@@ -75,7 +75,7 @@ func TestControllerGoldensResolve(t *testing.T) {
 	off := load("exchange-disabled")
 	assert.False(t, off.Exchanges())
 	assert.False(t, off.ClientRegistration.Enabled)
-	assert.Equal(t, OutputX509, off.Spiffe.OutputFormat)
+	assert.Equal(t, OutputJWT, off.Spiffe.OutputFormat)
 	assert.Equal(t, int32(9090), off.Inbound.Port)
 	assert.Equal(t, int32(15001), off.Outbound.Interception.ProxyPort)
 

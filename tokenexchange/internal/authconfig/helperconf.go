@@ -10,7 +10,7 @@ import (
 type HelperOptions struct {
 	// CertDir is where spiffe-helper writes the SVID files (the shared volume).
 	CertDir string
-	// FileMode of the JWT SVID and of the X.509 key: readable by the identity sidecars, which share
+	// FileMode of the JWT SVID: readable by the identity sidecars, which share
 	// a group (docs/identity.md); spiffe-helper's own default, 0600, would lock them out.
 	FileMode uint32
 	// HealthPort is where spiffe-helper serves /live and /ready for the kubelet's probes; 0
@@ -31,16 +31,9 @@ func RenderHelperConf(c Config, o HelperOptions) string {
 	fmt.Fprintf(&b, "agent_address = %s\n", hclString(c.Spiffe.SocketPath))
 	fmt.Fprintf(&b, "cert_dir = %s\n", hclString(o.CertDir))
 	b.WriteString("daemon_mode = true\n")
-	switch c.Spiffe.OutputFormat {
-	case OutputX509:
-		fmt.Fprintf(&b, "svid_file_name = %s\nsvid_key_file_name = %s\nsvid_bundle_file_name = %s\n",
-			hclString(X509SVIDFile), hclString(X509KeyFile), hclString(X509BundleFile))
-		fmt.Fprintf(&b, "key_file_mode = %d # %#o\n", o.FileMode, o.FileMode)
-	default:
-		fmt.Fprintf(&b, "jwt_svids = [{jwt_audience = %s, jwt_svid_file_name = %s}]\n",
-			hclString(c.Spiffe.Audience), hclString(JWTSVIDFile))
-		fmt.Fprintf(&b, "jwt_svid_file_mode = %d # %#o\n", o.FileMode, o.FileMode)
-	}
+	fmt.Fprintf(&b, "jwt_svids = [{jwt_audience = %s, jwt_svid_file_name = %s}]\n",
+		hclString(c.Spiffe.Audience), hclString(JWTSVIDFile))
+	fmt.Fprintf(&b, "jwt_svid_file_mode = %d # %#o\n", o.FileMode, o.FileMode)
 	if o.HealthPort > 0 {
 		fmt.Fprintf(&b, "health_checks {\n  listener_enabled = true\n  bind_port = %d\n  liveness_path = \"/live\"\n  readiness_path = \"/ready\"\n}\n", o.HealthPort)
 	}

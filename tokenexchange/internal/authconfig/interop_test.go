@@ -39,8 +39,6 @@ func parseWithSpiffeHelper(t *testing.T, conf string) *helperconfig.Config {
 func TestHelperConfIsReadBySpiffeHelper(t *testing.T) {
 	jwt := authconfig.Config{Workload: workload(), Spiffe: authconfig.Spiffe{Enabled: true,
 		SocketPath: "/run/spire/agent-sockets/agent.sock", OutputFormat: "jwt", Audience: "kagenti-agents"}}
-	x509 := jwt
-	x509.Spiffe.OutputFormat = "x509"
 	odd := jwt
 	odd.Spiffe.Audience = `aud "with" quotes, a \ and ${x}`
 	odd.Spiffe.SocketPath = "/run/spire/agent-sockets/with space.sock"
@@ -60,14 +58,6 @@ func TestHelperConfIsReadBySpiffeHelper(t *testing.T) {
 		assert.Equal(t, "/ready", c.HealthCheck.ReadinessPath)
 		sc := helperconfig.NewSidecarConfig(c, logrus.New())
 		assert.Equal(t, "/run/spire/agent-sockets/agent.sock", sc.AgentAddress)
-	})
-	t.Run("x509", func(t *testing.T) {
-		c := parseWithSpiffeHelper(t, authconfig.RenderHelperConf(x509, opts))
-		assert.Equal(t, "/shared/svid.pem", path.Join(c.CertDir, c.SVIDFilename))
-		assert.Equal(t, "/shared/svid_key.pem", path.Join(c.CertDir, c.SVIDKeyFilename))
-		assert.Equal(t, "/shared/svid_bundle.pem", path.Join(c.CertDir, c.SVIDBundleFilename))
-		assert.Equal(t, 0o640, c.KeyFileMode)
-		assert.Empty(t, c.JWTSVIDs)
 	})
 	t.Run("values that need quoting", func(t *testing.T) {
 		c := parseWithSpiffeHelper(t, authconfig.RenderHelperConf(odd, authconfig.HelperOptions{CertDir: "/shared", FileMode: 0o640}))

@@ -48,11 +48,10 @@ func mergeKeycloak(b, o *KeycloakSpec) *KeycloakSpec {
 	}
 	x, y := value(b), value(o)
 	return &KeycloakSpec{
-		URL:                    str(x.URL, y.URL),
-		Realm:                  str(x.Realm, y.Realm),
-		AdminCredentialsSecret: str(x.AdminCredentialsSecret, y.AdminCredentialsSecret),
-		ClientNameTemplate:     str(x.ClientNameTemplate, y.ClientNameTemplate),
-		TokenExchangeEnabled:   pick(x.TokenExchangeEnabled, y.TokenExchangeEnabled),
+		URL:                  str(x.URL, y.URL),
+		Realm:                str(x.Realm, y.Realm),
+		ClientNameTemplate:   str(x.ClientNameTemplate, y.ClientNameTemplate),
+		TokenExchangeEnabled: pick(x.TokenExchangeEnabled, y.TokenExchangeEnabled),
 	}
 }
 

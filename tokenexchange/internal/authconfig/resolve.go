@@ -16,6 +16,7 @@ import (
 // with its field path.
 func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	s := Merge(defaults, overrides)
+	notInjected := switchedOnWithoutContainer(defaults, overrides)
 	sp, cr, in, out := value(s.Spiffe), value(s.ClientRegistration), value(s.Inbound), value(s.Outbound)
 	kc, oidc := value(cr.Keycloak), value(cr.OIDC)
 	v := value(in.Validation)
@@ -100,7 +101,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		c.Outbound.TokenExchange.Routes = append(c.Outbound.TokenExchange.Routes, route)
 	}
 
-	errs := c.validate()
+	errs := append(c.validate(), notInjected...)
 	if c.ClientRegistration.ClientNameTemplate != "" {
 		name, err := RenderClientName(c.ClientRegistration.ClientNameTemplate, w)
 		if err != nil {
@@ -170,15 +171,15 @@ func (c Config) validate() []error {
 		add("spiffe.trustDomain", "%q is not a trust domain (lower-case letters, digits, '.', '-', '_')", c.Spiffe.TrustDomain)
 	}
 	if c.Spiffe.Enabled {
+		// Absolute only: in a pod the socket is in SpireSocketDir (the TokenExchange API and the
+		// injector's configuration both insist on it), but the roles also run outside pods.
 		if required("spiffe.socketPath", c.Spiffe.SocketPath) && !strings.HasPrefix(c.Spiffe.SocketPath, "/") {
 			add("spiffe.socketPath", "%q is not an absolute path", c.Spiffe.SocketPath)
 		}
-		if c.Spiffe.OutputFormat != OutputJWT && c.Spiffe.OutputFormat != OutputX509 {
-			add("spiffe.outputFormat", "%q is not one of jwt, x509", c.Spiffe.OutputFormat)
+		if c.Spiffe.OutputFormat != OutputJWT {
+			add("spiffe.outputFormat", "%q is not supported: only jwt (no container reads X.509 SVID files)", c.Spiffe.OutputFormat)
 		}
-		if c.Spiffe.OutputFormat == OutputJWT {
-			required("spiffe.audience", c.Spiffe.Audience)
-		}
+		required("spiffe.audience", c.Spiffe.Audience)
 	}
 
 	switch c.IdP.Provider {
@@ -228,8 +229,8 @@ func (c Config) validate() []error {
 	}
 	ports("outbound.trafficInterception.excludePorts", c.Outbound.Interception.ExcludePorts)
 	if c.Exchanges() {
-		if !c.ClientRegistration.Enabled && !(c.Spiffe.Enabled && c.Spiffe.OutputFormat == OutputJWT) {
-			add("outbound.tokenExchange.enabled", "token exchange needs the workload's credentials: enable clientRegistration (client secret), or spiffe with outputFormat jwt (JWT SVID as client assertion)")
+		if !c.ClientRegistration.Enabled && !c.Spiffe.Enabled {
+			add("outbound.tokenExchange.enabled", "token exchange needs the workload's credentials: enable clientRegistration (client secret) or spiffe (JWT SVID as client assertion)")
 		}
 		tx := c.Outbound.TokenExchange
 		httpURL("outbound.tokenExchange.tokenUrl", tx.TokenURL)
@@ -249,6 +250,50 @@ func (c Config) validate() []error {
 		scopes(fmt.Sprintf("outbound.tokenExchange.destinationRules[%d].target.scopes", i), r.Target.Scopes)
 	}
 	return errs
+}
+
+// A part's enabled switch in config.yaml can switch off a container the injector put into the pod
+// (at once, and its traffic redirect at the next pod start), but not add one it left out: the
+// injector sets the part's default to false exactly when it excluded the container. Switching it
+// on there would, at the next pod start, redirect traffic to a proxy that does not exist (inbound,
+// outbound) or make the outbound proxy wait for credentials nobody writes, so it is an error
+// (config.yaml rejected, reported on /readyz and in the TokenExchange's ConfigPropagated).
+var partSwitches = []struct {
+	path, container string
+	get             func(Spec) *bool
+}{
+	{"spiffe.enabled", "spiffe-helper", func(s Spec) *bool { return value(s.Spiffe).Enabled }},
+	{"clientRegistration.enabled", "client-registration", func(s Spec) *bool { return value(s.ClientRegistration).Enabled }},
+	{"inbound.enabled", "auth-proxy", func(s Spec) *bool { return value(s.Inbound).Enabled }},
+	{"outbound.enabled", "envoy-proxy", func(s Spec) *bool { return value(s.Outbound).Enabled }},
+}
+
+func switchedOnWithoutContainer(defaults, overrides Spec) []error {
+	var errs []error
+	for _, p := range partSwitches {
+		def, over := p.get(defaults), p.get(overrides)
+		if def != nil && !*def && over != nil && *over {
+			errs = append(errs, fmt.Errorf("%s: true cannot take effect: the injector did not put %s into this pod (%s=false); remove the field, or re-inject the workload without excluding %s",
+				p.path, p.container, envOf(p.path), p.container))
+		}
+	}
+	return errs
+}
+
+// InSpireSocketDir reports whether path (no scheme) names a file inside SpireSocketDir, without
+// "." or ".." segments that could leave it: where a TokenExchange may point spiffe-helper (the
+// API's rule; the injector's configuration checks its default the same way).
+func InSpireSocketDir(path string) bool {
+	rest, ok := strings.CutPrefix(path, SpireSocketDir+"/")
+	if !ok || rest == "" {
+		return false
+	}
+	for seg := range strings.SplitSeq(rest, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 func enabled(p *bool) bool { return p == nil || *p }

@@ -148,7 +148,7 @@ func TestResolveReportsEveryProblemWithItsPath(t *testing.T) {
 	_, err := resolveEnv(t, env, over)
 	require.Error(t, err)
 	for _, want := range []string{
-		`spiffe.outputFormat: "pem" is not one of jwt, x509`,
+		`spiffe.outputFormat: "pem" is not supported: only jwt`,
 		`spiffe.trustDomain: "Bad Domain" is not a trust domain`,
 		"clientRegistration.keycloak.url: required (not set in config.yaml, and the default KAGENTI_IDP_URL is not set)",
 		"inbound.targetPort: must differ from inbound.port (8081)",
@@ -162,6 +162,66 @@ func TestResolveReportsEveryProblemWithItsPath(t *testing.T) {
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestFieldsWithoutEffectAreRejected: what config.yaml cannot make happen is an error naming the
+// field, never a value the roles silently ignore.
+func TestFieldsWithoutEffectAreRejected(t *testing.T) {
+	t.Run("proxyUid is not part of config.yaml", func(t *testing.T) {
+		_, err := Parse([]byte("outbound: {trafficInterception: {proxyUid: 1000}}\n"))
+		assert.ErrorContains(t, err, `unknown field "proxyUid"`)
+		c, err := resolveEnv(t, seedEnv(), Spec{})
+		require.NoError(t, err)
+		assert.Equal(t, int64(1337), c.Outbound.Interception.ProxyUID, "the injector's KAGENTI_PROXY_UID")
+		assert.NotContains(t, string(Marshal(Merge(Spec{}, Spec{Outbound: &OutboundSpec{TrafficInterception: &TrafficInterceptionSpec{ProxyUID: new(int64(5))}}}))), "proxyUid")
+	})
+	t.Run("adminCredentialsSecret is not part of config.yaml", func(t *testing.T) {
+		_, err := Parse([]byte("clientRegistration: {keycloak: {adminCredentialsSecret: kc}}\n"))
+		assert.ErrorContains(t, err, `unknown field "adminCredentialsSecret"`)
+	})
+	t.Run("x509", func(t *testing.T) {
+		_, err := resolveEnv(t, seedEnv(), Spec{Spiffe: &SpiffeSpec{OutputFormat: "x509"}})
+		assert.ErrorContains(t, err, `spiffe.outputFormat: "x509" is not supported: only jwt (no container reads X.509 SVID files)`)
+	})
+	t.Run("socket directory", func(t *testing.T) {
+		for path, want := range map[string]bool{
+			"/run/spire/agent-sockets/agent.sock": true, "/run/spire/agent-sockets/sub/api.sock": true,
+			"/var/run/agent.sock": false, "/run/spire/agent-sockets/../agent.sock": false, "/run/spire/agent-sockets/": false,
+		} {
+			assert.Equal(t, want, InSpireSocketDir(path), path)
+		}
+	})
+	for _, tc := range []struct{ env, container, yaml string }{
+		{"KAGENTI_SPIFFE_ENABLED", "spiffe-helper", "spiffe: {enabled: true}"},
+		{"KAGENTI_CLIENT_REGISTRATION_ENABLED", "client-registration", "clientRegistration: {enabled: true}"},
+		{"KAGENTI_INBOUND_ENABLED", "auth-proxy", "inbound: {enabled: true}"},
+		{"KAGENTI_OUTBOUND_ENABLED", "envoy-proxy", "outbound: {enabled: true}"},
+	} {
+		t.Run(tc.yaml+" without "+tc.container, func(t *testing.T) {
+			env := seedEnv()
+			env[tc.env] = "false"
+			over, err := Parse([]byte(tc.yaml))
+			require.NoError(t, err)
+			_, err = resolveEnv(t, env, over)
+			assert.ErrorContains(t, err, "true cannot take effect: the injector did not put "+tc.container+" into this pod ("+tc.env+"=false)")
+			_, err = resolveEnv(t, env, Spec{})
+			require.NoError(t, err, "left out, the part stays off")
+			_, err = resolveEnv(t, seedEnv(), over)
+			require.NoError(t, err, "true where the container is injected is the default")
+		})
+	}
+}
+
+// TestInboundEnabledTakesEffect: inbound.enabled false switches validation off at run time, and
+// the inbound redirect at the next pod start (a startup setting, reported until then).
+func TestInboundEnabledTakesEffect(t *testing.T) {
+	started, err := resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	next, err := resolveEnv(t, seedEnv(), Spec{Inbound: &InboundSpec{Enabled: new(false)}})
+	require.NoError(t, err)
+	assert.False(t, next.Inbound.Enabled)
+	assert.Equal(t, []string{"inbound.enabled"}, PendingRestart(started, next))
+	assert.False(t, next.WithStartupSettingsOf(started).Inbound.Enabled, "the run-time half applies at once")
 }
 
 func TestResolveChecksOnlyWhatIsEnabled(t *testing.T) {
@@ -207,6 +267,10 @@ func TestEveryEnvDefaultSetsItsPath(t *testing.T) {
 			}
 			s, err := DefaultsFromEnv(lookup(map[string]string{e.Name: val}))
 			require.NoError(t, err)
+			if e.Path == "outbound.trafficInterception.proxyUid" { // the injector's only, not in config.yaml
+				assert.Equal(t, int64(4242), *s.Outbound.TrafficInterception.ProxyUID)
+				return
+			}
 			got := flatten(t, Marshal(s))
 			assert.Contains(t, got, e.Path, "variable %s sets %v", e.Name, got)
 		})

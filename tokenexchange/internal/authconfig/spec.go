@@ -28,9 +28,13 @@ type Spec struct {
 
 // SpiffeSpec configures the workload's SPIFFE identity (spiffe-helper).
 type SpiffeSpec struct {
-	Enabled      *bool  `json:"enabled,omitempty"`
-	TrustDomain  string `json:"trustDomain,omitempty"`
-	SocketPath   string `json:"socketPath,omitempty"`
+	Enabled     *bool  `json:"enabled,omitempty"`
+	TrustDomain string `json:"trustDomain,omitempty"`
+	// SocketPath names the SPIRE agent's socket; in a pod it is in SpireSocketDir, the only
+	// directory mounted into spiffe-helper.
+	SocketPath string `json:"socketPath,omitempty"`
+	// OutputFormat can only be jwt: the sidecars read the JWT SVID and nothing reads X.509 SVID
+	// files, so x509 is an error rather than files nobody uses.
 	OutputFormat string `json:"outputFormat,omitempty"`
 	Audience     string `json:"audience,omitempty"`
 }
@@ -49,10 +53,6 @@ type ClientRegistrationSpec struct {
 type KeycloakSpec struct {
 	URL   string `json:"url,omitempty"`
 	Realm string `json:"realm,omitempty"`
-	// AdminCredentialsSecret is accepted for TokenExchange compatibility but read by no program:
-	// the Secret is mounted by the injector, which cannot read TokenExchanges (see
-	// docs/identity.md, "Fields that cannot take effect").
-	AdminCredentialsSecret string `json:"adminCredentialsSecret,omitempty"`
 	// ClientNameTemplate names the registered client, for every provider.
 	ClientNameTemplate   string `json:"clientNameTemplate,omitempty"`
 	TokenExchangeEnabled *bool  `json:"tokenExchangeEnabled,omitempty"`
@@ -95,9 +95,12 @@ type OutboundSpec struct {
 
 // TrafficInterceptionSpec configures the redirect of outgoing traffic to the proxy.
 type TrafficInterceptionSpec struct {
-	Enabled      *bool   `json:"enabled,omitempty"`
-	ProxyPort    *int32  `json:"proxyPort,omitempty"`
-	ProxyUID     *int64  `json:"proxyUid,omitempty"`
+	Enabled   *bool  `json:"enabled,omitempty"`
+	ProxyPort *int32 `json:"proxyPort,omitempty"`
+	// ProxyUID comes only from the environment (KAGENTI_PROXY_UID): it is the runAsUser the
+	// injector gives the proxies, which the interception rules let through, so config.yaml cannot
+	// set it (not part of its schema; the TokenExchange CRD rejects the field).
+	ProxyUID     *int64  `json:"-"`
 	ExcludePorts []int32 `json:"excludePorts,omitempty"`
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
-// TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server,
-// with the field path and message a user sees.
+// TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server
+// (without the webhook), with the field path and message a user sees.
 func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 	ns := namespace(t)
 	for _, tc := range []struct {
@@ -65,8 +65,21 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.outbound.tokenExchange.destinationRules", "destination rule hosts must be unique"}},
 		{"bad host", `outbound: {tokenExchange: {destinationRules: [{match: {host: "http://a.example.com"}}]}}`,
 			[]string{"spec.outbound.tokenExchange.destinationRules[0].match.host", "should match"}},
-		{"output format", `spiffe: {outputFormat: pem}`, []string{"spec.spiffe.outputFormat", `supported values: "jwt", "x509"`}},
+		{"output format", `spiffe: {outputFormat: pem}`, []string{"spec.spiffe.outputFormat", "must be jwt"}},
 		{"socket path", `spiffe: {socketPath: "relative/agent.sock"}`, []string{"spec.spiffe.socketPath", "should match"}},
+		// Fields that cannot take effect (docs/tokenexchange.md, "Fields that are rejected").
+		{"x509 svids", `spiffe: {outputFormat: x509}`,
+			[]string{`spec.spiffe.outputFormat: Invalid value: "x509": must be jwt: x509 is not supported, no injected container reads X.509 SVID files`, "set jwt or leave the field out"}},
+		{"socket outside the mounted directory", `spiffe: {socketPath: "unix:///var/run/spire/agent.sock"}`,
+			[]string{`spec.spiffe.socketPath: Invalid value: "unix:///var/run/spire/agent.sock": must be a socket in /run/spire/agent-sockets/, the only directory mounted into spiffe-helper`}},
+		{"socket leaving the mounted directory", `spiffe: {socketPath: "/run/spire/agent-sockets/../../var/agent.sock"}`,
+			[]string{`spec.spiffe.socketPath: Invalid value: "/run/spire/agent-sockets/../../var/agent.sock": must be a socket in /run/spire/agent-sockets/`}},
+		{"admin credentials secret", `clientRegistration: {keycloak: {adminCredentialsSecret: keycloak-admin}}`,
+			[]string{"spec.clientRegistration.keycloak.adminCredentialsSecret: Forbidden: adminCredentialsSecret is not supported",
+				"from the Secret the injector mounts, kagenti-idp-credentials in the workload's namespace", "remove this field"}},
+		{"proxy uid", `outbound: {trafficInterception: {proxyUid: 1337}}`,
+			[]string{"spec.outbound.trafficInterception.proxyUid: Forbidden: proxyUid is not supported",
+				"the proxies run as the injector's proxy UID (its identity.proxyUID, default 1337)", "Remove this field"}},
 		{"target kind needs apiVersion", `targetRef: {kind: Widget, name: w}`, []string{"spec.targetRef", "apiVersion is required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,7 +123,8 @@ func assertRejected(t *testing.T, ns, extra string, want ...string) {
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kagenti.io/v1alpha1", "kind": "TokenExchange",
-		"metadata": map[string]any{"generateName": "bad-", "namespace": ns},
+		// The webhook runs the same checks (Validate); skip it so that the CRD alone decides.
+		"metadata": map[string]any{"generateName": "bad-", "namespace": ns, "labels": map[string]any{SkipWebhookLabel: "true"}},
 		"spec":     spec,
 	}}
 	err := k8s.Create(context.Background(), u)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/pkg/duck"
@@ -96,6 +97,12 @@ func TestOverridesCarryEveryField(t *testing.T) {
 	te := &v1alpha1.TokenExchange{}
 	fill(reflect.ValueOf(&te.Spec).Elem(), 1)
 	te.Spec.TargetRef = duck.TargetRef{Kind: "Deployment", Name: "w"}
+	// The fields the API rejects because they cannot take effect are not in the data plane's
+	// schema; the controller validates before it renders, so they never reach Overrides.
+	assert.ElementsMatch(t, []string{"spec.clientRegistration.keycloak.adminCredentialsSecret", "spec.outbound.trafficInterception.proxyUid",
+		"spec.spiffe.socketPath", "spec.spiffe.outputFormat"}, fieldsOf(te.Validate()))
+	te.Spec.ClientRegistration.Keycloak.AdminCredentialsSecret = ""
+	te.Spec.Outbound.TrafficInterception.ProxyUID = nil
 	got, err := json.Marshal(Overrides(te))
 	require.NoError(t, err)
 	want, err := json.Marshal(te.Spec)
@@ -140,6 +147,14 @@ func fill(v reflect.Value, seed int) {
 	default:
 		panic("fill: unhandled kind " + v.Kind().String())
 	}
+}
+
+func fieldsOf(errs field.ErrorList) []string {
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Field
+	}
+	return out
 }
 
 func keys(m map[string]string) []string {

@@ -258,6 +258,18 @@ func TestConfigChangeTakesEffect(t *testing.T) {
 	assert.Equal(t, http.StatusOK, f.get("/", "", nil).status, "validation off: requests pass")
 }
 
+// TestInboundDisabledTakesEffect: inbound.enabled false in config.yaml switches validation off at
+// once, and the pod reports the inbound redirect (installed at pod start) as pending a restart.
+func TestInboundDisabledTakesEffect(t *testing.T) {
+	f := newFixture(t)
+	require.Equal(t, http.StatusUnauthorized, f.get("/", "", nil).status)
+	writeConfig(t, f.dir, "inbound: {enabled: false}\n")
+	f.cfg.Reload()
+	require.NoError(t, f.cfg.Err())
+	assert.Equal(t, http.StatusOK, f.get("/", "", nil).status, "inbound off: requests pass without a token")
+	assert.Equal(t, []string{"inbound.enabled"}, f.cfg.PendingRestart(), "the redirect changes at the next pod start")
+}
+
 func TestH2CIsForwarded(t *testing.T) {
 	f := newFixture(t)
 	c := &http.Client{Transport: func() *http.Transport {
