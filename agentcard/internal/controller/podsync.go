@@ -88,6 +88,8 @@ func (s *podState) verified() bool {
 type cardState struct {
 	mu   sync.Mutex
 	pods map[string]*podState
+	// retries counts the quick retries made since the last sync without a fetch failure.
+	retries int
 }
 
 // syncInput is what one pod fetch needs.
