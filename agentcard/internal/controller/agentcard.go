@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,8 @@ type CardReconciler struct {
 
 	// cards holds the pods' cards between syncs within a byte budget.
 	cards *cardStore
+	// parsing shares one parse among the pods fetching the same body at once.
+	parsing singleflight.Group
 
 	mu        sync.Mutex
 	states    map[types.NamespacedName]*cardState
