@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
@@ -44,4 +46,22 @@ func TestNextRetryIsBounded(t *testing.T) {
 	assert.False(t, ok, "no failure: no retry")
 	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, seq(cs, DefaultSyncPeriod), "a success starts again; capped at a quarter of 30 s")
 	assert.Equal(t, []time.Duration{time.Second}, seq(&cardState{}, 5*time.Second))
+}
+
+// A sync lists its pods through the label index when its selector has one equality requirement.
+func TestIndexedRequirement(t *testing.T) {
+	for sel, want := range map[string]string{
+		"app=weather":                      "app=weather",
+		"app==weather,tier!=db":            "app=weather",
+		"tier notin (db),app in (weather)": "app=weather",
+		"app in (a,b)":                     "",
+		"app,!legacy":                      "",
+		"app!=weather":                     "",
+	} {
+		s, err := labels.Parse(sel)
+		require.NoError(t, err)
+		got, ok := indexedRequirement(s)
+		assert.Equal(t, want, got, sel)
+		assert.Equal(t, want != "", ok, sel)
+	}
 }
