@@ -87,7 +87,7 @@ bench: ## Go benchmarks of every module (the env-guarded load tests and their co
 	go test -run '^$$' -bench . -benchmem $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 # The binaries whose load test runs them as their own process (cmd/<binary>/load_test.go).
-LOAD_PILLARS ?= tokenexchange agenttrace agentbuild injector
+LOAD_PILLARS ?= tokenexchange agenttrace agentbuild injector agentcard
 # Objects per load test (KAGENTI_LOAD_N): 10000 for the scale runs, e.g. `make load LOAD_N=10000`.
 LOAD_N ?= 1000
 

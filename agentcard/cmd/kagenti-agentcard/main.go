@@ -35,12 +35,12 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	var (
-		metricsAddr, probeAddr, namespaces string
-		leaderElect                        bool
-		metricsSecure                      bool
-		opts                               controller.Options
-		disc                               discovery.Options
-		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		metricsAddr, probeAddr, pprofAddr, namespaces string
+		leaderElect                                   bool
+		metricsSecure                                 bool
+		opts                                          controller.Options
+		disc                                          discovery.Options
+		zapOpts                                       = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
 		Use:           name,
@@ -50,13 +50,14 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, namespaces, leaderElect, opts, disc)
+			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts, disc)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	f.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole kagenti-metrics-reader); false serves plain HTTP to anyone")
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	f.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.BoolVar(&opts.RequireSignature, "require-signature", false, "default of spec.requireSignature: Ready needs a verified signature bound to the workload identity")
@@ -91,7 +92,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElect bool, opts controller.Options, disc discovery.Options) error {
+func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options, disc discovery.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -107,6 +108,7 @@ func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElec
 		Scheme:                        scheme,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,

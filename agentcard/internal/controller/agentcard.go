@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,8 @@ type CardReconciler struct {
 
 	// cards holds the pods' cards between syncs within a byte budget.
 	cards *cardStore
+	// parsing shares one parse among the pods fetching the same body at once.
+	parsing singleflight.Group
 
 	mu        sync.Mutex
 	states    map[types.NamespacedName]*cardState
@@ -160,7 +163,54 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	r.grantLabels(ctx, req.NamespacedName, served)
 	priority := periodicSyncPriority
-	return ctrl.Result{RequeueAfter: jitter(period), Priority: &priority}, nil
+	next := jitter(period)
+	if retry, ok := r.stateFor(req.NamespacedName).nextRetry(fetchFailed(served), period); ok {
+		next = retry
+	}
+	return ctrl.Result{RequeueAfter: next, Priority: &priority}, nil
+}
+
+// firstFetchRetry and maxFetchRetries bound the quick retries of a failed fetch: 1 s, 2 s, 4 s,
+// 8 s, each at most a quarter of the sync period, then the sync period. A pod whose card server
+// was not up yet when it became ready (or that failed once) gets its card seconds after it
+// answers instead of a whole period later; one that keeps failing costs a few fetches more, not a
+// fetch a second.
+const (
+	firstFetchRetry = time.Second
+	maxFetchRetries = 4
+)
+
+// fetchFailed says whether a sync reported a fetch failure a retry may cure: no answer, a refused
+// connection, an HTTP error. An invalid or too large card, and a miss absorbed by
+// failureThreshold (the pod keeps its card), wait for the next sync.
+func fetchFailed(served []servedPod) bool {
+	for _, sp := range served {
+		if sp.state.fetchStatus == v1alpha1.FetchFailed && sp.state.reason == v1alpha1.ReasonFetchFailed {
+			return true
+		}
+	}
+	return false
+}
+
+// nextRetry returns the delay of the next quick retry after a sync whose fetches failed (or
+// false: none, after a sync without failure or once the retries are spent). A sync without a
+// failure starts the count again.
+func (cs *cardState) nextRetry(failed bool, period time.Duration) (time.Duration, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if !failed {
+		cs.retries = 0
+		return 0, false
+	}
+	if cs.retries >= maxFetchRetries {
+		return 0, false
+	}
+	d := firstFetchRetry << cs.retries
+	if d > period/4 {
+		return 0, false
+	}
+	cs.retries++
+	return d, true
 }
 
 // periodicSyncPriority is the queue priority of the periodic re-sync: below every event, including

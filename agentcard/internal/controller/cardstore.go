@@ -12,21 +12,25 @@ import (
 const DefaultMaxCachedCardBytes = 32 << 20
 
 // cardStore holds the cards the controller keeps between syncs (so that a 304 Not Modified costs
-// nothing), once per distinct card however many pods serve it, within a byte budget. A card that
-// does not fit is used for the sync that fetched it and then dropped, with its pod's ETag: the
-// next fetch of that pod is unconditional. Memory for cards is thus bounded by the budget, whatever
-// the number of pods or AgentCards. Safe for concurrent use.
+// nothing), once per distinct body however many pods serve it, within a byte budget. An entry is
+// what the parse of the body gave (its summary and the bytes status.card carries), so pods serving
+// bytes already held cost a hash of the body, not a parse. A card that does not fit is used for the
+// sync that fetched it and then dropped, with its pod's ETag: the next fetch of that pod is
+// unconditional. Memory for cards is thus bounded by the budget, whatever the number of pods or
+// AgentCards. Safe for concurrent use.
 type cardStore struct {
 	mu      sync.Mutex
 	limit   int
 	used    int
 	entries map[string]*storedCard
-	// verifications counts the signature verifications run (the tests read it).
-	verifications int
+	// parses and verifications count the card parses and signature verifications run (the tests
+	// read them).
+	parses, verifications int
 }
 
 type storedCard struct {
-	data []byte
+	// card is shared by every pod serving the body, and never modified.
+	card *cardSummary
 	refs int
 	// verifiedUnder is the trust bundle (its hash) verify was computed under: every pod serving
 	// this card shares the one signature verification (binding to each pod's identity is per pod).
@@ -38,23 +42,48 @@ func newCardStore(limit int) *cardStore {
 	return &cardStore{limit: limit, entries: map[string]*storedCard{}}
 }
 
-// hold keeps data (or finds the identical card already kept) and returns its key and the shared
-// copy; ok is false when the budget has no room for it.
-func (s *cardStore) hold(data []byte) (key string, shared []byte, ok bool) {
-	sum := sha256.Sum256(data)
-	key = hex.EncodeToString(sum[:])
+// bodyKey is the key of a served body in the store.
+func bodyKey(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// lookup returns the held card parsed from the body with key, taking a reference to it.
+func (s *cardStore) lookup(key string) (*cardSummary, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[key]
+	if !ok {
+		return nil, false
+	}
+	e.refs++
+	return e.card, true
+}
+
+// hold keeps c, parsed from the body with key (or finds the card already kept for it), and returns
+// the shared copy with heldKey set; ok is false when the budget has no room for c.status.
+func (s *cardStore) hold(key string, c *cardSummary) (shared *cardSummary, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, found := s.entries[key]; found {
 		e.refs++
-		return key, e.data, true
+		return e.card, true
 	}
-	if s.used+len(data) > s.limit {
-		return "", nil, false
+	if s.used+len(c.status) > s.limit {
+		return nil, false
 	}
-	s.entries[key] = &storedCard{data: data, refs: 1}
-	s.used += len(data)
-	return key, data, true
+	held := *c
+	held.heldKey = key
+	s.entries[key] = &storedCard{card: &held, refs: 1}
+	s.used += len(held.status)
+	return &held, true
+}
+
+// countParse counts a card parse.
+func (s *cardStore) countParse() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.parses++
 }
 
 // release drops one reference to key ("" is a no-op).
@@ -69,7 +98,7 @@ func (s *cardStore) release(key string) {
 		return
 	}
 	if e.refs--; e.refs <= 0 {
-		s.used -= len(e.data)
+		s.used -= len(e.card.status)
 		delete(s.entries, key)
 	}
 }

@@ -73,8 +73,9 @@ type cardSummary struct {
 	hash, name, version string
 	// signatures identifies the card's signatures[] (a digest, whatever their size).
 	signatures string
-	// status is the card as status.card carries it. While the store holds it (heldKey != "") it is
-	// shared with every pod serving the same card; otherwise it lives for the sync that fetched it.
+	// status is the card as status.card carries it. While the store holds it (heldKey != "") the
+	// whole summary is shared with every pod serving the same body and never modified; otherwise
+	// status lives for the sync that fetched it.
 	status  []byte
 	heldKey string
 }
@@ -88,6 +89,8 @@ func (s *podState) verified() bool {
 type cardState struct {
 	mu   sync.Mutex
 	pods map[string]*podState
+	// retries counts the quick retries made since the last sync without a fetch failure.
+	retries int
 }
 
 // syncInput is what one pod fetch needs.
@@ -139,30 +142,17 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 	var parsed *card.Card
 	if resp.NotModified && st.card != nil {
 		metrics.ObserveFetch("NotModified", time.Since(start))
-	} else {
-		c, perr := card.Parse(resp.Body)
-		if perr != nil {
-			metrics.ObserveFetch("Invalid", time.Since(start))
-			r.fail(st, v1alpha1.FetchInvalid, v1alpha1.ReasonInvalidCard, "invalid agent card: "+perr.Error())
-			return
-		}
-		// The bytes the status write will carry: numbers as served (the parser keeps them as
-		// json.Number), <, > and & escaped as the API server will receive and store them.
-		encoded, err := json.Marshal(c.Object)
-		if err != nil {
-			r.fail(st, v1alpha1.FetchInvalid, v1alpha1.ReasonInvalidCard, "invalid agent card: "+err.Error())
-			return
-		}
-		if len(encoded) > MaxStatusCardBytes {
-			metrics.ObserveFetch("TooLarge", time.Since(start))
-			r.fail(st, v1alpha1.FetchFailed, v1alpha1.ReasonCardTooLarge, fmt.Sprintf(
-				"card is %d bytes JSON-encoded (each <, > and & takes 6), more than the %d an AgentCard status holds",
-				len(encoded), MaxStatusCardBytes))
-			return
-		}
+	} else if key := bodyKey(resp.Body); r.keepHeld(st, key, resp) {
 		metrics.ObserveFetch("Success", time.Since(start))
-		r.keepCard(st, c, encoded, resp.ETag, resp.Path)
-		parsed = c
+	} else {
+		pb := r.parseBody(key, resp.Body)
+		metrics.ObserveFetch(pb.result, time.Since(start))
+		if pb.fetchStatus != "" {
+			r.fail(st, pb.fetchStatus, pb.reason, pb.message)
+			return
+		}
+		r.keepCard(st, pb.card, pb.encoded, key, resp.ETag, resp.Path)
+		parsed = pb.card
 	}
 	r.verifyPod(st, in, parsed)
 	st.errMsg, st.reason = "", ""
@@ -182,16 +172,63 @@ func (r *CardReconciler) fail(st *podState, fetchStatus, reason, msg string) {
 	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, resources.CutEncoded(msg, resources.MaxEntryErrorBytes)
 }
 
-// keepCard replaces the pod's card with c, held in the store when the budget allows. A card the
-// store cannot hold is not fetched conditionally next time (its ETag is dropped), so a 304 never
-// has to stand for a card that is no longer there.
-func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, etag, path string) {
+// keepHeld gives the pod the card the store holds for the body with key, if any: bytes already
+// parsed (another pod serving the same card, or this one after its ETag was lost) cost a hash,
+// not a parse.
+func (r *CardReconciler) keepHeld(st *podState, key string, resp *fetch.Response) bool {
+	held, ok := r.cards.lookup(key)
+	if !ok {
+		return false
+	}
+	r.dropCard(st)
+	st.card, st.etag, st.path = held, resp.ETag, resp.Path
+	return true
+}
+
+// parsedBody is what parsing a served body gave: the card and the bytes status.card carries, or
+// the failure to report (fetchStatus, reason, message). result is the fetch's metric label.
+type parsedBody struct {
+	card                         *card.Card
+	encoded                      []byte
+	result                       string
+	fetchStatus, reason, message string
+}
+
+// parseBody parses a served body and encodes it as status.card carries it. Pods fetching the same
+// bytes at the same time (the replicas of one Deployment in one sync) share one parse.
+func (r *CardReconciler) parseBody(key string, body []byte) parsedBody {
+	v, _, _ := r.parsing.Do(key, func() (any, error) {
+		r.cards.countParse()
+		c, err := card.Parse(body)
+		if err != nil {
+			return parsedBody{result: "Invalid", fetchStatus: v1alpha1.FetchInvalid, reason: v1alpha1.ReasonInvalidCard, message: "invalid agent card: " + err.Error()}, nil
+		}
+		// The bytes the status write will carry: numbers as served (the parser keeps them as
+		// json.Number), <, > and & escaped as the API server will receive and store them.
+		encoded, err := json.Marshal(c.Object)
+		if err != nil {
+			return parsedBody{result: "Invalid", fetchStatus: v1alpha1.FetchInvalid, reason: v1alpha1.ReasonInvalidCard, message: "invalid agent card: " + err.Error()}, nil
+		}
+		if len(encoded) > MaxStatusCardBytes {
+			return parsedBody{result: "TooLarge", fetchStatus: v1alpha1.FetchFailed, reason: v1alpha1.ReasonCardTooLarge, message: fmt.Sprintf(
+				"card is %d bytes JSON-encoded (each <, > and & takes 6), more than the %d an AgentCard status holds",
+				len(encoded), MaxStatusCardBytes)}, nil
+		}
+		return parsedBody{card: c, encoded: encoded, result: "Success"}, nil
+	})
+	return v.(parsedBody)
+}
+
+// keepCard replaces the pod's card with c, parsed from the body with key, held in the store when
+// the budget allows. A card the store cannot hold is not fetched conditionally next time (its ETag
+// is dropped), so a 304 never has to stand for a card that is no longer there.
+func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, key, etag, path string) {
 	r.dropCard(st)
 	sum := &cardSummary{hash: c.Hash, name: resources.CutEncoded(c.Name, resources.MaxKeyIDBytes), version: resources.CutEncoded(c.Version, resources.MaxKeyIDBytes),
 		signatures: signaturesDigest(c), status: encoded}
 	st.etag, st.path = "", path
-	if key, shared, ok := r.cards.hold(encoded); ok {
-		sum.status, sum.heldKey = shared, key
+	if held, ok := r.cards.hold(key, sum); ok {
+		sum = held
 		st.etag = etag
 	}
 	st.card = sum

@@ -94,6 +94,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
+	if err := IndexPodLabels(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	trust := &TrustStore{}
 	metrics.SetBundleClock(trust.LoadedAt)
 	verified := newVerifiedPods()

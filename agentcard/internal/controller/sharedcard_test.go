@@ -59,10 +59,11 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 		require.Equal(t, v1alpha1.FetchSuccess, states[i].fetchStatus, states[i].errMsg)
 		assert.True(t, states[i].verified(), "pod %d: %+v %+v", i, states[i].verify, states[i].binding)
 	}
+	assert.Equal(t, 1, r.cards.parses, "three pods with one card: one parse")
 	assert.Equal(t, 1, r.cards.verifications, "three pods with one card: one signature verification")
 	assert.Len(t, r.cards.entries, 1, "three pods with one card: one copy")
 	for _, st := range states[1:] {
-		assert.Same(t, &states[0].card.status[0], &st.card.status[0], "the pods share the card's bytes")
+		assert.Same(t, states[0].card, st.card, "the pods share the card's summary and bytes")
 	}
 
 	// A new bundle: the card is verified again, once.
@@ -78,4 +79,48 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 		assert.True(t, st.verified())
 	}
 	assert.Equal(t, 2, r.cards.verifications, "a rotated bundle: one more verification for all three pods")
+}
+
+// BenchmarkFirstSyncOfPodsServingOneCard is the first sync of 100 pods serving the same signed
+// card (a Deployment's replicas): every fetch is a full 200 answer.
+//
+//	go test -run '^$' -bench FirstSyncOfPodsServingOneCard -benchmem ./agentcard/internal/controller/
+func BenchmarkFirstSyncOfPodsServingOneCard(b *testing.B) {
+	const pods = 100
+	ca, err := devca.NewCA("cluster.local", time.Hour)
+	require.NoError(b, err)
+	id := "spiffe://cluster.local/ns/shared/sa/agent"
+	svid, err := ca.NewSVID(id, devca.SVIDOptions{})
+	require.NoError(b, err)
+	body, err := signature.Sign(testcards.Weather("1.0.0"), signature.SignOptions{Key: svid.Key, Chain: svid.Chain})
+	require.NoError(b, err)
+	bundle, err := signature.ParseBundle(spiffeid.RequireTrustDomainFromString("cluster.local"), devca.CertPEM(ca.Cert))
+	require.NoError(b, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) }))
+	defer srv.Close()
+	host, portStr, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(b, err)
+	port, err := strconv.Atoi(portStr)
+	require.NoError(b, err)
+	trust := &TrustStore{}
+	trust.Set(bundle, nil)
+	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent"},
+		Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: int32(port), Path: "/card"}}}
+	podList := make([]*corev1.Pod, pods)
+	for i := range podList {
+		podList[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+			Spec:   corev1.PodSpec{ServiceAccountName: "agent"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host}}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := &CardReconciler{Fetcher: fetch.New(4, 5*time.Second), Trust: trust, cards: newCardStore(1 << 20)}
+		for _, p := range podList {
+			st := &podState{}
+			r.syncPod(context.Background(), st, syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
+			if !st.verified() {
+				b.Fatalf("%+v %+v", st.verify, st.binding)
+			}
+		}
+	}
 }

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/testcards"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
+)
+
+// loadCardPort is where the test serves every pod's card (on the pod's loopback IP).
+const loadCardPort = 18482
+
+// TestLoad runs the kagenti-agentcard binary, built as the Dockerfile builds it and with its default
+// settings (discovery API included), as its own process against an envtest API server, and
+// measures:
+//   - its idle RSS: a first process with no AgentCard, KAGENTI_LOAD_SETTLE (20s) after start;
+//   - the first full sync: N AgentCards (selector mode, default sync period) × P ready pods, each
+//     pod's card served on its own loopback IP by this test, all created before a second process
+//     starts; time from its start until every AgentCard is Ready and Synced with P pod entries,
+//     its API requests per AgentCard (client-go's counters, Events included) and its RSS then;
+//   - U endpoint updates, one at a time: the time from the update call until the AgentCard's
+//     status, seen on a watch, has every pod's entry fetched from the new path;
+//   - once converged, after one sync period: API writes per minute over KAGENTI_LOAD_IDLE (60s;
+//     goal 0) and the card fetches per second the pods answer.
+//
+// It reports, never asserts on time or memory.
+//
+//	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 60m ./agentcard/cmd/kagenti-agentcard/
+//
+// KAGENTI_LOAD_N, KAGENTI_LOAD_PODS and KAGENTI_LOAD_UPDATES override 1000, 3 and 200;
+// KAGENTI_LOAD_ARGS adds flags, KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB"),
+// KAGENTI_LOAD_PROFILE saves the converged controller's heap profile.
+func TestLoad(t *testing.T) {
+	if os.Getenv("KAGENTI_LOAD") != "1" {
+		t.Skip("load test: set KAGENTI_LOAD=1")
+	}
+	n, podsPer, updates := ducktest.EnvInt("KAGENTI_LOAD_N", 1000), ducktest.EnvInt("KAGENTI_LOAD_PODS", 3), ducktest.EnvInt("KAGENTI_LOAD_UPDATES", 200)
+	settle, idle := ducktest.EnvDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), ducktest.EnvDuration("KAGENTI_LOAD_IDLE", time.Minute)
+	ctx := context.Background()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
+	}
+
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "crds", "agentcard")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "kagenti-agentcard", Groups: []string{"system:masters"}}, nil)
+	require.NoError(t, err)
+	kubeconfig, err := user.KubeConfig()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600))
+
+	scheme := k8sruntime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	cfg.QPS, cfg.Burst = -1, 0
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	// What the deployment provides for the discovery API's certificate rotator.
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kagenti-system"}}))
+	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-cert"}, Type: corev1.SecretTypeOpaque}))
+
+	bin := filepath.Join(dir, "kagenti-agentcard")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, build.Run(), "building the binary")
+
+	idleCtl := startController(t, bin, dir)
+	time.Sleep(settle)
+	t.Logf("LOAD idle (no AgentCard, %v after start): RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
+		settle, ducktest.ProcStatus(idleCtl.pid, "VmRSS"), ducktest.ProcStatus(idleCtl.pid, "RssAnon"), ducktest.ProcStatus(idleCtl.pid, "RssFile"), ducktest.Loadavg())
+	idleCtl.stop()
+
+	// The pods' card servers: the card at the well-known path, and at /upd/<marker> a card whose
+	// version is the marker (the updates point spec.endpoint.path there).
+	var fetches atomic.Int64
+	var cards sync.Map // path → *servedCard
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		version := "1.0.0"
+		if marker, ok := strings.CutPrefix(r.URL.Path, "/upd/"); ok {
+			version = marker
+		}
+		sc, ok := cards.Load(version)
+		if !ok {
+			sc, _ = cards.LoadOrStore(version, newServedCard(version))
+		}
+		card := sc.(*servedCard)
+		w.Header().Set("ETag", card.etag)
+		if r.Header.Get("If-None-Match") == card.etag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = w.Write(card.body)
+	})
+	ip := func(i int) string { return fmt.Sprintf("127.46.%d.%d", i/250, i%250+1) }
+	for i := range n * podsPer {
+		ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip(i), loadCardPort))
+		require.NoError(t, err, "binding a loopback pod IP (Linux routes all of 127.0.0.0/8 to lo)")
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+
+	ns := "load"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	start := time.Now()
+	ducktest.Parallel(t, n, 16, func(i int) error {
+		labels := map[string]string{"app": fmt.Sprintf("agent-%d", i)}
+		for p := range podsPer {
+			if err := createReadyPod(ctx, c, ns, fmt.Sprintf("agent-%d-%d", i, p), ip(i*podsPer+p), labels); err != nil {
+				return err
+			}
+		}
+		return c.Create(ctx, &v1alpha1.AgentCard{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("agent-%d", i)},
+			Spec:       v1alpha1.AgentCardSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}},
+		})
+	})
+	t.Logf("LOAD created %d ready pods and %d AgentCards in %v (before the controller started); load average %s",
+		n*podsPer, n, time.Since(start).Round(time.Millisecond), ducktest.Loadavg())
+
+	ctl := startController(t, bin, dir)
+	t.Cleanup(ctl.stop)
+	// Polled once a second per 1,000 AgentCards: each poll LISTs them all, with their status, from
+	// the API server the controller writes to.
+	poll := time.Duration(max(1, n/1000)) * time.Second
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, poll, 90*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.AgentCardList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		synced := 0
+		for i := range list.Items {
+			if fullySynced(&list.Items[i], podsPer, "") {
+				synced++
+			}
+		}
+		return synced == n, nil
+	}), "not every AgentCard became Ready")
+	firstSync := time.Since(ctl.started)
+	rssSynced := [3]float64{ducktest.ProcStatus(ctl.pid, "VmRSS"), ducktest.ProcStatus(ctl.pid, "RssAnon"), ducktest.ProcStatus(ctl.pid, "RssFile")}
+	memSynced := ducktest.GoMemStats(t, ctl.metricsAddr)
+	synced := ducktest.MustRequests(t, ctl.metricsAddr) // since the process started
+	t.Logf("LOAD n=%d AgentCards × %d pods: first full sync (every AgentCard Ready, Synced, %d entries) %v after the controller started (polled every %v); load average %s",
+		n, podsPer, podsPer, firstSync.Round(time.Millisecond), poll, ducktest.Loadavg())
+	t.Logf("LOAD API requests per AgentCard for the first sync: %s", synced.PerObject(n))
+	t.Logf("LOAD controller RSS when synced: %.1f MiB (anonymous %.1f, file-backed %.1f); Go heap in use %.1f MiB",
+		rssSynced[0], rssSynced[1], rssSynced[2], memSynced["heap_inuse"])
+
+	lat := updateLatencies(ctx, t, c, ns, n, podsPer, updates)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
+	t.Logf("LOAD %d endpoint updates: update → every pod entry fetched from the new path, p50=%v p90=%v p99=%v max=%v; load average %s",
+		len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), ducktest.Loadavg())
+
+	// One sync period (30 s, +10% jitter) for the updated cards' first periodic sync, then idle.
+	time.Sleep(35 * time.Second)
+	idleStart, fetchStart := ducktest.MustRequests(t, ctl.metricsAddr), fetches.Load()
+	time.Sleep(idle)
+	idleReqs := ducktest.MustRequests(t, ctl.metricsAddr).Sub(idleStart)
+	t.Logf("LOAD idle with %d synced AgentCards: %.1f API writes per minute (%s in %v), %.1f card fetches/s",
+		n, idleReqs.Writes()/idle.Minutes(), idleReqs, idle, float64(fetches.Load()-fetchStart)/idle.Seconds())
+	memEnd := ducktest.GoMemStats(t, ctl.metricsAddr)
+	t.Logf("LOAD controller RSS at end: %.1f MiB (anonymous %.1f, file-backed %.1f), peak %.1f MiB; Go heap in use %.1f MiB, next GC at %.1f MiB, stacks %.1f MiB",
+		ducktest.ProcStatus(ctl.pid, "VmRSS"), ducktest.ProcStatus(ctl.pid, "RssAnon"), ducktest.ProcStatus(ctl.pid, "RssFile"), ducktest.ProcStatus(ctl.pid, "VmHWM"),
+		memEnd["heap_inuse"], memEnd["next_gc"], memEnd["stack_inuse"])
+	ducktest.SaveHeapProfile(t, ctl.pprofAddr)
+	t.Logf("load average at end: %s", ducktest.Loadavg())
+}
+
+// controllerProcess is one run of the binary.
+type controllerProcess struct {
+	cmd                    *exec.Cmd
+	pid                    int
+	started                time.Time
+	metricsAddr, pprofAddr string
+	once                   sync.Once
+}
+
+// startController starts the binary with its default settings (plain-HTTP metrics and pprof on
+// loopback for the test, errors-only logs) and waits for its metrics endpoint.
+func startController(t *testing.T, bin, dir string) *controllerProcess {
+	t.Helper()
+	p := &controllerProcess{
+		metricsAddr: fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)),
+		pprofAddr:   fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)),
+	}
+	args := []string{"--metrics-bind-address", p.metricsAddr, "--metrics-secure=false", "--pprof-bind-address", p.pprofAddr,
+		"--health-probe-bind-address", "0", "--zap-log-level=error",
+		"--discovery-bind-address", fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)), "--discovery-rotator-cert-dir", t.TempDir()}
+	args = append(args, strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))...)
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
+	p.cmd.Env = append(p.cmd.Env, strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
+	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, p.cmd.Start())
+	p.started, p.pid = time.Now(), p.cmd.Process.Pid
+	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		_, err := ducktest.APIRequests(p.metricsAddr)
+		return err == nil, nil
+	}), "the controller's metrics endpoint never answered")
+	t.Logf("controller: pid %d, %s %s", p.pid, os.Getenv("KAGENTI_LOAD_ENV"), os.Getenv("KAGENTI_LOAD_ARGS"))
+	return p
+}
+
+func (p *controllerProcess) stop() {
+	p.once.Do(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+}
+
+// createReadyPod creates a pod serving its card on ip:loadCardPort (its "a2a" port), running and
+// ready (envtest has no kubelet: the test writes the status).
+func createReadyPod(ctx context.Context, c client.Client, ns, name, ip string, labels map[string]string) error {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{ServiceAccountName: "agent", Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
+			Ports: []corev1.ContainerPort{{Name: "a2a", ContainerPort: loadCardPort}}}}},
+	}
+	if err := c.Create(ctx, p); err != nil {
+		return err
+	}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+	return c.Status().Update(ctx, p)
+}
+
+// fullySynced: Ready and Synced for the current generation, with podsPer pod entries, each fetched
+// successfully (from a URL ending in urlSuffix).
+func fullySynced(c *v1alpha1.AgentCard, podsPer int, urlSuffix string) bool {
+	if c.Status.ObservedGeneration != c.Generation || len(c.Status.Cards) != podsPer ||
+		!meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady) || !meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionSynced) {
+		return false
+	}
+	for _, e := range c.Status.Cards {
+		if e.FetchStatus != v1alpha1.FetchSuccess || !strings.HasSuffix(e.URL, urlSuffix) {
+			return false
+		}
+	}
+	return true
+}
+
+// updateLatencies points spec.endpoint.path of updates AgentCards, one at a time, to a path whose
+// card is new, and returns for each the time from the update call until a watch shows the status
+// with every pod's entry fetched from that path.
+func updateLatencies(ctx context.Context, t *testing.T, c client.WithWatch, ns string, n, podsPer, updates int) []time.Duration {
+	w, err := c.Watch(ctx, &v1alpha1.AgentCardList{}, client.InNamespace(ns))
+	require.NoError(t, err)
+	defer w.Stop()
+	var mu sync.Mutex
+	seen := map[string]time.Time{}
+	go func() {
+		for ev := range w.ResultChan() {
+			ac, ok := ev.Object.(*v1alpha1.AgentCard)
+			if !ok || ev.Type != watch.Modified || ac.Spec.Endpoint == nil {
+				continue
+			}
+			marker := strings.TrimPrefix(ac.Spec.Endpoint.Path, "/upd/")
+			if fullySynced(ac, podsPer, "/upd/"+marker) {
+				mu.Lock()
+				if _, ok := seen[marker]; !ok {
+					seen[marker] = time.Now()
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	lat := make([]time.Duration, 0, updates)
+	for u := range updates {
+		marker := fmt.Sprintf("upd-%d", u)
+		ac := &v1alpha1.AgentCard{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("agent-%d", (u*7)%n)}, ac))
+		ac.Spec.Endpoint = &v1alpha1.Endpoint{Path: "/upd/" + marker}
+		t0 := time.Now()
+		require.NoError(t, c.Update(ctx, ac))
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			at, ok := seen[marker]
+			if ok {
+				lat = append(lat, at.Sub(t0))
+			}
+			return ok, nil
+		}), "update %s never reached the AgentCard's status", marker)
+	}
+	return lat
+}
+
+// servedCard is a card the test's pods serve, with its ETag.
+type servedCard struct {
+	body []byte
+	etag string
+}
+
+func newServedCard(version string) *servedCard {
+	body := testcards.Weather(version)
+	sum := sha256.Sum256(body)
+	return &servedCard{body: body, etag: fmt.Sprintf(`"%x"`, sum[:8])}
+}

@@ -1,0 +1,68 @@
+package ducktest
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// GoMemStats scrapes the go_memstats_*_bytes gauges from a controller's metrics endpoint, in MiB,
+// keyed by the name between the prefix and the suffix (heap_inuse, next_gc, sys, …).
+func GoMemStats(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Logf("metrics: %v", err)
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		rest, ok := strings.CutPrefix(s.Text(), "go_memstats_")
+		if !ok {
+			continue
+		}
+		if name, v, ok := strings.Cut(rest, "_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			out[name] = f / (1 << 20)
+		}
+	}
+	return out
+}
+
+// SaveHeapProfile writes a controller's heap profile (after a GC) from its pprof endpoint to the
+// file KAGENTI_LOAD_PROFILE names, for `go tool pprof -sample_index=inuse_space <file>`; nothing
+// when it is unset.
+func SaveHeapProfile(t *testing.T, pprofAddr string) {
+	t.Helper()
+	path := os.Getenv("KAGENTI_LOAD_PROFILE")
+	if path == "" {
+		return
+	}
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?gc=1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(t, err)
+	t.Logf("heap profile: %s", path)
+}
+
+// EnvDuration reads a duration from the environment, def when unset or invalid.
+func EnvDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
