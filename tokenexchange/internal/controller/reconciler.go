@@ -68,7 +68,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil && !s.hasVerdict() {
 		return result, err // retried; the stored status keeps saying what it said
 	}
-	if applyErr := r.Status.Apply(ctx, current, desired); applyErr != nil && !apierrors.IsNotFound(applyErr) {
+	switch applyErr := r.Status.Apply(ctx, current, desired); {
+	case duck.IsStale(applyErr):
+		// current came from a cache that has not seen the stored status yet (this controller's
+		// previous write): nothing was written, so no condition restarts its lastTransitionTime.
+		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
+	case applyErr != nil && !apierrors.IsNotFound(applyErr):
 		return ctrl.Result{}, errors.Join(err, applyErr)
 	}
 	return result, err

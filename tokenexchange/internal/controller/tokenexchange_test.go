@@ -138,6 +138,7 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 	ns := namespace(t)
 	d := deployment(ns, "agent", 2, true)
 	must(t, k8s.Create(ctx, d))
+	history := watchReady(t, ns, "tx")
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
 	te := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	readySince := condition(te, v1alpha1.ConditionReady).LastTransitionTime
@@ -158,6 +159,8 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 	})
 	te = waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	assert.Equal(t, readySince, condition(te, v1alpha1.ConditionReady).LastTransitionTime, "lastTransitionTime only moves on a status change")
+	unsteady, states := history.wasUnsteadyAfterReady()
+	assert.False(t, unsteady, "once Ready, a TokenExchange whose spec change applies cleanly stays Ready since the same time; stored states:\n%s", states)
 
 	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(d), d))
 	assert.Equal(t, gen, d.Generation, "the workload is not changed")
