@@ -195,6 +195,10 @@ func TestLoad(t *testing.T) {
 	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
 
 	t.Logf("LOAD %d updates: update→ConfigMap changed p50=%v p90=%v p99=%v max=%v; load average %s", len(lat), pct(0.50), pct(0.90), pct(0.99), pct(1), ducktest.Loadavg())
+	// The last update's status write and Events are still on their way when its ConfigMap change
+	// arrives: they belong to the update, not to the idle controller.
+	tail, waited := ducktest.WaitQuiet(t, metricsAddr, 10*time.Second, 2*time.Minute)
+	t.Logf("LOAD after the last update: %.0f writes until none for 10s (%s, %v)", tail.Writes(), tail, waited.Round(time.Second))
 	idleStart := ducktest.MustRequests(t, metricsAddr)
 	time.Sleep(idle)
 	idleReqs := ducktest.MustRequests(t, metricsAddr).Sub(idleStart)
