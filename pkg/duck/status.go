@@ -86,6 +86,12 @@ func (s *Status) Condition(condType string) *metav1.Condition {
 	return meta.FindStatusCondition(s.Conditions, condType)
 }
 
+// IsTrue reports whether the condition of the given type is present and True.
+func (s *Status) IsTrue(condType string) bool {
+	c := s.Condition(condType)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
 // IsReady reports whether Ready is True for the current generation.
 func (s *Status) IsReady() bool {
 	c := s.Condition(ConditionReady)

@@ -3,9 +3,11 @@ package duck
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,7 +42,25 @@ type StatusApplier struct {
 	// observedGeneration and every other status field stay with the resource's own controller,
 	// and the Events follow the first of Conditions instead of Ready.
 	ConditionsOnly bool
+	// RequireCurrent makes Apply send the resourceVersion of current, the object the status was
+	// computed from, as a precondition: the API server refuses the write with a Conflict when the
+	// stored object is newer. A reconcile that read its resource from a cache lagging behind the
+	// controller's own previous status write would otherwise compute the conditions afresh (a new
+	// lastTransitionTime for a Ready that never changed) and, with server-side apply's forced
+	// ownership, overwrite the newer status. On a Conflict the caller looks again once its cache
+	// has caught up (IsStale).
+	RequireCurrent bool
 }
+
+// IsStale reports whether err is Apply's refusal of a status computed from an older copy of the
+// resource than the stored one (RequireCurrent): nothing was written, reconcile again after
+// StaleRetry.
+func IsStale(err error) bool { return apierrors.IsConflict(err) }
+
+// StaleRetry is how soon a reconcile whose status write was refused as stale runs again: an
+// informer cache is normally milliseconds behind, and a status-only change of the resource does
+// not wake a reconciler filtered by generation.
+const StaleRetry = 100 * time.Millisecond
 
 // Apply writes desired's status when its owned part differs from current's (the resource as read
 // at the start of the reconcile). After a successful write it records an Event when Ready (with
@@ -68,6 +88,9 @@ func (a *StatusApplier) Apply(ctx context.Context, current, desired Object) erro
 	u.SetGroupVersionKind(gvk)
 	u.SetNamespace(desired.GetNamespace())
 	u.SetName(desired.GetName())
+	if a.RequireCurrent {
+		u.SetResourceVersion(current.GetResourceVersion())
+	}
 	if err := a.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
 		client.FieldOwner(a.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying the status of %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)

@@ -188,6 +188,48 @@ func TestStatusApplierWritesOnlyChangesAndOwnedConditions(t *testing.T) {
 	assert.Equal(t, []string{"Warning Conflict"}, rec.lines())
 }
 
+// TestStatusApplierRequireCurrentRefusesStaleCopies: a status computed from a copy older than the
+// stored object (a cache that has not seen the previous status write) is refused as stale and
+// leaves the stored status, and its Ready lastTransitionTime, as they were.
+func TestStatusApplierRequireCurrentRefusesStaleCopies(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	ns := namespace(t, c, "status-stale")
+	a := &StatusApplier{Client: c, FieldOwner: "kagenti-test", RequireCurrent: true}
+
+	g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}}
+	require.NoError(t, c.Create(ctx, g))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	stale := g.DeepCopyObject().(*gadget) // as a lagging cache still holds it: no status yet
+
+	first := g.DeepCopyObject().(*gadget)
+	first.Status.Observe(g.Generation)
+	first.Status.MarkReady("Configured", "ok")
+	first.Status.Condition(ConditionReady).LastTransitionTime = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, a.Apply(ctx, g, first))
+
+	// The same verdict computed from the stale copy: a fresh lastTransitionTime.
+	again := stale.DeepCopyObject().(*gadget)
+	again.Status.Observe(stale.Generation)
+	again.Status.MarkReady("Configured", "ok")
+	err := a.Apply(ctx, stale, again)
+	require.Error(t, err)
+	assert.True(t, IsStale(err), "want a stale refusal, got %v", err)
+
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.Equal(t, first.Status.Condition(ConditionReady).LastTransitionTime.UTC(), g.Status.Condition(ConditionReady).LastTransitionTime.UTC(),
+		"the stored Ready keeps the time it became True")
+
+	// From the current copy the same write goes through (nothing to change here: no write at all).
+	current := g.DeepCopyObject().(*gadget)
+	current.Status.MarkReady("Configured", "ok")
+	require.NoError(t, a.Apply(ctx, g, current))
+	current.Status.Phase = "Active"
+	require.NoError(t, a.Apply(ctx, g, current))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	assert.Equal(t, "Active", g.Status.Phase)
+}
+
 // TestStatusApplierConditionsOnly: a second pillar reporting on a resource it does not own
 // (netpol on AgentCards) writes its one condition, and never the owner's Ready, observedGeneration or
 // other status fields, even from a stale copy; both write without conflicts.

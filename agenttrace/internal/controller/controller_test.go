@@ -465,3 +465,29 @@ func updateRetrying(ctx context.Context, obj client.Object, mutate func()) error
 		return k8s.Update(ctx, obj)
 	})
 }
+
+// TestConfigMapEventsOnlyForNews: writing the ConfigMap the first time records no Event (the status
+// says it is there); an update does, and so does re-creating one that someone deleted.
+func TestConfigMapEventsOnlyForNews(t *testing.T) {
+	ns := newNamespace(t)
+	deployment(t, ns, "agent", true)
+	create(t, agentTrace(ns, "trace", "agent"))
+	waitStatus(t, ns, "trace", v1alpha1.PhaseActive, v1alpha1.ReasonActive)
+
+	at := getAT(t, ns, "trace")
+	require.NoError(t, updateRetrying(ctx, at, func() {
+		at.Spec.Sampling = &v1alpha1.Sampling{Type: "parent_based_probabilistic", Rate: "0.5"}
+	}))
+	waitEvent(t, ns, "trace", corev1.EventTypeNormal, "ConfigMapUpdated")
+	// The recorder sends Events in the order they were recorded: a creation Event would be here by now.
+	for _, e := range events(t, ns, "trace") {
+		assert.NotEqual(t, "ConfigMapCreated", e.Reason, "the first write is no Event")
+	}
+
+	cm, err := getCM(t, ns, "agent-trace")
+	require.NoError(t, err)
+	require.NoError(t, k8s.Delete(ctx, cm))
+	waitEvent(t, ns, "trace", corev1.EventTypeNormal, "ConfigMapCreated")
+	_, err = getCM(t, ns, "agent-trace")
+	require.NoError(t, err, "re-created")
+}

@@ -58,7 +58,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil && !s.hasVerdict() {
 		return result, err // retried; the stored status keeps saying what it said
 	}
-	if applyErr := r.Status.Apply(ctx, current, desired); applyErr != nil && !apierrors.IsNotFound(applyErr) {
+	switch applyErr := r.Status.Apply(ctx, current, desired); {
+	case duck.IsStale(applyErr):
+		// current came from a cache that has not seen the stored status yet (this controller's
+		// previous write): nothing was written, so no condition restarts its lastTransitionTime.
+		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
+	case applyErr != nil && !apierrors.IsNotFound(applyErr):
 		return ctrl.Result{}, errors.Join(err, applyErr)
 	}
 	return result, err
@@ -86,6 +91,7 @@ func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s s
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
 	res, err := r.Applier.Apply(ctx, desired, at)
 	if notOwned := (*configmap.NotOwnedError)(nil); errors.As(err, &notOwned) {
 		s.configMapFailed(desired.Name, v1alpha1.ReasonConfigMapNotOwned, err.Error())
@@ -94,7 +100,7 @@ func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s s
 		s.configMapFailed(desired.Name, v1alpha1.ReasonApplyFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("applying ConfigMap %s: %w", desired.Name, err)
 	}
-	if res != configmap.Unchanged {
+	if configMapWriteIsNews(res, hadConfigMap) {
 		r.Recorder.Eventf(at, nil, corev1.EventTypeNormal, "ConfigMap"+string(res), "Apply", "ConfigMap %s %s", desired.Name, strings.ToLower(string(res)))
 	}
 	s.configMapApplied(desired.Name)
@@ -208,4 +214,13 @@ func templateWired(w *duck.Workload, cmName string) (bool, error) {
 		return true, nil
 	}
 	return mountsConfigMap(&t.Spec, cmName), nil
+}
+
+// configMapWriteIsNews says whether a ConfigMap write deserves an Event: an update (the spec, or a
+// hand edit reverted), or a creation while the stored status said the ConfigMap was in place
+// (someone deleted it). The first creation is what creating the AgentTrace asks for, and its status
+// says so; an Event for it would cost every AgentTrace an API write and the event recorder's memory
+// for as long as it keeps the Event for de-duplication.
+func configMapWriteIsNews(res configmap.Result, hadConfigMap bool) bool {
+	return res == configmap.Updated || (res == configmap.Created && hadConfigMap)
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -90,6 +91,25 @@ func APIRequests(addr string) (Requests, error) {
 		}
 	}
 	return out, s.Err()
+}
+
+// WaitQuiet waits until the controller has made no API write for quiet (at most limit), and
+// returns the writes it made meanwhile: the tail of the work already started (the last status
+// writes, Events the broadcaster sends asynchronously), which is not idle activity. Idle writes are
+// counted from then on.
+func WaitQuiet(t *testing.T, addr string, quiet, limit time.Duration) (Requests, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	first := MustRequests(t, addr)
+	last, lastChange := first, start
+	for time.Since(lastChange) < quiet && time.Since(start) < limit {
+		time.Sleep(time.Second)
+		now := MustRequests(t, addr)
+		if now.Writes() != last.Writes() {
+			last, lastChange = now, time.Now()
+		}
+	}
+	return last.Sub(first), time.Since(start)
 }
 
 // ProcStatus reads a memory line (VmRSS, RssAnon, RssFile, VmHWM) of /proc/<pid>/status, in MiB.

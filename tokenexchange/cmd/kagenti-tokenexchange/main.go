@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/kagenti/platform/pkg/duck/memlimit"
 	"github.com/kagenti/platform/pkg/duck/metricsauth"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
@@ -46,6 +47,7 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
 			return run(fl)
 		},
 	}

@@ -82,20 +82,26 @@ func TestTrimPod(t *testing.T) {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{"a": "b"}},
 		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "agent", Image: "x"}},
+			Containers:     []corev1.Container{{Name: "agent", Image: "x"}},
+			InitContainers: []corev1.Container{{Name: configmap.ComponentSpiffeHelper, Image: "x"}, {Name: configmap.ComponentEnvoyProxy, Image: "x"}},
 			Volumes: []corev1.Volume{
 				{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", InitContainerStatuses: []corev1.ContainerStatus{{Name: configmap.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", InitContainerStatuses: []corev1.ContainerStatus{{Name: configmap.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", Ready: true}}},
 	}
 	out, err := TrimPod(p)
 	require.NoError(t, err)
 	got := out.(*corev1.Pod)
 	assert.True(t, mountsTokenExchange(got, "agent-token-exchange"))
 	assert.Len(t, got.Spec.Volumes, 1)
-	assert.Equal(t, []corev1.Container{{Name: "agent"}}, got.Spec.Containers, "names only: the status prober looks for the role containers")
+	assert.Empty(t, got.Spec.Containers, "the agent's containers are never read")
+	assert.Equal(t, []corev1.Container{{Name: configmap.ComponentEnvoyProxy}}, got.Spec.InitContainers,
+		"names only, of the roles with a status port (spiffe-helper has none): the status prober looks for them")
+	assert.Equal(t, []string{configmap.ComponentEnvoyProxy}, roleContainers(got))
+	assert.Empty(t, got.Status.ContainerStatuses, "only the identity components' readiness is read")
 	assert.Empty(t, got.Annotations)
 	assert.Equal(t, map[string]string{"app": "agent"}, got.Labels)
 	assert.True(t, allReady([]*corev1.Pod{got}, configmap.ComponentSpiffeHelper))

@@ -144,26 +144,37 @@ func TrimPod(obj any) (any, error) {
 	return trimmed, nil
 }
 
+// containerNames keeps, by name only, the containers that run a role with a status port (what
+// roleContainers looks for): a corev1.Container costs about 400 bytes even when only its name is
+// set, and the agent's own containers are never read.
 func containerNames(in []corev1.Container) []corev1.Container {
-	if in == nil {
-		return nil
-	}
-	out := make([]corev1.Container, len(in))
-	for i, c := range in {
-		out[i] = corev1.Container{Name: c.Name}
+	var out []corev1.Container
+	for _, c := range in {
+		if _, ok := statusPorts[c.Name]; ok {
+			out = append(out, corev1.Container{Name: c.Name})
+		}
 	}
 	return out
 }
 
+// trimStatuses keeps the name and readiness of the identity components' containers (what
+// summarizePods reads).
 func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if in == nil {
-		return nil
-	}
-	out := make([]corev1.ContainerStatus, len(in))
-	for i, s := range in {
-		out[i] = corev1.ContainerStatus{Name: s.Name, Ready: s.Ready}
+	var out []corev1.ContainerStatus
+	for _, s := range in {
+		if identityComponent(s.Name) {
+			out = append(out, corev1.ContainerStatus{Name: s.Name, Ready: s.Ready})
+		}
 	}
 	return out
+}
+
+func identityComponent(name string) bool {
+	switch name {
+	case configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy:
+		return true
+	}
+	return false
 }
 
 func metav1ObjectMeta(p *corev1.Pod) metav1.ObjectMeta {

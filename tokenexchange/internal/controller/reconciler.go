@@ -68,7 +68,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil && !s.hasVerdict() {
 		return result, err // retried; the stored status keeps saying what it said
 	}
-	if applyErr := r.Status.Apply(ctx, current, desired); applyErr != nil && !apierrors.IsNotFound(applyErr) {
+	switch applyErr := r.Status.Apply(ctx, current, desired); {
+	case duck.IsStale(applyErr):
+		// current came from a cache that has not seen the stored status yet (this controller's
+		// previous write): nothing was written, so no condition restarts its lastTransitionTime.
+		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
+	case applyErr != nil && !apierrors.IsNotFound(applyErr):
 		return ctrl.Result{}, errors.Join(err, applyErr)
 	}
 	return result, err
@@ -111,6 +116,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	// injector mounts it, and then takes effect without another reconcile.
 	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace()})
 	s.ConfigMapName = desired.Name
+	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
 	res, err := r.Applier.Apply(ctx, desired, te)
 	if notOwned := (*configmap.NotOwnedError)(nil); errors.As(err, &notOwned) {
 		s.configMapFailed(v1alpha1.ReasonConfigMapNotOwned, err.Error())
@@ -119,7 +125,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		s.configMapFailed(v1alpha1.ReasonApplyFailed, err.Error())
 		return ctrl.Result{}, err
 	}
-	if res != configmap.Unchanged {
+	if configMapWriteIsNews(res, hadConfigMap) {
 		r.Recorder.Eventf(te, nil, corev1.EventTypeNormal, "ConfigMap"+string(res), "Apply", "ConfigMap %s %s", desired.Name, strings.ToLower(string(res)))
 	}
 	s.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
@@ -160,4 +166,13 @@ func (r *Reconciler) referrerInEffect(ctx context.Context, te *v1alpha1.TokenExc
 		referrers[i] = &list.Items[i]
 	}
 	return duck.ReferrerInEffect(te, referrers), nil
+}
+
+// configMapWriteIsNews says whether a ConfigMap write deserves an Event: an update (the spec, or a
+// hand edit reverted), or a creation while the stored status said the ConfigMap was in place
+// (someone deleted it). The first creation is what creating the TokenExchange asks for, and its
+// status says so; an Event for it would cost every TokenExchange an API write and the event
+// recorder's memory for as long as it keeps the Event for de-duplication.
+func configMapWriteIsNews(res configmap.Result, hadConfigMap bool) bool {
+	return res == configmap.Updated || (res == configmap.Created && hadConfigMap)
 }

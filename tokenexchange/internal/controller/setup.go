@@ -74,7 +74,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Client:   mgr.GetClient(),
 		Resolver: duck.NewManagerResolver(mgr),
 		Applier:  &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
-		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events,
+		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events, RequireCurrent: true,
 			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady,
 				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
 		Recorder: events,

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +44,7 @@ import (
 const SkipWebhookLabel = "test.kagenti.io/skip-webhook"
 
 var (
-	k8s    client.Client // direct (uncached) client for the tests
+	k8s    client.WithWatch // direct (uncached) client for the tests
 	scheme = k8sruntime.NewScheme()
 )
 
@@ -127,7 +129,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "FAIL: the webhook server did not start")
 		return 1
 	}
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: client: %v\n", err)
 		return 1
@@ -261,4 +263,76 @@ func waitCondition(t testing.TB, ns, name, condType string, status metav1.Condit
 			fmt.Sprintf("%s=%s reason %s: %s (phase %s)", condType, c.Status, c.Reason, c.Message, te.Status.Phase)
 	})
 	return te
+}
+
+// readyHistory records every Ready condition the API server stores for one TokenExchange, from a
+// watch: a transient flip (Ready False for a moment, then True again within the same second) is
+// invisible to polling and to lastTransitionTime's one-second resolution, but not to this.
+type readyHistory struct {
+	mu     sync.Mutex
+	states []readyState
+}
+
+type readyState struct {
+	resourceVersion string
+	observed, gen   int64
+	ready           *metav1.Condition
+}
+
+func (s readyState) String() string {
+	if s.ready == nil {
+		return fmt.Sprintf("rv %s gen %d/%d: no Ready", s.resourceVersion, s.observed, s.gen)
+	}
+	return fmt.Sprintf("rv %s gen %d/%d: Ready=%s %s since %s", s.resourceVersion, s.observed, s.gen,
+		s.ready.Status, s.ready.Reason, s.ready.LastTransitionTime.UTC().Format(time.RFC3339))
+}
+
+// watchReady records the Ready condition of TokenExchange ns/name, from the namespace's current
+// resourceVersion on (start it before creating the object); it stops at the end of the test.
+func watchReady(t *testing.T, ns, name string) *readyHistory {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var list v1alpha1.TokenExchangeList
+	must(t, k8s.List(ctx, &list, client.InNamespace(ns)))
+	w, err := k8s.Watch(ctx, &v1alpha1.TokenExchangeList{}, client.InNamespace(ns),
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	must(t, err)
+	h := &readyHistory{}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			te, ok := ev.Object.(*v1alpha1.TokenExchange)
+			if !ok || te.Name != name {
+				continue
+			}
+			h.mu.Lock()
+			h.states = append(h.states, readyState{te.ResourceVersion, te.Status.ObservedGeneration, te.Generation,
+				condition(te, v1alpha1.ConditionReady)})
+			h.mu.Unlock()
+		}
+	}()
+	return h
+}
+
+// wasUnsteadyAfterReady returns whether, once Ready was first stored True, a later stored status
+// had Ready not True or True with another lastTransitionTime; and every state seen, for the message.
+func (h *readyHistory) wasUnsteadyAfterReady() (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var first *metav1.Condition
+	unsteady := false
+	lines := make([]string, len(h.states))
+	for i, s := range h.states {
+		lines[i] = s.String()
+		switch {
+		case first == nil && s.ready != nil && s.ready.Status == metav1.ConditionTrue:
+			first = s.ready
+		case first != nil && (s.ready == nil || s.ready.Status != metav1.ConditionTrue ||
+			!s.ready.LastTransitionTime.Equal(&first.LastTransitionTime)):
+			unsteady = true
+			lines[i] += "  <- unsteady"
+		}
+	}
+	return unsteady, strings.Join(lines, "\n")
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,6 +139,7 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 	ns := namespace(t)
 	d := deployment(ns, "agent", 2, true)
 	must(t, k8s.Create(ctx, d))
+	history := watchReady(t, ns, "tx")
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
 	te := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	readySince := condition(te, v1alpha1.ConditionReady).LastTransitionTime
@@ -158,6 +160,8 @@ func TestSpecChangeUpdatesConfigMapWithoutRestart(t *testing.T) {
 	})
 	te = waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	assert.Equal(t, readySince, condition(te, v1alpha1.ConditionReady).LastTransitionTime, "lastTransitionTime only moves on a status change")
+	unsteady, states := history.wasUnsteadyAfterReady()
+	assert.False(t, unsteady, "once Ready, a TokenExchange whose spec change applies cleanly stays Ready since the same time; stored states:\n%s", states)
 
 	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(d), d))
 	assert.Equal(t, gen, d.Generation, "the workload is not changed")
@@ -407,5 +411,52 @@ func updateRetrying(ctx context.Context, obj client.Object, mutate func()) error
 		}
 		mutate()
 		return k8s.Update(ctx, obj)
+	})
+}
+
+// TestConfigMapEventsOnlyForNews: writing the ConfigMap the first time records no Event (the status
+// says it is there); an update does, and so does re-creating one that someone deleted.
+func TestConfigMapEventsOnlyForNews(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	te := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	must(t, updateRetrying(ctx, te, func() {
+		te.Spec.Outbound = &v1alpha1.OutboundSpec{TokenExchange: &v1alpha1.OutboundTokenExchangeSpec{
+			DefaultTarget: &v1alpha1.ExchangeTarget{Audience: "api"}}}
+	}))
+	waitEvent(t, ns, "tx", "ConfigMapUpdated")
+	// The recorder sends Events in the order they were recorded: a creation Event would be here by now.
+	assert.NotContains(t, eventReasons(ctx, t, ns, "tx"), "ConfigMapCreated", "the first write is no Event")
+
+	cm, err := getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err)
+	must(t, k8s.Delete(ctx, cm))
+	waitEvent(t, ns, "tx", "ConfigMapCreated")
+	_, err = getCM(ctx, ns, "agent-token-exchange")
+	require.NoError(t, err, "re-created")
+}
+
+// eventReasons lists the reasons of the Events regarding the named object.
+func eventReasons(ctx context.Context, t *testing.T, ns, name string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	must(t, k8s.List(ctx, &list, client.InNamespace(ns)))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+func waitEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	eventually(t, "Event "+reason, func(ctx context.Context) (bool, string) {
+		reasons := eventReasons(ctx, t, ns, name)
+		return slices.Contains(reasons, reason), strings.Join(reasons, ", ")
 	})
 }
