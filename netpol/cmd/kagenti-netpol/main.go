@@ -109,7 +109,7 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 		Cache: cache.Options{
 			DefaultNamespaces: namespaceSet(namespaces),
 			ByObject:          controller.CacheByObject(),
-			DefaultTransform:  cache.TransformStripManagedFields(),
+			DefaultTransform:  controller.DefaultTransform(),
 		},
 	})
 	if err != nil {

@@ -60,7 +60,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			// The garbage collector would delete the policy through its owner reference; doing it here
 			// too makes "card deleted → policy deleted" one reconcile, with or without a GC.
-			return ctrl.Result{}, r.deleteOwned(ctx, req.Namespace, func(ref metav1.OwnerReference) bool { return ref.Name == req.Name }, nil)
+			return ctrl.Result{}, r.deleteOwned(ctx, req.Namespace, req.Name, func(ref metav1.OwnerReference) bool { return ref.Name == req.Name }, nil)
 		}
 		return ctrl.Result{}, err
 	}
@@ -72,7 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonInvalidAgentCard, err.Error())
 	}
 	if r.Mode == ModeOff {
-		if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u); err != nil {
+		if err := r.deleteOwned(ctx, card.Namespace, card.Name, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u); err != nil {
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.clearCondition(ctx, u)
@@ -110,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("applying NetworkPolicy %s: %w", desired.Name, err)
 	}
 	// A card whose target changed leaves its old policy behind: remove every other policy it controls.
-	if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
+	if err := r.deleteOwned(ctx, card.Namespace, card.Name, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
 		return ctrl.Result{}, err
 	}
 	reason := api.ReasonRestrictive
@@ -189,11 +189,14 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 	return "the existing policy differs and was left unchanged", nil
 }
 
-// deleteOwned deletes the netpol-managed policies in namespace whose controlling AgentCard matches,
-// except those named in keep. card (may be nil) receives the events.
-func (r *Reconciler) deleteOwned(ctx context.Context, namespace string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
+// deleteOwned deletes the netpol-managed policies in namespace controlled by the AgentCard named
+// cardName for which match holds, except those named in keep. card (may be nil) receives the
+// events. The policies are looked up by their controlling card (policyCardIndex), so a reconcile
+// reads its own policies, not every policy of the namespace: listing them all made a first sync of
+// n cards in one namespace cost n² policy copies.
+func (r *Reconciler) deleteOwned(ctx context.Context, namespace, cardName string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
 	var list networkingv1.NetworkPolicyList
-	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{policyCardIndex: cardName},
 		client.MatchingLabels{configmap.ManagedByLabel: api.Name}); err != nil {
 		return err
 	}
