@@ -2,17 +2,20 @@ package view
 
 import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kagenti/platform/netpol/api"
 )
 
 // lastApplied is kubectl's copy of the whole object in an annotation.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
-// TrimAgentCard is the cache transform of AgentCards: it keeps what FromUnstructured and StatusOf
-// read — metadata (without managedFields and kubectl's last-applied copy), spec.targetRef,
-// spec.selector, status.observedGeneration and status.conditions — and drops the rest, above all
-// the A2A card agentcard copies into status.card and the per-pod fetch results. A cached
-// AgentCard is decoded into nested maps, several times the size of its JSON; netpol reads a few
-// hundred bytes of it. Objects that are not unstructured pass through unchanged.
+// TrimAgentCard is the cache transform of AgentCards: it keeps what netpol reads — metadata
+// (without managedFields and kubectl's last-applied copy), spec.targetRef, spec.selector,
+// status.observedGeneration, and of status.conditions agentcard's Verified (the verdict) and
+// netpol's own NetworkPolicyReady — and drops the rest, above all the A2A card agentcard copies
+// into status.card, the per-pod fetch results and agentcard's other conditions. A cached AgentCard
+// is decoded into nested maps, several times the size of its JSON; netpol reads a few hundred
+// bytes of it. Objects that are not unstructured pass through unchanged.
 func TrimAgentCard(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -32,7 +35,24 @@ func TrimAgentCard(obj any) (any, error) {
 	}
 	keep(u, trimmed, "spec", "targetRef", "selector")
 	keep(u, trimmed, "status", "observedGeneration", "conditions")
+	if status, ok := trimmed.Object["status"].(map[string]any); ok { // keep's own map
+		if list, ok := status["conditions"].([]any); ok {
+			status["conditions"] = readConditions(list)
+		}
+	}
 	return trimmed, nil
+}
+
+// readConditions are the conditions netpol reads, of all those on an AgentCard.
+func readConditions(conds []any) []any {
+	out := make([]any, 0, 2)
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if t, _ := m["type"].(string); t == ConditionVerified || t == api.ConditionNetworkPolicyReady {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // keep copies the named fields of the map at from.Object[field] into to.Object[field].
