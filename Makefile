@@ -86,13 +86,14 @@ e2e-kind: build ## End-to-end suite on kind (needs a Docker engine; skips cleanl
 bench: ## Go benchmarks of every module (the env-guarded load tests and their commands: docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
-# The binaries whose load test runs them as their own process (cmd/<binary>/load_test.go).
-LOAD_PILLARS ?= tokenexchange agenttrace agentbuild injector agentcard
+# The binaries whose load test runs them as their own process (cmd/<binary>/load_test.go); one of
+# them: `make load LOAD_PILLARS=netpol`.
+LOAD_PILLARS ?= tokenexchange agenttrace agentbuild injector agentcard netpol
 # Objects per load test (KAGENTI_LOAD_N): 10000 for the scale runs, e.g. `make load LOAD_N=10000`.
 LOAD_N ?= 1000
 
 .PHONY: load
-load: ## Load tests of LOAD_PILLARS, one after another, each controller as its own process (LOAD_N objects; output: LOAD lines).
+load: ## Load tests of LOAD_PILLARS (default: all five; e.g. LOAD_PILLARS=netpol LOAD_N=10000), each controller as its own process (output: LOAD lines).
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	@set -e; for p in $(LOAD_PILLARS); do \
 		KAGENTI_LOAD=1 KAGENTI_LOAD_N=$(LOAD_N) go test -count=1 -run '^TestLoad$$' -v -timeout 180m ./$$p/cmd/kagenti-$$p/; \

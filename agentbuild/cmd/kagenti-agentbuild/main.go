@@ -66,6 +66,7 @@ func newRootCommand() *cobra.Command {
 		"how often builds waiting for Tekton Pipelines to be installed are retried")
 	f.DurationVar(&opts.TemplateRetryInterval, "template-retry-interval", time.Minute,
 		"how often builds whose template or step ConfigMap is missing or invalid are retried")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "AgentBuilds reconciled in parallel")
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/pkg/duck"
@@ -108,6 +109,7 @@ func TestIntegration(t *testing.T) {
 	if !run("TektonNotInstalledThenRecovers", e.testTektonRecovery) {
 		return
 	}
+	run("Workers", e.testWorkers) // the controller has started: it reconciled
 	run("Validation", e.testValidation)
 	run("SucceedsAndDeploys", e.testSucceedsAndDeploys)
 	run("Fails", e.testFails)
@@ -118,6 +120,27 @@ func TestIntegration(t *testing.T) {
 	run("TemplateProblemsRecover", e.testTemplateProblems)
 	run("CleanupAfterBuild", e.testCleanup)
 	run("KstatusVerdicts", e.testVerdicts)
+}
+
+// testWorkers: AgentBuilds are reconciled DefaultMaxConcurrentReconciles at a time, not one after
+// another (controller-runtime's own gauge of the controller's workers).
+func (e *env) testWorkers(t *testing.T) {
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	workers := -1.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_max_concurrent_reconciles" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "agentbuild" {
+					workers = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	assert.Equal(t, float64(DefaultMaxConcurrentReconciles), workers)
 }
 
 func (e *env) testTektonRecovery(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -28,7 +29,15 @@ type Options struct {
 	// TemplateRetryInterval is how often a build whose template or step ConfigMap is missing is
 	// retried (templates are read uncached and not watched).
 	TemplateRetryInterval time.Duration
+	// MaxConcurrentReconciles is the number of AgentBuilds reconciled in parallel (default
+	// DefaultMaxConcurrentReconciles).
+	MaxConcurrentReconciles int
 }
+
+// DefaultMaxConcurrentReconciles: a reconcile waits on about fifteen API round trips (template
+// reads, the Pipeline and PipelineRun, the status), so one worker left 10,000 builds queued
+// behind one another for most of an hour; a few keep the API server busy instead.
+const DefaultMaxConcurrentReconciles = 4
 
 func (o *Options) defaults() {
 	if o.TemplateNamespace == "" {
@@ -39,6 +48,9 @@ func (o *Options) defaults() {
 	}
 	if o.TemplateRetryInterval <= 0 {
 		o.TemplateRetryInterval = time.Minute
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 }
 
@@ -54,6 +66,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := newReconciler(mgr, opts)
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agentbuild").
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		For(&v1alpha1.AgentBuild{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	// A deployTo target that appears (or changes its spec) re-queues the builds that point at it,
 	// so TargetNotFound recovers without polling. Metadata-only: only names are needed.

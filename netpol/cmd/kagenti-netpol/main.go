@@ -35,14 +35,15 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	var (
-		metricsAddr, probeAddr, namespaces string
-		leaderElect                        bool
-		metricsSecure                      bool
-		qps                                float32
-		burst                              int
-		opts                               = controller.DefaultOptions()
-		dnsLabels                          = labelsFlag(opts.Policy.DNSPodLabels)
-		zapOpts                            = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		metricsAddr, probeAddr, pprofAddr string
+		namespaces                        string
+		leaderElect                       bool
+		metricsSecure                     bool
+		qps                               float32
+		burst                             int
+		opts                              = controller.DefaultOptions()
+		dnsLabels                         = labelsFlag(opts.Policy.DNSPodLabels)
+		zapOpts                           = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
 		Use:           name,
@@ -56,13 +57,14 @@ func newRootCommand() *cobra.Command {
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, namespaces, leaderElect, qps, burst, opts)
+			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, qps, burst, opts)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	f.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole kagenti-metrics-reader); false serves plain HTTP to anyone")
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	f.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.StringVar(&opts.Mode, "mode", opts.Mode, "enforce writes NetworkPolicies; audit computes them and reports on the AgentCard without writing; off removes the policies it wrote")
@@ -83,7 +85,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElect bool, qps float32, burst int, opts controller.Options) error {
+func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, qps float32, burst int, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -100,13 +102,14 @@ func run(metrics metricsserver.Options, probeAddr, namespaces string, leaderElec
 		Scheme:                        scheme,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
 			DefaultNamespaces: namespaceSet(namespaces),
 			ByObject:          controller.CacheByObject(),
-			DefaultTransform:  cache.TransformStripManagedFields(),
+			DefaultTransform:  controller.DefaultTransform(),
 		},
 	})
 	if err != nil {

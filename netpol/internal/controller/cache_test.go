@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"encoding/json"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
+	"github.com/kagenti/platform/netpol/internal/view"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -48,4 +52,74 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	gotSel, err := resources.WorkloadPodSelector(got)
 	require.NoError(t, err)
 	assert.Equal(t, wantSel, gotSel)
+}
+
+// TestCacheKeepsOfAgentCardsWhatNetpolReads: the AgentCard cache holds what the reconciler, the
+// target index and the status writer read — parsed and indexed exactly as the whole card — and not
+// the A2A card, pod entries and signature results agentcard keeps in the status.
+func TestCacheKeepsOfAgentCardsWhatNetpolReads(t *testing.T) {
+	trim := DefaultTransform()
+
+	full := &unstructured.Unstructured{}
+	require.NoError(t, json.Unmarshal([]byte(`{
+		"apiVersion": "kagenti.io/v1alpha1", "kind": "AgentCard",
+		"metadata": {"name": "weather-card", "namespace": "team", "uid": "u-1", "generation": 3, "resourceVersion": "42",
+			"labels": {"app": "weather"},
+			"annotations": {"team": "x", "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}"},
+			"managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+		"spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "weather"},
+			"identityBinding": {"spiffeID": "spiffe://cluster.local/ns/team/sa/weather"}, "syncPeriod": "30s"},
+		"status": {"observedGeneration": 3, "phase": "Active", "cardHash": "abc",
+			"conditions": [
+				{"type": "Ready", "status": "True", "reason": "CardAvailable", "message": "card available", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+				{"type": "SignatureVerified", "status": "True", "reason": "Verified", "message": "ok", "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+				{"type": "Verified", "status": "True", "reason": "Verified", "message": "ok", "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+				{"type": "NetworkPolicyReady", "status": "True", "reason": "PermissivePolicyApplied", "message": "m", "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+			"cards": [{"podName": "weather-1", "fetchStatus": "Success"}],
+			"card": {"name": "Weather", "skills": [{"id": "forecast", "description": "a long description"}], "signatures": [{"protected": "x", "signature": "y"}]},
+			"signature": {"verified": true, "spiffeID": "spiffe://cluster.local/ns/team/sa/weather"}}
+	}`), &full.Object))
+
+	obj, err := trim(full.DeepCopy())
+	require.NoError(t, err)
+	trimmed := obj.(*unstructured.Unstructured)
+
+	want, err := view.FromUnstructured(full)
+	require.NoError(t, err)
+	got, err := view.FromUnstructured(trimmed)
+	require.NoError(t, err)
+	assert.Equal(t, want.Verify(), got.Verify(), "the verdict")
+	assert.Equal(t, want.Condition(api.ConditionNetworkPolicyReady), got.Condition(api.ConditionNetworkPolicyReady))
+	want.Conditions, got.Conditions = nil, nil
+	assert.Equal(t, want, got, "name, UID, generation, target, selector")
+	wantStatus, gotStatus := view.StatusOf(full), view.StatusOf(trimmed)
+	assert.Equal(t, wantStatus.ObjectMeta, gotStatus.ObjectMeta)
+	assert.Equal(t, wantStatus.Status.ObservedGeneration, gotStatus.Status.ObservedGeneration)
+	assert.Equal(t, wantStatus.Status.Condition(api.ConditionNetworkPolicyReady), gotStatus.Status.Condition(api.ConditionNetworkPolicyReady))
+	assert.Equal(t, cardTargetKey(full), cardTargetKey(trimmed))
+	assert.Len(t, gotStatus.Status.Conditions, 2, "Verified and NetworkPolicyReady; agentcard's others are not kept")
+	assert.Equal(t, full.GroupVersionKind(), trimmed.GroupVersionKind())
+	assert.Equal(t, full.GetLabels(), trimmed.GetLabels())
+
+	assert.Empty(t, trimmed.GetManagedFields())
+	assert.Equal(t, map[string]string{"team": "x"}, trimmed.GetAnnotations(), "kubectl's last-applied copy is dropped")
+	assert.Equal(t, []string{"conditions", "observedGeneration"}, fieldNames(trimmed.Object["status"]), "the status keeps only what netpol reads")
+	assert.Equal(t, []string{"targetRef"}, fieldNames(trimmed.Object["spec"]))
+
+	// Selector mode keeps spec.selector.
+	full.Object["spec"] = map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "weather"}}}
+	obj, err = trim(full.DeepCopy())
+	require.NoError(t, err)
+	got, err = view.FromUnstructured(obj.(*unstructured.Unstructured))
+	require.NoError(t, err)
+	assert.Equal(t, &metav1.LabelSelector{MatchLabels: map[string]string{"app": "weather"}}, got.Selector)
+}
+
+func fieldNames(m any) []string {
+	out := []string{}
+	for k := range m.(map[string]any) {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

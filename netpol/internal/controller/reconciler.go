@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +46,57 @@ type Reconciler struct {
 	Status *duck.StatusApplier
 	Mode   string
 	Policy resources.Options
+
+	// written is the NetworkPolicyReady condition last written on each card, with the card's
+	// resourceVersion it was computed from (see report).
+	written writtenConditions
+}
+
+// writtenConditions remembers the condition netpol last wrote on each AgentCard and the card's
+// resourceVersion it was computed from. A card is often reconciled again before the cache has the
+// status just written (its policy's creation and its workload's events queue it meanwhile); that
+// reconcile reads the old status and would write, and record an Event for, the same condition a
+// second time. While the cache still shows that resourceVersion, the condition is known written.
+type writtenConditions struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]writtenCondition
+}
+
+// writtenCondition is a card's resourceVersion and a hash of the condition's status, reason and
+// message (a few dozen bytes per card, not the message itself).
+type writtenCondition struct {
+	resourceVersion string
+	condition       uint64
+}
+
+func newWrittenCondition(u *unstructured.Unstructured, status metav1.ConditionStatus, reason, message string) writtenCondition {
+	h := fnv.New64a()
+	for _, s := range []string{string(status), reason, message} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	return writtenCondition{resourceVersion: u.GetResourceVersion(), condition: h.Sum64()}
+}
+
+func (w *writtenConditions) has(key types.NamespacedName, c writtenCondition) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m[key] == c
+}
+
+func (w *writtenConditions) set(key types.NamespacedName, c writtenCondition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[types.NamespacedName]writtenCondition{}
+	}
+	w.m[key] = c
+}
+
+func (w *writtenConditions) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, key)
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
@@ -58,9 +112,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	u := view.NewAgentCard()
 	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
 			// The garbage collector would delete the policy through its owner reference; doing it here
 			// too makes "card deleted → policy deleted" one reconcile, with or without a GC.
-			return ctrl.Result{}, r.deleteOwned(ctx, req.Namespace, func(ref metav1.OwnerReference) bool { return ref.Name == req.Name }, nil)
+			return ctrl.Result{}, r.deleteOwned(ctx, req.Namespace, req.Name, func(ref metav1.OwnerReference) bool { return ref.Name == req.Name }, nil)
 		}
 		return ctrl.Result{}, err
 	}
@@ -72,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonInvalidAgentCard, err.Error())
 	}
 	if r.Mode == ModeOff {
-		if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u); err != nil {
+		if err := r.deleteOwned(ctx, card.Namespace, card.Name, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u); err != nil {
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.clearCondition(ctx, u)
@@ -110,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("applying NetworkPolicy %s: %w", desired.Name, err)
 	}
 	// A card whose target changed leaves its old policy behind: remove every other policy it controls.
-	if err := r.deleteOwned(ctx, card.Namespace, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
+	if err := r.deleteOwned(ctx, card.Namespace, card.Name, func(ref metav1.OwnerReference) bool { return ref.UID == card.UID }, u, desired.Name); err != nil {
 		return ctrl.Result{}, err
 	}
 	reason := api.ReasonRestrictive
@@ -189,11 +244,14 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 	return "the existing policy differs and was left unchanged", nil
 }
 
-// deleteOwned deletes the netpol-managed policies in namespace whose controlling AgentCard matches,
-// except those named in keep. card (may be nil) receives the events.
-func (r *Reconciler) deleteOwned(ctx context.Context, namespace string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
+// deleteOwned deletes the netpol-managed policies in namespace controlled by the AgentCard named
+// cardName for which match holds, except those named in keep. card (may be nil) receives the
+// events. The policies are looked up by their controlling card (policyCardIndex), so a reconcile
+// reads its own policies, not every policy of the namespace: listing them all made a first sync of
+// n cards in one namespace cost n² policy copies.
+func (r *Reconciler) deleteOwned(ctx context.Context, namespace, cardName string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
 	var list networkingv1.NetworkPolicyList
-	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{policyCardIndex: cardName},
 		client.MatchingLabels{configmap.ManagedByLabel: api.Name}); err != nil {
 		return err
 	}
@@ -227,17 +285,30 @@ func contains(list []string, s string) bool {
 // report sets NetworkPolicyReady on the card through the StatusApplier: written only when it
 // changed, lastTransitionTime moved only with its status, an Event when its status or reason
 // changes (none for a first value that is True).
+//
+// A condition already written from this very resourceVersion of the card is not written again
+// (writtenConditions): the cache has not caught up with the write yet.
 func (r *Reconciler) report(ctx context.Context, u *unstructured.Unstructured, status metav1.ConditionStatus, reason, message string) error {
+	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
+	written := newWrittenCondition(u, status, reason, message)
+	if r.written.has(key, written) {
+		return nil
+	}
 	current := view.StatusOf(u)
 	desired := current.DeepCopyObject().(*view.CardStatus)
 	desired.Status.Observe(u.GetGeneration())
 	desired.Status.Set(api.ConditionNetworkPolicyReady, status, reason, message)
-	return r.applyStatus(ctx, current, desired)
+	if err := r.applyStatus(ctx, current, desired); err != nil {
+		return err
+	}
+	r.written.set(key, written)
+	return nil
 }
 
 // clearCondition gives up netpol's condition (mode off): the applier owns nothing else, so applying
 // a status without it removes it and leaves agentcard's conditions alone.
 func (r *Reconciler) clearCondition(ctx context.Context, u *unstructured.Unstructured) error {
+	r.written.forget(types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
 	current := view.StatusOf(u)
 	desired := current.DeepCopyObject().(*view.CardStatus)
 	desired.Status.Remove(api.ConditionNetworkPolicyReady)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -76,11 +77,26 @@ func (o Options) Validate() error {
 // CacheByObject restricts the NetworkPolicy cache to the policies netpol manages, so a cluster full
 // of other policies costs no memory here, and keeps of every workload only what netpol reads: its
 // metadata (managedFields stripped), spec.selector and its pod template's labels (a CronJob's pods
-// are selected by them). Pass it as cache.Options.ByObject.
+// are selected by them). Pass it as cache.Options.ByObject, with DefaultTransform.
 func CacheByObject() map[client.Object]cache.ByObject {
 	by := duck.TrimmedWorkloads(templateLabelsOnly)
 	by[&networkingv1.NetworkPolicy{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: api.Name})}
 	return by
+}
+
+// DefaultTransform is the cache transform of the kinds CacheByObject does not name: managedFields
+// stripped, and AgentCards trimmed to their metadata, target and conditions (view.TrimAgentCard),
+// without the A2A card and fetch results agentcard keeps in their status. AgentCards cannot be a
+// CacheByObject entry: the cache resolves those kinds when the manager is built, and netpol starts
+// before the AgentCard CRD is installed. Pass it as cache.Options.DefaultTransform.
+func DefaultTransform() toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	return func(obj any) (any, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok && u.GroupVersionKind() == view.AgentCardGVK {
+			return view.TrimAgentCard(u)
+		}
+		return strip(obj)
+	}
 }
 
 // templateLabelsOnly is the part of a pod template netpol reads.
@@ -172,11 +188,30 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 	if err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, view.NewAgentCard(), duck.TargetRefIndex, cardTargetKey); err != nil {
-		return fmt.Errorf("indexing AgentCards by spec.targetRef: %w", err)
+	if err := indexFields(ctx, mgr); err != nil {
+		return err
 	}
+	r := newReconciler(mgr, c, opts)
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("agentcard-networkpolicy").
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		For(view.NewAgentCard()).
+		Owns(&networkingv1.NetworkPolicy{})
+	for _, gvk := range duck.BuiltinKinds() {
+		w := &unstructured.Unstructured{}
+		w.SetGroupVersionKind(gvk)
+		b = b.Watches(w, duck.EnqueueReferrers(c, gvk.GroupKind(), func() client.ObjectList { return view.NewAgentCardList() }),
+			// The pod selector only changes with the spec (generation); creation and deletion count too.
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
+	return b.Complete(r)
+}
+
+// newReconciler is netpol's reconciler on mgr; c reads through the manager's cache, unstructured
+// objects included.
+func newReconciler(mgr ctrl.Manager, c client.Client, opts Options) *Reconciler {
 	events := mgr.GetEventRecorder(api.Name)
-	r := &Reconciler{
+	return &Reconciler{
 		Client: c,
 		Policies: &configmap.Applier{
 			Client:    client.WithFieldOwner(c, api.Name),
@@ -193,19 +228,31 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 		Mode:   opts.Mode,
 		Policy: opts.Policy,
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("agentcard-networkpolicy").
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
-		For(view.NewAgentCard()).
-		Owns(&networkingv1.NetworkPolicy{})
-	for _, gvk := range duck.BuiltinKinds() {
-		w := &unstructured.Unstructured{}
-		w.SetGroupVersionKind(gvk)
-		b = b.Watches(w, duck.EnqueueReferrers(c, gvk.GroupKind(), func() client.ObjectList { return view.NewAgentCardList() }),
-			// The pod selector only changes with the spec (generation); creation and deletion count too.
-			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+}
+
+// policyCardIndex indexes the cached NetworkPolicies by the name of their controlling AgentCard.
+const policyCardIndex = "netpol.kagenti.io/controlling-agentcard"
+
+// indexFields registers the cache indexes the reconciler lists by: AgentCards by target workload
+// (a workload event finds its cards) and policies by controlling card (a card finds its policies).
+func indexFields(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, view.NewAgentCard(), duck.TargetRefIndex, cardTargetKey); err != nil {
+		return fmt.Errorf("indexing AgentCards by spec.targetRef: %w", err)
 	}
-	return b.Complete(r)
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &networkingv1.NetworkPolicy{}, policyCardIndex, controllingCard); err != nil {
+		return fmt.Errorf("indexing NetworkPolicies by their AgentCard: %w", err)
+	}
+	return nil
+}
+
+// controllingCard is the policyCardIndex value of a NetworkPolicy: the name of the AgentCard
+// controlling it, if one does.
+func controllingCard(o client.Object) []string {
+	owner := metav1.GetControllerOfNoCopy(o)
+	if owner == nil || owner.Kind != view.AgentCardGVK.Kind || owner.APIVersion != view.GroupVersion.String() {
+		return nil
+	}
+	return []string{owner.Name}
 }
 
 // cardTargetKey is the TargetRefIndex value of an unstructured AgentCard.

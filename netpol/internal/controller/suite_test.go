@@ -101,7 +101,7 @@ func newManager(t testing.TB, cfg *rest.Config) ctrl.Manager {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: CacheByObject(), DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                  cache.Options{ByObject: CacheByObject(), DefaultTransform: DefaultTransform()},
 		// Tests start one manager per mode; the controller name repeats.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
