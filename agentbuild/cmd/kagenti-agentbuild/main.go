@@ -21,6 +21,7 @@ import (
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/controller"
 	"github.com/kagenti/platform/agentbuild/internal/tekton"
+	"github.com/kagenti/platform/pkg/duck/memlimit"
 	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
 
@@ -50,6 +51,7 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
 			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
 		},
 	}

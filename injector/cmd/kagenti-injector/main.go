@@ -22,6 +22,7 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/certs"
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
+	"github.com/kagenti/platform/pkg/duck/memlimit"
 	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
 
@@ -56,6 +57,7 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
 			return run(fl)
 		},
 	}

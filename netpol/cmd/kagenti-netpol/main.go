@@ -21,6 +21,7 @@ import (
 
 	"github.com/kagenti/platform/netpol/internal/controller"
 	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/duck/memlimit"
 	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
 
@@ -53,6 +54,7 @@ func newRootCommand() *cobra.Command {
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
 			opts.Policy.DNSPodLabels = dnsLabels
 			if err := opts.Validate(); err != nil {
 				return err
