@@ -101,7 +101,7 @@ func TestIdentityFlow(t *testing.T) {
 			mustSet(t, u, f.callerRules(v2), "spec", "outbound", "tokenExchange", "destinationRules")
 		})
 		t.Logf("caller TokenExchange: pods on the new content hash %.1f s after the update (load %s)", secs, loadAverage())
-		res := f.agentCall(t, user, "http://"+f.calleeServiceAddr()+"/tasks", f.calleeHost())
+		res := f.agentCall(t, user, "http://"+f.calleeInbound()+"/tasks", f.calleeHost())
 		if res.Status != http.StatusUnauthorized || !strings.Contains(res.Body, v2) {
 			t.Fatalf("with the new audience the callee (still expecting the old one) answered %d %s; want 401 naming %s", res.Status, res.Body, v2)
 		}
@@ -128,7 +128,6 @@ const (
 	agentImage         = "example.com/e2e/identity-agent:test"
 	agentPort          = 8081
 	inboundPort        = 8080
-	servicePort        = 80
 	inboundStatusPort  = 15125
 	outboundStatusPort = 15126
 )
@@ -285,15 +284,6 @@ func (f *identityFlow) callerRules(audience string) []any {
 // calleeHost is the Host of the caller's requests to the callee, as if through a Service.
 func (f *identityFlow) calleeHost() string { return "callee." + f.ns + ".svc" }
 
-// calleeServiceAddr is where the caller's agent sends its requests to the callee: port 80 of the
-// callee's pod, as a Service port would arrive (kube-proxy translates a ClusterIP on the node,
-// after the caller's pod sent it). The callee's proxy-init redirects it to its inbound proxy. The
-// inbound port itself (8080) would not do: the caller's rules never redirect it (outbound port
-// exclusions), so such a call leaves without exchange.
-func (f *identityFlow) calleeServiceAddr() string {
-	return net.JoinHostPort(f.callee.Pod.Status.PodIP, strconv.Itoa(servicePort))
-}
-
 func (f *identityFlow) createTokenExchange(name string, spec map[string]any) {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	u.SetGroupVersionKind(tokenExchangeGVK)
@@ -360,6 +350,9 @@ func spiffeHelperUID(t *testing.T, pod *corev1.Pod) int64 {
 	return 0
 }
 
+// calleeInbound is the callee's inbound port (8080) on its pod IP, where the test and the caller's
+// agent call it. 8080 is also the seed's Keycloak port that the injector used to exclude from
+// interception: the caller's call must still be redirected to its outbound proxy and exchanged.
 func (f *identityFlow) calleeInbound() string {
 	return net.JoinHostPort(f.callee.Pod.Status.PodIP, strconv.Itoa(inboundPort))
 }
@@ -384,7 +377,7 @@ func (f *identityFlow) agentCall(t *testing.T, token, target, host string) callR
 // callCallee makes the caller's agent call the callee and returns what the callee's agent received.
 func (f *identityFlow) callCallee(t *testing.T, token string) agentReport {
 	t.Helper()
-	res := f.agentCall(t, token, "http://"+f.calleeServiceAddr()+"/tasks", f.calleeHost())
+	res := f.agentCall(t, token, "http://"+f.calleeInbound()+"/tasks", f.calleeHost())
 	if res.Status != http.StatusOK {
 		t.Fatalf("caller → callee: %d %s", res.Status, res.Body)
 	}

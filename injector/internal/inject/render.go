@@ -39,10 +39,6 @@ const (
 	// EnvTraceDir is the only environment variable added to the user's containers.
 	EnvTraceDir = "KAGENTI_TRACE_DIR"
 
-	// AlwaysExcludedOutboundPort is the IdP port that proxy-init never redirects (seed default):
-	// the agent's own calls to the IdP are not exchanged.
-	AlwaysExcludedOutboundPort = 8080
-
 	// spiffeHelperUID runs spiffe-helper (docs/architecture.md §5); the other identity sidecars run as
 	// the proxy UID, so that proxy-init never redirects their own traffic (to the IdP, the JWKS).
 	spiffeHelperUID = 1000
@@ -279,7 +275,12 @@ func identityDefaults(cfg *config.Config, o Options) string {
 	off("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
 	line("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
 	line("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
-	line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(append([]int32{AlwaysExcludedOutboundPort}, o.OutboundPortsExclude...)))
+	// No port is excluded by default (the seed excluded 8080, Keycloak's port and also every agent's
+	// inbound port, so agent-to-agent calls were never exchanged): the outbound proxy passes
+	// requests to the IdP's endpoints through itself.
+	if len(o.OutboundPortsExclude) > 0 {
+		line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(o.OutboundPortsExclude))
+	}
 	line("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
 	return b.String()
 }
