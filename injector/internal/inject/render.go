@@ -261,8 +261,20 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		line("KAGENTI_SPIFFE_SOCKET", id.SocketPath)
 		line("KAGENTI_JWT_AUDIENCE", id.JWTAudience)
 	}
+	if id.Provider != config.ProviderKeycloak { // the data plane's default: the default config stays as small
+		line("KAGENTI_IDP_PROVIDER", id.Provider)
+	}
 	line("KAGENTI_IDP_URL", id.IdPURL)
 	line("KAGENTI_REALM", id.Realm)
+	optional := func(name, value string) {
+		if value != "" {
+			line(name, value)
+		}
+	}
+	optional("KAGENTI_OIDC_ISSUER", id.OIDC.Issuer)
+	optional("KAGENTI_OIDC_TOKEN_URL", id.OIDC.TokenURL)
+	optional("KAGENTI_OIDC_JWKS_URL", id.OIDC.JWKSURL)
+	optional("KAGENTI_OIDC_REGISTRATION_URL", id.OIDC.RegistrationURL)
 	off("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
 	line("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
 	off("KAGENTI_TOKEN_EXCHANGE", exchange)
