@@ -61,6 +61,31 @@ func TestIdentityFlow(t *testing.T) {
 		}
 	})
 
+	t.Run("the callee's client-registration registered it with the OIDC provider (RFC 7591)", func(t *testing.T) {
+		f.waitReady(f.callee, registerStatusPort)
+		dir := filepath.Join(f.dir, "pods", f.ns+"_"+f.callee.Pod.Name, "volumes", "kagenti-shared")
+		for _, name := range []string{"client-id.txt", "client-secret.txt"} {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || strings.TrimSpace(string(b)) == "" {
+				t.Fatalf("%s on the callee's shared volume: %q, %v", name, b, err)
+			}
+		}
+		id, _ := os.ReadFile(filepath.Join(dir, "client-id.txt"))
+		if !strings.HasPrefix(string(id), "dyn-") {
+			t.Errorf("client ID %q was not issued by the dev IdP's registration endpoint", id)
+		}
+		framework.Eventually(t, time.Minute, "callee-auth status: registered and Ready", func(ctx context.Context) (bool, string, error) {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(tokenExchangeGVK)
+			if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "callee-auth"}, u); err != nil {
+				return false, "", err
+			}
+			registered, _, _ := unstructured.NestedBool(u.Object, "status", "identityStatus", "idpRegistered")
+			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+			return registered && phase == "Active", fmt.Sprintf("idpRegistered %v, phase %q, status %v", registered, phase, u.Object["status"]), nil
+		})
+	})
+
 	t.Run("the caller's call leaves through its outbound proxy, exchanged for the callee", func(t *testing.T) {
 		got := f.callCallee(t, user)
 		exchanged := bearer(got.Headers)
@@ -128,6 +153,7 @@ const (
 	agentImage         = "example.com/e2e/identity-agent:test"
 	agentPort          = 8081
 	inboundPort        = 8080
+	registerStatusPort = 15124
 	inboundStatusPort  = 15125
 	outboundStatusPort = 15126
 )
@@ -250,10 +276,9 @@ func createIdentityNode(t *testing.T, c client.Client) {
 	})
 }
 
-// createTokenExchanges points both workloads at the dev IdP. The TokenExchange cannot select the
-// RFC 7591 provider the dev IdP offers (provider is keycloak only) and the injector's defaults
-// have no OIDC URLs, so registration is off: the caller authenticates its exchanges with its JWT
-// SVID, whose audience (spiffe.audience) is the IdP; the callee only validates.
+// createTokenExchanges points both workloads at the dev IdP. The caller does not register: it
+// authenticates its exchanges with its JWT SVID, whose audience (spiffe.audience) is the IdP. The
+// callee registers with the dev IdP as provider oidc (RFC 7591) and validates.
 func (f *identityFlow) createTokenExchanges() {
 	validation := map[string]any{"issuer": f.idp.issuer, "jwksUrl": f.idp.issuer + "/keys"}
 	f.createTokenExchange("caller-auth", map[string]any{
@@ -265,10 +290,12 @@ func (f *identityFlow) createTokenExchanges() {
 			"tokenUrl": f.idp.issuer + "/oauth/token", "destinationRules": f.callerRules(f.calleeID)}},
 	})
 	f.createTokenExchange("callee-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
-		"clientRegistration": map[string]any{"enabled": false},
-		"inbound":            map[string]any{"validation": validation},
-		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
+		"targetRef": map[string]any{"kind": "Deployment", "name": "callee"},
+		"clientRegistration": map[string]any{"provider": "oidc", "oidc": map[string]any{
+			"issuer": f.idp.issuer, "tokenUrl": f.idp.issuer + "/oauth/token",
+			"jwksUrl": f.idp.issuer + "/keys", "registrationUrl": f.idp.issuer + "/register"}},
+		"inbound":  map[string]any{"validation": validation},
+		"outbound": map[string]any{"tokenExchange": map[string]any{"enabled": false}},
 	})
 }
 
