@@ -61,6 +61,31 @@ func TestIdentityFlow(t *testing.T) {
 		}
 	})
 
+	t.Run("the callee's client-registration registered it with the OIDC provider (RFC 7591)", func(t *testing.T) {
+		f.waitReady(f.callee, registerStatusPort)
+		dir := filepath.Join(f.dir, "pods", f.ns+"_"+f.callee.Pod.Name, "volumes", "kagenti-shared")
+		for _, name := range []string{"client-id.txt", "client-secret.txt"} {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || strings.TrimSpace(string(b)) == "" {
+				t.Fatalf("%s on the callee's shared volume: %q, %v", name, b, err)
+			}
+		}
+		id, _ := os.ReadFile(filepath.Join(dir, "client-id.txt"))
+		if !strings.HasPrefix(string(id), "dyn-") {
+			t.Errorf("client ID %q was not issued by the dev IdP's registration endpoint", id)
+		}
+		framework.Eventually(t, time.Minute, "callee-auth status: registered and Ready", func(ctx context.Context) (bool, string, error) {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(tokenExchangeGVK)
+			if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "callee-auth"}, u); err != nil {
+				return false, "", err
+			}
+			registered, _, _ := unstructured.NestedBool(u.Object, "status", "identityStatus", "idpRegistered")
+			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+			return registered && phase == "Active", fmt.Sprintf("idpRegistered %v, phase %q, status %v", registered, phase, u.Object["status"]), nil
+		})
+	})
+
 	t.Run("the caller's call leaves through its outbound proxy, exchanged for the callee", func(t *testing.T) {
 		got := f.callCallee(t, user)
 		exchanged := bearer(got.Headers)
@@ -101,7 +126,7 @@ func TestIdentityFlow(t *testing.T) {
 			mustSet(t, u, f.callerRules(v2), "spec", "outbound", "tokenExchange", "destinationRules")
 		})
 		t.Logf("caller TokenExchange: pods on the new content hash %.1f s after the update (load %s)", secs, loadAverage())
-		res := f.agentCall(t, user, "http://"+f.calleeServiceAddr()+"/tasks", f.calleeHost())
+		res := f.agentCall(t, user, "http://"+f.calleeInbound()+"/tasks", f.calleeHost())
 		if res.Status != http.StatusUnauthorized || !strings.Contains(res.Body, v2) {
 			t.Fatalf("with the new audience the callee (still expecting the old one) answered %d %s; want 401 naming %s", res.Status, res.Body, v2)
 		}
@@ -128,7 +153,7 @@ const (
 	agentImage         = "example.com/e2e/identity-agent:test"
 	agentPort          = 8081
 	inboundPort        = 8080
-	servicePort        = 80
+	registerStatusPort = 15124
 	inboundStatusPort  = 15125
 	outboundStatusPort = 15126
 )
@@ -251,10 +276,9 @@ func createIdentityNode(t *testing.T, c client.Client) {
 	})
 }
 
-// createTokenExchanges points both workloads at the dev IdP. The TokenExchange cannot select the
-// RFC 7591 provider the dev IdP offers (provider is keycloak only) and the injector's defaults
-// have no OIDC URLs, so registration is off: the caller authenticates its exchanges with its JWT
-// SVID, whose audience (spiffe.audience) is the IdP; the callee only validates.
+// createTokenExchanges points both workloads at the dev IdP. The caller does not register: it
+// authenticates its exchanges with its JWT SVID, whose audience (spiffe.audience) is the IdP. The
+// callee registers with the dev IdP as provider oidc (RFC 7591) and validates.
 func (f *identityFlow) createTokenExchanges() {
 	validation := map[string]any{"issuer": f.idp.issuer, "jwksUrl": f.idp.issuer + "/keys"}
 	f.createTokenExchange("caller-auth", map[string]any{
@@ -266,10 +290,12 @@ func (f *identityFlow) createTokenExchanges() {
 			"tokenUrl": f.idp.issuer + "/oauth/token", "destinationRules": f.callerRules(f.calleeID)}},
 	})
 	f.createTokenExchange("callee-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
-		"clientRegistration": map[string]any{"enabled": false},
-		"inbound":            map[string]any{"validation": validation},
-		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
+		"targetRef": map[string]any{"kind": "Deployment", "name": "callee"},
+		"clientRegistration": map[string]any{"provider": "oidc", "oidc": map[string]any{
+			"issuer": f.idp.issuer, "tokenUrl": f.idp.issuer + "/oauth/token",
+			"jwksUrl": f.idp.issuer + "/keys", "registrationUrl": f.idp.issuer + "/register"}},
+		"inbound":  map[string]any{"validation": validation},
+		"outbound": map[string]any{"tokenExchange": map[string]any{"enabled": false}},
 	})
 }
 
@@ -284,15 +310,6 @@ func (f *identityFlow) callerRules(audience string) []any {
 
 // calleeHost is the Host of the caller's requests to the callee, as if through a Service.
 func (f *identityFlow) calleeHost() string { return "callee." + f.ns + ".svc" }
-
-// calleeServiceAddr is where the caller's agent sends its requests to the callee: port 80 of the
-// callee's pod, as a Service port would arrive (kube-proxy translates a ClusterIP on the node,
-// after the caller's pod sent it). The callee's proxy-init redirects it to its inbound proxy. The
-// inbound port itself (8080) would not do: the caller's rules never redirect it (outbound port
-// exclusions), so such a call leaves without exchange.
-func (f *identityFlow) calleeServiceAddr() string {
-	return net.JoinHostPort(f.callee.Pod.Status.PodIP, strconv.Itoa(servicePort))
-}
 
 func (f *identityFlow) createTokenExchange(name string, spec map[string]any) {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
@@ -360,6 +377,9 @@ func spiffeHelperUID(t *testing.T, pod *corev1.Pod) int64 {
 	return 0
 }
 
+// calleeInbound is the callee's inbound port (8080) on its pod IP, where the test and the caller's
+// agent call it. 8080 is also the seed's Keycloak port that the injector used to exclude from
+// interception: the caller's call must still be redirected to its outbound proxy and exchanged.
 func (f *identityFlow) calleeInbound() string {
 	return net.JoinHostPort(f.callee.Pod.Status.PodIP, strconv.Itoa(inboundPort))
 }
@@ -384,7 +404,7 @@ func (f *identityFlow) agentCall(t *testing.T, token, target, host string) callR
 // callCallee makes the caller's agent call the callee and returns what the callee's agent received.
 func (f *identityFlow) callCallee(t *testing.T, token string) agentReport {
 	t.Helper()
-	res := f.agentCall(t, token, "http://"+f.calleeServiceAddr()+"/tasks", f.calleeHost())
+	res := f.agentCall(t, token, "http://"+f.calleeInbound()+"/tasks", f.calleeHost())
 	if res.Status != http.StatusOK {
 		t.Fatalf("caller → callee: %d %s", res.Status, res.Body)
 	}

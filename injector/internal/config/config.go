@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -114,8 +115,16 @@ type Identity struct {
 	// the spire-agent-socket volume.
 	SocketPath  string `json:"socketPath"`
 	JWTAudience string `json:"jwtAudience"`
-	IdPURL      string `json:"idpURL"`
-	Realm       string `json:"realm"`
+	// Provider is the identity provider the sidecars register with and exchange at: keycloak
+	// (IdPURL and Realm, its admin REST API) or oidc (OIDC, RFC 7591 registration). A
+	// TokenExchange may select the other one for its workload.
+	Provider string `json:"provider"`
+	// IdPURL and Realm locate Keycloak (required for provider keycloak).
+	IdPURL string `json:"idpURL"`
+	Realm  string `json:"realm"`
+	// OIDC locates the OpenID provider (every URL required for provider oidc; with provider
+	// keycloak, optional defaults for TokenExchanges that select oidc).
+	OIDC OIDC `json:"oidc"`
 	// ClientNameTemplate names the client registered for a workload: literal text with the
 	// placeholders {{.Namespace}}, {{.WorkloadName}}, {{.ServiceAccount}}, {{.PodName}}.
 	ClientNameTemplate string `json:"clientNameTemplate"`
@@ -130,6 +139,20 @@ type Identity struct {
 	OutboundPort    int32  `json:"outboundPort"`
 	ProxyUID        int64  `json:"proxyUID"`
 	DefaultAudience string `json:"defaultAudience"`
+}
+
+// Identity providers of identity.provider.
+const (
+	ProviderKeycloak = "keycloak"
+	ProviderOIDC     = "oidc"
+)
+
+// OIDC locates an OpenID provider; its URLs become KAGENTI_OIDC_* when set.
+type OIDC struct {
+	Issuer          string `json:"issuer,omitempty"`
+	TokenURL        string `json:"tokenURL,omitempty"`
+	JWKSURL         string `json:"jwksURL,omitempty"`
+	RegistrationURL string `json:"registrationURL,omitempty"`
 }
 
 // Images of the platform's release (deploy/ overrides the registry and tag, as for the controllers).
@@ -167,6 +190,7 @@ func Default() *Config {
 			TrustDomain:          "cluster.local",
 			SocketPath:           "/run/spire/agent-sockets/agent.sock",
 			JWTAudience:          "kagenti-agents",
+			Provider:             ProviderKeycloak,
 			IdPURL:               "http://keycloak.kagenti-system.svc:8080",
 			Realm:                "default",
 			ClientNameTemplate:   "{{.Namespace}}/{{.WorkloadName}}",
@@ -263,16 +287,45 @@ func (c *Config) Validate() error {
 		add("spireSocket.type: %q is not one of csi, hostPath", c.SpireSocket.Type)
 	}
 	id := c.Identity
-	for field, v := range map[string]string{
+	required := map[string]string{
 		"identity.trustDomain": id.TrustDomain, "identity.socketPath": id.SocketPath,
-		"identity.jwtAudience": id.JWTAudience, "identity.idpURL": id.IdPURL, "identity.realm": id.Realm,
+		"identity.jwtAudience":     id.JWTAudience,
 		"identity.defaultAudience": id.DefaultAudience, "identity.clientNameTemplate": id.ClientNameTemplate,
 		"identity.idpCredentialsSecret": id.IdPCredentialsSecret,
-	} {
+	}
+	urls := map[string]string{
+		"identity.oidc.issuer": id.OIDC.Issuer, "identity.oidc.tokenURL": id.OIDC.TokenURL,
+		"identity.oidc.jwksURL": id.OIDC.JWKSURL, "identity.oidc.registrationURL": id.OIDC.RegistrationURL,
+	}
+	providerRequired := map[string]string{}
+	switch id.Provider {
+	case ProviderKeycloak:
+		providerRequired["identity.idpURL"], providerRequired["identity.realm"] = id.IdPURL, id.Realm
+	case ProviderOIDC:
+		providerRequired = urls
+	default:
+		add("identity.provider: %q is not one of keycloak, oidc", id.Provider)
+	}
+	for field, v := range required {
 		if v == "" {
 			add("%s: required", field)
 		} else if strings.ContainsAny(v, "\n\r") {
 			add("%s: must be one line", field)
+		}
+	}
+	for field, v := range providerRequired {
+		if v == "" {
+			add("%s: required for identity.provider %s", field, id.Provider)
+		}
+	}
+	for field, v := range map[string]string{"identity.idpURL": id.IdPURL, "identity.realm": id.Realm} {
+		if strings.ContainsAny(v, "\n\r") {
+			add("%s: must be one line", field)
+		}
+	}
+	for field, v := range urls {
+		if v != "" && !isHTTPURL(v) {
+			add("%s: %q must be an http or https URL with a host", field, v)
 		}
 	}
 	if id.SocketPath != "" && !strings.HasPrefix(id.SocketPath, configmap.PathSpireSocket+"/") {
@@ -290,6 +343,13 @@ func (c *Config) Validate() error {
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
+}
+
+// isHTTPURL accepts an absolute http or https URL with a host and nothing that does not fit on
+// one line.
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" && !strings.ContainsAny(s, " \t\n\r")
 }
 
 // validateImage accepts a reference pinned by digest or by a tag other than latest.

@@ -45,6 +45,22 @@ identity:
 	require.NotEqual(t, config.Default().Hash(), c.Hash())
 }
 
+func TestParseOIDCProvider(t *testing.T) {
+	c, err := config.Parse([]byte(`
+identity:
+  provider: oidc
+  oidc:
+    issuer: https://idp.example.com
+    tokenURL: https://idp.example.com/token
+    jwksURL: https://idp.example.com/keys
+    registrationURL: https://idp.example.com/register
+`))
+	require.NoError(t, err)
+	require.Equal(t, config.OIDC{Issuer: "https://idp.example.com", TokenURL: "https://idp.example.com/token",
+		JWKSURL: "https://idp.example.com/keys", RegistrationURL: "https://idp.example.com/register"}, c.Identity.OIDC)
+	require.Equal(t, config.ProviderKeycloak, config.Default().Identity.Provider)
+}
+
 func TestParseInvalid(t *testing.T) {
 	for name, tc := range map[string]struct{ yaml, want string }{
 		"unknown field":     {"sidecarMod: native", `unknown field "sidecarMod"`},
@@ -61,6 +77,11 @@ func TestParseInvalid(t *testing.T) {
 		"port":              {"identity: {outboundPort: 0}", "identity.outboundPort: 0 is not a port"},
 		"root proxy uid":    {"identity: {proxyUID: 0}", "identity.proxyUID"},
 		"not yaml":          {"components: [", "parsing config.yaml"},
+		"provider":          {"identity: {provider: okta}", `identity.provider: "okta" is not one of keycloak, oidc`},
+		"oidc without urls": {"identity: {provider: oidc, oidc: {issuer: 'https://idp.example.com'}}", "identity.oidc.tokenURL: required for identity.provider oidc"},
+		"keycloak url":      {"identity: {idpURL: ''}", "identity.idpURL: required for identity.provider keycloak"},
+		"oidc url scheme":   {"identity: {oidc: {jwksURL: 'ftp://idp.example.com/keys'}}", `identity.oidc.jwksURL: "ftp://idp.example.com/keys" must be an http or https URL with a host`},
+		"oidc url no host":  {"identity: {oidc: {registrationURL: 'https:///register'}}", "identity.oidc.registrationURL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))

@@ -26,6 +26,7 @@ var updateGolden = os.Getenv("UPDATE_GOLDEN") == "1"
 type variant struct {
 	name        string
 	classic     bool
+	oidc        bool // identity.provider oidc with its URLs
 	labels      map[string]string
 	annotations map[string]string
 }
@@ -41,6 +42,8 @@ var variants = []variant{
 		"kagenti.io/client-registration-memory-limit": "256Mi",
 		"kagenti.io/proxy-init-cpu":                   "20m",
 	}},
+	// An OpenID provider registered with through RFC 7591: KAGENTI_IDP_PROVIDER and KAGENTI_OIDC_*.
+	{name: "native-oidc", oidc: true, labels: map[string]string{inject.LabelSpiffe: "enabled"}},
 	// No proxy: proxy-init only writes spiffe-helper's configuration, without privileges.
 	{name: "no-proxies", labels: map[string]string{inject.LabelSpiffe: "enabled"}, annotations: map[string]string{
 		inject.AnnotationExcludeComponents: "auth-proxy,envoy-proxy",
@@ -62,6 +65,12 @@ func TestGolden(t *testing.T) {
 				cfg := config.Default()
 				if v.classic {
 					cfg.SidecarMode = config.SidecarClassic
+				}
+				if v.oidc {
+					cfg.Identity.Provider = config.ProviderOIDC
+					cfg.Identity.OIDC = config.OIDC{Issuer: "https://idp.example.com", TokenURL: "https://idp.example.com/oauth2/token",
+						JWKSURL: "https://idp.example.com/oauth2/keys", RegistrationURL: "https://idp.example.com/oauth2/register"}
+					require.NoError(t, cfg.Validate())
 				}
 				orig, err := w.PodTemplate()
 				require.NoError(t, err)

@@ -40,10 +40,6 @@ const (
 	// EnvTraceDir is the only environment variable added to the user's containers.
 	EnvTraceDir = "KAGENTI_TRACE_DIR"
 
-	// AlwaysExcludedOutboundPort is the IdP port that proxy-init never redirects (seed default):
-	// the agent's own calls to the IdP are not exchanged.
-	AlwaysExcludedOutboundPort = 8080
-
 	// spiffeHelperUID runs spiffe-helper (docs/architecture.md §5); the other identity sidecars run as
 	// the proxy UID, so that proxy-init never redirects their own traffic (to the IdP, the JWKS).
 	spiffeHelperUID = 1000
@@ -343,8 +339,20 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		line("KAGENTI_SPIFFE_SOCKET", id.SocketPath)
 		line("KAGENTI_JWT_AUDIENCE", id.JWTAudience)
 	}
+	if id.Provider != config.ProviderKeycloak { // the data plane's default: the default config stays as small
+		line("KAGENTI_IDP_PROVIDER", id.Provider)
+	}
 	line("KAGENTI_IDP_URL", id.IdPURL)
 	line("KAGENTI_REALM", id.Realm)
+	optional := func(name, value string) {
+		if value != "" {
+			line(name, value)
+		}
+	}
+	optional("KAGENTI_OIDC_ISSUER", id.OIDC.Issuer)
+	optional("KAGENTI_OIDC_TOKEN_URL", id.OIDC.TokenURL)
+	optional("KAGENTI_OIDC_JWKS_URL", id.OIDC.JWKSURL)
+	optional("KAGENTI_OIDC_REGISTRATION_URL", id.OIDC.RegistrationURL)
 	off("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
 	line("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
 	off("KAGENTI_TOKEN_EXCHANGE", exchange)
@@ -357,7 +365,12 @@ func identityDefaults(cfg *config.Config, o Options) string {
 	off("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
 	line("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
 	line("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
-	line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(append([]int32{AlwaysExcludedOutboundPort}, o.OutboundPortsExclude...)))
+	// No port is excluded by default (the seed excluded 8080, Keycloak's port and also every agent's
+	// inbound port, so agent-to-agent calls were never exchanged): the outbound proxy passes
+	// requests to the IdP's endpoints through itself.
+	if len(o.OutboundPortsExclude) > 0 {
+		line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(o.OutboundPortsExclude))
+	}
 	line("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
 	return b.String()
 }

@@ -50,6 +50,11 @@ func TestAppendPatchEqualsFullDocument(t *testing.T) {
 			if strings.Contains(file, "classic") {
 				cfg.SidecarMode = config.SidecarClassic
 			}
+			if strings.Contains(file, "oidc") { // the inject package's native-oidc variant
+				cfg.Identity.Provider = config.ProviderOIDC
+				cfg.Identity.OIDC = config.OIDC{Issuer: "https://idp.example.com", TokenURL: "https://idp.example.com/oauth2/token",
+					JWKSURL: "https://idp.example.com/oauth2/keys", RegistrationURL: "https://idp.example.com/oauth2/register"}
+			}
 			got, ops := admit(t, cfg, input)
 			require.NotEmpty(t, ops)
 			for _, op := range ops {
@@ -60,6 +65,7 @@ func TestAppendPatchEqualsFullDocument(t *testing.T) {
 			// Re-injection under another configuration: strip and inject, diffed.
 			changedCfg := config.Default()
 			changedCfg.SidecarMode = cfg.SidecarMode
+			changedCfg.Identity = cfg.Identity
 			changedCfg.Images.Authbridge = "ghcr.io/kagenti/kagenti-authbridge:v0.2.0"
 			reinjected, _ := admit(t, changedCfg, want)
 			fresh, _ := admit(t, changedCfg, input)

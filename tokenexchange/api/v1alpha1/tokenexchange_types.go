@@ -99,27 +99,64 @@ type SpiffeSpec struct {
 
 // Identity providers the client registration supports.
 const (
+	// ProviderKeycloak registers through Keycloak's admin REST API.
 	ProviderKeycloak = "keycloak"
+	// ProviderOIDC registers through RFC 7591 dynamic client registration with any OpenID provider.
+	ProviderOIDC = "oidc"
 )
 
 // ClientRegistrationSpec configures the registration with the identity provider.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'keycloak' || (has(self.keycloak) && has(self.keycloak.url) && has(self.keycloak.realm))",message="provider keycloak requires keycloak.url and keycloak.realm",fieldPath=".keycloak",reason="FieldValueRequired"
+// +kubebuilder:validation:XValidation:rule="!has(self.keycloak) || !has(self.provider) || self.provider == 'keycloak'",message="keycloak is only valid with provider keycloak (or provider omitted)",fieldPath=".keycloak",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.oidc) || (has(self.provider) && self.provider == 'oidc')",message="oidc is only valid with provider oidc",fieldPath=".oidc",reason="FieldValueForbidden"
 type ClientRegistrationSpec struct {
 	// Enabled turns client registration on or off. Default true.
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
 
-	// Provider is the identity provider. Only keycloak is implemented in v1alpha1; other providers
-	// (aws-iam, gcp-workload-identity, generic-oidc) will be added to this enum with their own
-	// sections. When omitted, the cluster's default Keycloak is used.
+	// Provider is the identity provider: keycloak (its admin REST API) or oidc (any OpenID provider
+	// with RFC 7591 dynamic client registration). When omitted, the injector's default
+	// (identity.provider, keycloak unless the cluster sets another) is used.
 	// +optional
-	// +kubebuilder:validation:Enum=keycloak
+	// +kubebuilder:validation:Enum=keycloak;oidc
 	Provider string `json:"provider,omitempty"`
 
 	// Keycloak configures the Keycloak provider. Fields left out keep the cluster defaults.
 	// +optional
 	Keycloak *KeycloakSpec `json:"keycloak,omitempty"`
+
+	// OIDC configures the oidc provider. Fields left out keep the cluster defaults
+	// (identity.oidc of the injector configuration).
+	// +optional
+	OIDC *OIDCSpec `json:"oidc,omitempty"`
+}
+
+// OIDCSpec locates an OpenID provider registered with through RFC 7591.
+type OIDCSpec struct {
+	// Issuer expected in the iss claim of the provider's tokens, e.g. https://idp.example.com.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	Issuer string `json:"issuer,omitempty"`
+
+	// TokenURL is the token endpoint (RFC 8693 exchange, client credentials).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	TokenURL string `json:"tokenUrl,omitempty"`
+
+	// JWKSURL the provider's signing keys are fetched from.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	JWKSURL string `json:"jwksUrl,omitempty"`
+
+	// RegistrationURL is the RFC 7591 client registration endpoint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
+	RegistrationURL string `json:"registrationUrl,omitempty"`
 }
 
 // KeycloakSpec configures registration with Keycloak.

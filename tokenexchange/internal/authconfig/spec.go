@@ -45,7 +45,7 @@ type ClientRegistrationSpec struct {
 	Provider string        `json:"provider,omitempty"`
 	Keycloak *KeycloakSpec `json:"keycloak,omitempty"`
 	// OIDC configures a provider other than Keycloak, registered with through RFC 7591
-	// dynamic client registration. Only here (not in TokenExchange v1alpha1).
+	// dynamic client registration.
 	OIDC *OIDCSpec `json:"oidc,omitempty"`
 }
 
@@ -58,7 +58,7 @@ type KeycloakSpec struct {
 	TokenExchangeEnabled *bool  `json:"tokenExchangeEnabled,omitempty"`
 }
 
-// OIDCSpec locates a standards-compliant OpenID provider. Only here.
+// OIDCSpec locates a standards-compliant OpenID provider.
 type OIDCSpec struct {
 	Issuer          string `json:"issuer,omitempty"`
 	TokenURL        string `json:"tokenUrl,omitempty"`

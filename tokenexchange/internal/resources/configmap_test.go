@@ -189,3 +189,26 @@ func BenchmarkMakeConfigMap64Rules(b *testing.B) {
 		MakeConfigMap(te, t)
 	}
 }
+
+// TestOIDCProviderReachesTheDataPlane: a TokenExchange selecting provider oidc over the injector's
+// Keycloak defaults resolves, in the data plane's own parser, to the OIDC provider's endpoints.
+func TestOIDCProviderReachesTheDataPlane(t *testing.T) {
+	te := readInput(t, "testdata/oidc.input.yaml")
+	spec, err := authconfig.Parse([]byte(MakeConfigMap(te, targetOf(te)).Data[ConfigKey]))
+	require.NoError(t, err)
+	env := map[string]string{
+		"KAGENTI_WORKLOAD": "weather-agent", "KAGENTI_TRUST_DOMAIN": "cluster.local",
+		"KAGENTI_SPIFFE_SOCKET": "/run/spire/agent-sockets/agent.sock", "KAGENTI_JWT_AUDIENCE": "kagenti-agents",
+		"KAGENTI_IDP_URL": "http://keycloak.kagenti-system.svc:8080", "KAGENTI_REALM": "default",
+		"KAGENTI_CLIENT_NAME_TEMPLATE": "{{.Namespace}}/{{.WorkloadName}}", "KAGENTI_DEFAULT_AUDIENCE": "kagenti-agents",
+		"KAGENTI_INBOUND_PORT": "8080", "KAGENTI_TARGET_PORT": "8081", "KAGENTI_OUTBOUND_PORT": "15123", "KAGENTI_PROXY_UID": "1337",
+	}
+	defaults, err := authconfig.DefaultsFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	c, err := authconfig.Resolve(defaults, spec, authconfig.Workload{Namespace: "agents", Name: "weather-agent", PodName: "weather-agent-0", ServiceAccount: "weather"})
+	require.NoError(t, err)
+	assert.Equal(t, authconfig.IdP{Provider: authconfig.ProviderOIDC, Issuer: "https://idp.example.com",
+		TokenURL: "https://idp.example.com/oauth2/token", JWKSURL: "https://idp.example.com/oauth2/keys",
+		RegistrationURL: "https://idp.example.com/oauth2/register"}, c.IdP)
+	assert.Equal(t, "https://idp.example.com/oauth2/token", c.Outbound.TokenExchange.TokenURL, "the exchange uses the provider's token URL")
+}

@@ -19,7 +19,10 @@ type Decision struct {
 // Decide applies the configuration to a request for host (the Host header or :authority, with or
 // without a port) on destination port port: the first route whose host pattern matches decides;
 // a pattern with a port matches only that port. With no match, the default target applies when
-// exchange is on. Requests to the identity provider's token endpoint are never exchanged.
+// exchange is on. Requests to the identity provider (any host:port of its issuer, token, JWKS or
+// registration endpoint, or of the inbound validation's issuer and JWKS) pass through untouched:
+// the workload's own calls to the IdP carry its own tokens, and this, not an excluded port, keeps
+// them out of the exchange (so an agent may serve on the IdP's port, 8080 for both by default).
 func Decide(c authconfig.Config, host string, port string) Decision {
 	if !c.Exchanges() {
 		return Decision{}
@@ -29,7 +32,7 @@ func Decide(c authconfig.Config, host string, port string) Decision {
 		name, port = h, p
 	}
 	name = strings.TrimSuffix(strings.Trim(name, "[]"), ".")
-	if tokenHost(c) == name+":"+port {
+	if isIdPHost(c, net.JoinHostPort(name, port)) {
 		return Decision{}
 	}
 	for _, r := range c.Outbound.TokenExchange.Routes {
@@ -82,16 +85,36 @@ func glob(pattern, s string) bool {
 	return px == len(pattern)
 }
 
-// tokenHost returns host:port of the token endpoint.
-func tokenHost(c authconfig.Config) string {
-	u := c.Outbound.TokenExchange.TokenURL
+// isIdPHost reports whether hostport (lower case, host:port) is where one of the identity
+// provider's endpoints is served. It runs for every request: string cuts, no URL parsing.
+func isIdPHost(c authconfig.Config, hostport string) bool {
+	for _, u := range [...]string{
+		c.Outbound.TokenExchange.TokenURL, c.IdP.TokenURL, c.IdP.Issuer, c.IdP.JWKSURL,
+		c.IdP.RegistrationURL, c.IdP.KeycloakURL, c.Inbound.Validation.Issuer, c.Inbound.Validation.JWKSURL,
+	} {
+		if u != "" && endpointHost(u) == hostport {
+			return true
+		}
+	}
+	return false
+}
+
+// endpointHost returns host:port of an http(s) URL, lower case, with the scheme's default port
+// when the URL names none.
+func endpointHost(u string) string {
 	rest, ok := strings.CutPrefix(u, "https://")
 	port := "443"
 	if !ok {
 		rest, _ = strings.CutPrefix(u, "http://")
 		port = "80"
 	}
-	hostport, _, _ := strings.Cut(rest, "/")
+	hostport := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		hostport = rest[:i]
+	}
+	if _, after, found := strings.Cut(hostport, "@"); found { // userinfo is not part of the host
+		hostport = after
+	}
 	hostport = strings.ToLower(hostport)
 	if _, _, err := net.SplitHostPort(hostport); err == nil {
 		return hostport

@@ -57,6 +57,40 @@ func TestDecide(t *testing.T) {
 	assert.Equal(t, Decision{}, Decide(c, "api.example.com", "443"))
 }
 
+// TestDecidePassesTheIdPThrough: requests to any endpoint of the identity provider leave with
+// their own token, on the IdP's port only: an agent on the same host or on the same port (8080
+// is both the default Keycloak port and every agent's inbound port) is still exchanged for.
+func TestDecidePassesTheIdPThrough(t *testing.T) {
+	c := authconfig.Config{
+		IdP: authconfig.IdP{Provider: authconfig.ProviderOIDC, Issuer: "https://idp.example.com",
+			TokenURL: "http://idp-internal.example.com:9000/oauth/token", JWKSURL: "http://keys.example.com/jwks?x=1",
+			RegistrationURL: "http://[fd00::5]:9001/register"},
+		Inbound: authconfig.Inbound{Validation: authconfig.Validation{JWKSURL: "http://user@validation.example.com:8443/certs"}},
+		Outbound: authconfig.Outbound{Enabled: true, TokenExchange: authconfig.TokenExchange{
+			Enabled: true, TokenURL: "http://idp-internal.example.com:9000/oauth/token",
+			DefaultTarget: authconfig.Target{Audience: "fallback"},
+		}},
+	}
+	exchanged := Decision{Exchange: true, Target: authconfig.Target{Audience: "fallback"}}
+	for _, tc := range []struct {
+		host, port string
+		want       Decision
+	}{
+		{"idp.example.com", "443", Decision{}},
+		{"IDP.example.com.", "443", Decision{}},
+		{"idp-internal.example.com:9000", "9000", Decision{}},
+		{"keys.example.com", "80", Decision{}},
+		{"[fd00::5]:9001", "9001", Decision{}},
+		{"validation.example.com:8443", "8443", Decision{}},
+		{"idp.example.com", "8080", exchanged},
+		{"idp-internal.example.com", "8080", exchanged},
+		{"agent-b.team.svc:8080", "8080", exchanged},
+		{"[fd00::5]:8080", "8080", exchanged},
+	} {
+		assert.Equal(t, tc.want, Decide(c, tc.host, tc.port), "%s (port %s)", tc.host, tc.port)
+	}
+}
+
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
