@@ -101,7 +101,7 @@ func newReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 		Scheme:   mgr.GetScheme(),
 		Recorder: events,
 		Status: &duck.StatusApplier{
-			Client: mgr.GetClient(), FieldOwner: fieldOwner, Recorder: events,
+			Client: mgr.GetClient(), FieldOwner: fieldOwner, Recorder: events, RequireCurrent: true,
 			Conditions: []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionTemplateResolved, v1alpha1.ConditionDeployed},
 		},
 		Loader:   &templates.Loader{Reader: mgr.GetAPIReader(), Namespace: opts.TemplateNamespace},
