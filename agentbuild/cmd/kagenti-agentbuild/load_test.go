@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +58,7 @@ func TestLoad(t *testing.T) {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
 	n, updates := ducktest.EnvInt("KAGENTI_LOAD_N", 10000), ducktest.EnvInt("KAGENTI_LOAD_UPDATES", 200)
-	settle, idle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), envDuration("KAGENTI_LOAD_IDLE", time.Minute)
+	settle, idle := ducktest.EnvDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), ducktest.EnvDuration("KAGENTI_LOAD_IDLE", time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -96,7 +94,7 @@ func TestLoad(t *testing.T) {
 	ns := "load"
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
-	bin := buildBinary(t, dir)
+	bin := ducktest.BuildBinary(t, dir, "kagenti-agentbuild")
 	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	extra := strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))
 	args := append([]string{"--kubeconfig", filepath.Join(dir, "kubeconfig"), "--metrics-bind-address", metricsAddr, "--metrics-secure=false",
@@ -172,26 +170,8 @@ func TestLoad(t *testing.T) {
 		n, float64(idleWrites.Writes())/idle.Minutes(), idleWrites, idle)
 	t.Logf("LOAD controller RSS: %.1f MiB when all Ready (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		rssConverged[0], rssConverged[1], rssConverged[2], ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
-	saveHeapProfile(t, pprofAddr)
+	ducktest.SaveHeapProfile(t, pprofAddr)
 	t.Logf("load average at end: %s", ducktest.Loadavg())
-}
-
-// saveHeapProfile writes the controller's heap profile, for `go tool pprof -sample_index=inuse_space
-// <file>`, when KAGENTI_LOAD_PROFILE names a file.
-func saveHeapProfile(t *testing.T, addr string) {
-	path := os.Getenv("KAGENTI_LOAD_PROFILE")
-	if path == "" {
-		return
-	}
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	require.NoError(t, err)
-	t.Logf("heap profile: %s", path)
 }
 
 func newBuild(ns, name string) *v1alpha1.AgentBuild {
@@ -202,20 +182,6 @@ func newBuild(ns, name string) *v1alpha1.AgentBuild {
 			BuildOutput: v1alpha1.BuildOutput{Image: "kagenti/" + name},
 		},
 	}
-}
-
-// buildBinary builds the controller as the Dockerfile does.
-func buildBinary(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "kagenti-agentbuild")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, build.Run(), "building the binary")
-	if fi, err := os.Stat(bin); err == nil {
-		t.Logf("binary: %.1f MiB", float64(fi.Size())/(1<<20))
-	}
-	return bin
 }
 
 // tektonPlayer marks every PipelineRun it sees Succeeded, as Tekton would once the build ran, and
@@ -329,11 +295,4 @@ func waitConverged(ctx context.Context, t *testing.T, builds cache.Cache, n int,
 		return ready == n, nil
 	})
 	require.NoError(t, err, "not every AgentBuild became Ready: %s", last)
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
 }

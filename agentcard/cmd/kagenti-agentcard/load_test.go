@@ -93,11 +93,7 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kagenti-system"}}))
 	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-cert"}, Type: corev1.SecretTypeOpaque}))
 
-	bin := filepath.Join(dir, "kagenti-agentcard")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, build.Run(), "building the binary")
+	bin := ducktest.BuildBinary(t, dir, "kagenti-agentcard")
 
 	idleCtl := startController(t, bin, dir)
 	time.Sleep(settle)

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,9 +49,9 @@ func TestLoad(t *testing.T) {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
 	n, updates := ducktest.EnvInt("KAGENTI_LOAD_N", 1000), ducktest.EnvInt("KAGENTI_LOAD_UPDATES", 200)
-	settle, idle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), envDuration("KAGENTI_LOAD_IDLE", time.Minute)
+	settle, idle := ducktest.EnvDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), ducktest.EnvDuration("KAGENTI_LOAD_IDLE", time.Minute)
 	ctx := context.Background()
-	root := repoRoot()
+	root := ducktest.RepoRoot()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
 	}
@@ -75,12 +70,7 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600))
 
-	bin := filepath.Join(dir, "kagenti-agenttrace")
-	// Built as the Dockerfile builds it.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, build.Run(), "building the binary")
+	bin := ducktest.BuildBinary(t, dir, "kagenti-agenttrace")
 	metricsAddr, pprofAddr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	args := []string{"--kubeconfig", filepath.Join(dir, "kubeconfig"),
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--pprof-bind-address", pprofAddr, "--health-probe-bind-address", "0", "--zap-log-level=error"}
@@ -148,7 +138,7 @@ func TestLoad(t *testing.T) {
 	allActive := time.Since(start)
 	type rss struct{ rss, anon, file float64 }
 	rssActive := rss{ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile")}
-	memActive := memStats(t, metricsAddr)
+	memActive := ducktest.GoMemStats(t, metricsAddr)
 	writesActive := ducktest.MustRequests(t, metricsAddr).Sub(before)
 	loadActive := ducktest.Loadavg()
 	t.Logf("LOAD n=%d (Deployments, pods, AgentTraces): created in %v; all Active after %v (from the first create); load average %s",
@@ -206,7 +196,7 @@ func TestLoad(t *testing.T) {
 	time.Sleep(idle)
 	idleReqs := ducktest.MustRequests(t, metricsAddr).Sub(idleStart)
 	t.Logf("LOAD idle with %d converged AgentTraces: %.1f API writes per minute (%s in %v)", n, idleReqs.Writes()/idle.Minutes(), idleReqs, idle)
-	memEnd := memStats(t, metricsAddr)
+	memEnd := ducktest.GoMemStats(t, metricsAddr)
 	t.Logf("LOAD controller RSS: %.1f MiB when all Active (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		rssActive.rss, rssActive.anon, rssActive.file, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
 	for _, m := range []struct {
@@ -217,7 +207,7 @@ func TestLoad(t *testing.T) {
 			m.when, m.s["heap_inuse"], m.s["heap_idle"], m.s["heap_released"], m.s["next_gc"], m.s["stack_inuse"],
 			m.s["mspan_inuse"]+m.s["mcache_inuse"]+m.s["gc_sys"]+m.s["other_sys"]+m.s["buck_hash_sys"], m.s["sys"])
 	}
-	saveHeapProfile(t, pprofAddr)
+	ducktest.SaveHeapProfile(t, pprofAddr)
 	t.Logf("load average at end: %s", ducktest.Loadavg())
 }
 
@@ -252,55 +242,4 @@ func pod(ns, app string) *corev1.Pod {
 				LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Optional: ptr.To(true)}}}},
 		},
 	}
-}
-
-// memStats scrapes the go_memstats_* gauges from the controller's metrics endpoint, in MiB.
-func memStats(t *testing.T, addr string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Logf("metrics: %v", err)
-		return out
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		name, v, ok := strings.Cut(strings.TrimPrefix(s.Text(), "go_memstats_"), "_bytes ")
-		if ok && !strings.HasPrefix(s.Text(), "#") && strings.HasPrefix(s.Text(), "go_memstats_") {
-			f, _ := strconv.ParseFloat(v, 64)
-			out[name] = f / (1 << 20)
-		}
-	}
-	return out
-}
-
-// saveHeapProfile writes the controller's heap profile next to the test binary's output, for
-// `go tool pprof -sample_index=inuse_space <file>`, when KAGENTI_LOAD_PROFILE names a file.
-func saveHeapProfile(t *testing.T, addr string) {
-	path := os.Getenv("KAGENTI_LOAD_PROFILE")
-	if path == "" {
-		return
-	}
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	require.NoError(t, err)
-	t.Logf("heap profile: %s", path)
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }

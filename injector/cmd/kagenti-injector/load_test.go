@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,9 +43,9 @@ func TestLoad(t *testing.T) {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
 	n := ducktest.EnvInt("KAGENTI_LOAD_N", 1000)
-	settle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second)
+	settle := ducktest.EnvDuration("KAGENTI_LOAD_SETTLE", 20*time.Second)
 	ctx := context.Background()
-	root := repoRoot()
+	root := ducktest.RepoRoot()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
 	}
@@ -67,11 +66,7 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600))
 
-	bin := filepath.Join(dir, "kagenti-injector")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, build.Run(), "building the binary")
+	bin := ducktest.BuildBinary(t, dir, "kagenti-injector")
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	wo := env.WebhookInstallOptions
 	cmd := exec.Command(bin, "--kubeconfig", filepath.Join(dir, "kubeconfig"), "--metrics-bind-address", metricsAddr, "--metrics-secure=false",
@@ -133,16 +128,4 @@ func TestLoad(t *testing.T) {
 	t.Logf("LOAD injector API requests during the run: %s", after.Sub(before))
 	t.Logf("LOAD injector RSS after %d admissions: %.1f MiB (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		n, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }

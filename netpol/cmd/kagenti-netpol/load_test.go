@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -68,10 +66,10 @@ func TestLoad(t *testing.T) {
 		t.Skip("load test: set KAGENTI_LOAD=1")
 	}
 	n, updates := ducktest.EnvInt("KAGENTI_LOAD_N", 1000), ducktest.EnvInt("KAGENTI_LOAD_UPDATES", 200)
-	settle, idle := envDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), envDuration("KAGENTI_LOAD_IDLE", time.Minute)
+	settle, idle := ducktest.EnvDuration("KAGENTI_LOAD_SETTLE", 20*time.Second), ducktest.EnvDuration("KAGENTI_LOAD_IDLE", time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	root := repoRoot()
+	root := ducktest.RepoRoot()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
 	}
@@ -105,7 +103,7 @@ func TestLoad(t *testing.T) {
 	}
 	const ns = "load"
 
-	bin := buildBinary(t, dir)
+	bin := ducktest.BuildBinary(t, dir, "kagenti-netpol")
 	ctl := controllerProcess{bin: bin, kubeconfig: filepath.Join(dir, "kubeconfig")}
 
 	idleProc := ctl.start(t)
@@ -180,7 +178,7 @@ func TestLoad(t *testing.T) {
 	t.Logf("LOAD controller RSS: %.1f MiB when converged (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		rssConverged[0], rssConverged[1], rssConverged[2], ducktest.ProcStatus(proc.pid, "VmRSS"), ducktest.ProcStatus(proc.pid, "RssAnon"),
 		ducktest.ProcStatus(proc.pid, "RssFile"), ducktest.ProcStatus(proc.pid, "VmHWM"))
-	saveHeapProfile(t, proc.pprofAddr)
+	ducktest.SaveHeapProfile(t, proc.pprofAddr)
 	t.Logf("load average at end: %s", ducktest.Loadavg())
 }
 
@@ -391,48 +389,4 @@ func conditionIs(u *unstructured.Unstructured, condType, status, reason string) 
 		}
 	}
 	return false
-}
-
-// saveHeapProfile writes the controller's heap profile, for `go tool pprof -sample_index=inuse_space
-// <file>`, when KAGENTI_LOAD_PROFILE names a file.
-func saveHeapProfile(t *testing.T, addr string) {
-	path := os.Getenv("KAGENTI_LOAD_PROFILE")
-	if path == "" {
-		return
-	}
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	require.NoError(t, err)
-	t.Logf("heap profile: %s", path)
-}
-
-// buildBinary builds the controller as the Dockerfile does.
-func buildBinary(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "kagenti-netpol")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, build.Run(), "building the binary")
-	if fi, err := os.Stat(bin); err == nil {
-		t.Logf("binary: %.1f MiB", float64(fi.Size())/(1<<20))
-	}
-	return bin
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }

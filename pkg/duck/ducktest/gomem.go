@@ -5,6 +5,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,4 +68,26 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 		return v
 	}
 	return def
+}
+
+// BuildBinary builds the main package in the working directory (a load test's own cmd/ package)
+// into dir/name as its Dockerfile does — static, trimmed, stripped — and logs its size.
+func BuildBinary(t *testing.T, dir, name string) string {
+	t.Helper()
+	bin := filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, build.Run(), "building %s", name)
+	if fi, err := os.Stat(bin); err == nil {
+		t.Logf("binary: %.1f MiB", float64(fi.Size())/(1<<20))
+	}
+	return bin
+}
+
+// RepoRoot is the repository's root directory (this package sits three levels below it, as every
+// load test's cmd/<binary> package does).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
