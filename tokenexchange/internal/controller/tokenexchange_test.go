@@ -124,9 +124,28 @@ func TestConflictOldestWins(t *testing.T) {
 	assert.Equal(t, "first", metav1.GetControllerOf(cm).Name)
 	waitCondition(t, ns, "first", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 
-	// The winner goes; the garbage collector (absent in envtest) would delete its ConfigMap.
+	// The winner goes; the garbage collector (absent in envtest) deletes its ConfigMap. The test
+	// plays the collector until the second TokenExchange takes over: a reconcile of "first" still in
+	// flight from the cache may write the ConfigMap once more after the deletion, and the collector
+	// deletes that one too (its owner no longer exists).
 	must(t, k8s.Delete(ctx, first))
-	must(t, k8s.Delete(ctx, cm))
+	eventually(t, "second takes over once the collector removed first's ConfigMap", func(ctx context.Context) (bool, string) {
+		if cm, err := getCM(ctx, ns, "agent-token-exchange"); err == nil {
+			if owner := metav1.GetControllerOf(cm); owner != nil && owner.Name == "first" {
+				_ = k8s.Delete(ctx, cm)
+				return false, "deleted a ConfigMap controlled by first"
+			}
+		}
+		var got v1alpha1.TokenExchange
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &got); err != nil {
+			return false, err.Error()
+		}
+		ready := condition(&got, v1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != v1alpha1.ReasonConfigured {
+			return false, fmt.Sprintf("second Ready: %+v", ready)
+		}
+		return true, ""
+	})
 	waitCondition(t, ns, "second", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 	cm, err = getCM(ctx, ns, "agent-token-exchange")
 	require.NoError(t, err)
