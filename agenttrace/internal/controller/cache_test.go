@@ -12,7 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 )
@@ -74,5 +81,29 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "app=agent", sel.String())
 		})
+	}
+}
+
+// The informers hold an index entry per object and value (twice: per namespace and across
+// namespaces), so Setup indexes only what a lookup reads: AgentTraces by target, pods by the
+// ConfigMaps they mount. A pod maps to its AgentTrace through the owner of the ConfigMap it
+// mounts, which the ConfigMap cache already holds.
+func TestCacheIndexesOnlyWhatIsLookedUp(t *testing.T) {
+	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: CacheOptions(), Client: ClientOptions(),
+		Controller: config.Controller{SkipNameValidation: ptr(true)}}) // the suite's manager runs one already
+	require.NoError(t, err)
+	require.NoError(t, Setup(mgr, Options{}))
+	for obj, want := range map[client.Object][]string{
+		&v1alpha1.AgentTrace{}: {toolscache.NamespaceIndex, "field:" + duck.TargetRefIndex},
+		&corev1.Pod{}:          {toolscache.NamespaceIndex, "field:" + podConfigMapIndex},
+	} {
+		inf, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		require.NoError(t, err)
+		var got []string
+		for name := range inf.(toolscache.SharedIndexInformer).GetIndexer().GetIndexers() {
+			got = append(got, name)
+		}
+		assert.ElementsMatch(t, want, got, "%T", obj)
 	}
 }

@@ -36,27 +36,48 @@ func TestMountsConfigMap(t *testing.T) {
 	}
 }
 
-// The pod cache keeps exactly what configuredPods and the pod→AgentTrace mapping read.
+// The pod cache keeps exactly what configuredPods and the pod index read.
 func TestStripPod(t *testing.T) {
+	deleted := metav1.Now()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n", Labels: map[string]string{"app": "a"},
-			Annotations: map[string]string{"big": "x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n", Labels: map[string]string{"app": "a"}, ResourceVersion: "9",
+			UID: "u-1", GenerateName: "a-", DeletionTimestamp: &deleted, Finalizers: []string{"f"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "a-1", UID: "u-0"}},
+			Annotations:     map[string]string{"big": "x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
 		Spec: corev1.PodSpec{
 			Volumes: []corev1.Volume{traceVolume("a-trace"), {Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-			Containers: []corev1.Container{{Name: "c", Image: "i", Env: []corev1.EnvVar{{Name: "E", Value: "v"}},
-				VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}}},
+			Containers: []corev1.Container{
+				{Name: "c", Image: "i", Env: []corev1.EnvVar{{Name: "E", Value: "v"}},
+					VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}, {Name: "tmp", MountPath: "/tmp"}}},
+				{Name: "sidecar", Image: "s", VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}},
+			},
+			InitContainers: []corev1.Container{{Name: "init", Image: "i"}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
 	}
 	out, err := stripPod(pod)
 	assert.NoError(t, err)
 	slim := out.(*corev1.Pod)
-	assert.Equal(t, pod.Labels, slim.Labels)
-	assert.Nil(t, slim.Annotations)
-	assert.Nil(t, slim.ManagedFields)
-	assert.Equal(t, corev1.PodRunning, slim.Status.Phase)
-	assert.Empty(t, slim.Status.PodIP)
-	assert.Len(t, slim.Spec.Volumes, 1)
-	assert.Empty(t, slim.Spec.Containers[0].Env)
+	assert.Equal(t, metav1.ObjectMeta{Name: "p", Namespace: "n", Labels: map[string]string{"app": "a"}, ResourceVersion: "9", DeletionTimestamp: &deleted},
+		slim.ObjectMeta, "only what identifies, selects and counts the pod")
+	assert.Equal(t, corev1.PodStatus{Phase: corev1.PodRunning}, slim.Status)
+	assert.Equal(t, corev1.PodSpec{
+		Volumes:    []corev1.Volume{traceVolume("a-trace")},
+		Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace}}}},
+	}, slim.Spec, "the ConfigMap volumes, and the containers that mount one with those mounts only")
 	assert.True(t, mountsConfigMap(&slim.Spec, "a-trace"))
+	assert.Equal(t, []string{"a-trace"}, podConfigMaps(slim), "the stripped pod indexes as the original")
+}
+
+// Pods are indexed only by the ConfigMaps a container of theirs mounts: that is what
+// configuredPods counts, and each entry costs memory for every pod in the cluster.
+func TestPodConfigMapsIndexesMountedConfigMapsOnly(t *testing.T) {
+	mount := []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}
+	unmounted := corev1.Volume{Name: "other", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "b-config"}}}}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{traceVolume("a-trace"), unmounted},
+		Containers: []corev1.Container{{Name: "c", VolumeMounts: mount}}}}
+	assert.Equal(t, []string{"a-trace"}, podConfigMaps(pod))
+	pod.Spec.Containers[0].VolumeMounts = nil
+	assert.Empty(t, podConfigMaps(pod), "a ConfigMap volume no container mounts")
 }

@@ -3,9 +3,11 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,13 +27,9 @@ import (
 // Name is the controller's name: field manager, event source and managed-by label value.
 const Name = "kagenti-agenttrace"
 
-// configMapIndex indexes AgentTraces by the trace ConfigMap their target implies, so a pod event
-// maps to its AgentTrace through the volumes it mounts, with no owner-chain lookups.
-const configMapIndex = "agenttrace.configMapName"
-
-// podConfigMapIndex indexes pods by the ConfigMaps their volumes name, so counting a workload's
-// configured pods reads the pods that mount its trace ConfigMap, not every pod of the namespace
-// (which made a namespace's reconciles quadratic in its pods).
+// podConfigMapIndex indexes pods by the ConfigMaps a container of theirs mounts, so counting a
+// workload's configured pods reads the pods that mount its trace ConfigMap, not every pod of the
+// namespace (which made a namespace's reconciles quadratic in its pods).
 const podConfigMapIndex = "agenttrace.podConfigMaps"
 
 // Options are the pillar-specific settings taken from the command line.
@@ -77,11 +75,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentTrace{}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.AgentTrace{}, configMapIndex, func(o client.Object) []string {
-		return []string{configmap.TraceName(o.(*v1alpha1.AgentTrace).Spec.TargetRef.Name)}
-	}); err != nil {
-		return err
-	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
 		return err
 	}
@@ -113,7 +106,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	return b.Complete(r)
 }
 
-// podConfigMaps returns the names of the ConfigMaps a pod's volumes are backed by.
+// podConfigMaps returns the names of the ConfigMaps a container of the pod mounts: a volume no
+// container mounts configures nothing, and every index entry costs memory for each pod in the
+// cluster.
 func podConfigMaps(o client.Object) []string {
 	p, ok := o.(*corev1.Pod)
 	if !ok {
@@ -121,7 +116,7 @@ func podConfigMaps(o client.Object) []string {
 	}
 	var names []string
 	for _, v := range p.Spec.Volumes {
-		if v.ConfigMap != nil {
+		if v.ConfigMap != nil && mountsConfigMap(&p.Spec, v.ConfigMap.Name) {
 			names = append(names, v.ConfigMap.Name)
 		}
 	}
@@ -153,24 +148,23 @@ func (r *Reconciler) sameTarget(ctx context.Context, o client.Object) []reconcil
 	return reqs
 }
 
-// podReferrers maps a pod to the AgentTraces whose ConfigMap it mounts.
+// podReferrers maps a pod to the AgentTrace whose ConfigMap it mounts: the controller owner of that
+// ConfigMap in the cache, which holds only this controller's ConfigMaps. A ConfigMap not written
+// yet needs no mapping: the reconcile that writes it counts the pods afterwards, and its arrival in
+// the cache (Owns) runs that reconcile again.
 func (r *Reconciler) podReferrers(ctx context.Context, o client.Object) []reconcile.Request {
 	pod, ok := o.(*corev1.Pod)
 	if !ok {
 		return nil
 	}
 	var reqs []reconcile.Request
-	for _, v := range pod.Spec.Volumes {
-		if v.ConfigMap == nil {
-			continue
+	for _, name := range podConfigMaps(pod) {
+		var cm corev1.ConfigMap
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, &cm); err != nil {
+			continue // not one of ours (or not yet in the cache)
 		}
-		var list v1alpha1.AgentTraceList
-		if err := r.Client.List(ctx, &list, client.InNamespace(pod.Namespace),
-			client.MatchingFields{configMapIndex: v.ConfigMap.Name}); err != nil {
-			continue
-		}
-		for i := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		if ref := metav1.GetControllerOf(&cm); ref != nil && ref.Kind == "AgentTrace" && strings.HasPrefix(ref.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}})
 		}
 	}
 	return reqs
