@@ -1,7 +1,12 @@
 package controller
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -106,4 +111,59 @@ func TestCacheIndexesOnlyWhatIsLookedUp(t *testing.T) {
 		}
 		assert.ElementsMatch(t, want, got, "%T", obj)
 	}
+}
+
+// A built-in workload kind is watched (an informer caching every object of that kind) only once an
+// AgentTrace targets it; a target of that kind created afterwards still reaches its AgentTrace.
+func TestWorkloadKindsWatchedOnceTargeted(t *testing.T) {
+	ns := newNamespace(t)
+	var mu sync.Mutex
+	informers := map[string]bool{}
+	opts := CacheOptions()
+	opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			mu.Lock()
+			informers[u.GetKind()] = true
+			mu.Unlock()
+		}
+		return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
+	}
+	watched := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var kinds []string
+		for k := range informers {
+			kinds = append(kinds, k)
+		}
+		return kinds
+	}
+	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: opts, Client: ClientOptions(), Controller: config.Controller{SkipNameValidation: ptr(true)}})
+	require.NoError(t, err)
+	require.NoError(t, Setup(mgr, Options{}))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.True(t, mgr.GetCache().WaitForCacheSync(mctx))
+	assert.Empty(t, watched(), "no AgentTrace targets a workload yet")
+
+	at := agentTrace(ns, "db-trace", "db")
+	at.Spec.TargetRef = duck.TargetRef{Kind: "StatefulSet", Name: "db"}
+	create(t, at)
+	eventually(t, "the StatefulSet watch", func() string {
+		if kinds := watched(); !slices.Equal(kinds, []string{"StatefulSet"}) {
+			return fmt.Sprintf("watched %v", kinds)
+		}
+		return ""
+	})
+	waitStatus(t, ns, "db-trace", v1alpha1.PhasePending, duck.ReasonTargetNotFound)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: appsv1.StatefulSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+		Template: newDeploymentObj(ns, "db").Spec.Template,
+	}}
+	create(t, sts)
+	waitStatus(t, ns, "db-trace", v1alpha1.PhaseActive, v1alpha1.ReasonTargetNotInjected)
+	assert.Equal(t, []string{"StatefulSet"}, watched(), "only the kind targeted")
 }
