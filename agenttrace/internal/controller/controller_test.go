@@ -193,9 +193,24 @@ func TestConflictAndHandover(t *testing.T) {
 	assert.Equal(t, "otel-collector.observability:4317", cm.Data["otel_endpoint"], "the loser wrote nothing")
 	waitStatus(t, ns, "first", v1alpha1.PhaseActive, v1alpha1.ReasonActive) // the winner is unaffected
 
-	// Delete the winner; envtest has no garbage collector, so delete its ConfigMap as GC would.
+	// Delete the winner; envtest has no garbage collector, so the test plays it until the second
+	// AgentTrace takes over: a reconcile of "first" that read it from the cache before its deletion
+	// arrived (the ConfigMap's deletion enqueues it) may write the ConfigMap once more, and the
+	// collector deletes that one too (its owner no longer exists).
 	require.NoError(t, k8s.Delete(ctx, first))
-	require.NoError(t, k8s.Delete(ctx, cm))
+	eventually(t, "second takes over once the collector removed first's ConfigMap", func() string {
+		if cm, err := getCM(t, ns, "shared-trace"); err == nil {
+			if owner := metav1.GetControllerOf(cm); owner != nil && owner.Name == "first" {
+				_ = k8s.Delete(ctx, cm)
+				return "deleted a ConfigMap controlled by first"
+			}
+		}
+		got := getAT(t, ns, "second")
+		if ready := findCond(got, v1alpha1.ConditionReady); got.Status.Phase != v1alpha1.PhaseActive || ready == nil || ready.Reason != v1alpha1.ReasonActive {
+			return fmt.Sprintf("second: phase %s, Ready %+v", got.Status.Phase, ready)
+		}
+		return ""
+	})
 	waitStatus(t, ns, "second", v1alpha1.PhaseActive, v1alpha1.ReasonActive)
 	eventually(t, "second's ConfigMap", func() string {
 		cm, err := getCM(t, ns, "shared-trace")
