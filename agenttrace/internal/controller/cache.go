@@ -3,7 +3,21 @@ package controller
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 )
+
+// stripAgentTrace drops what the controller never reads of an AgentTrace: managedFields and
+// kubectl's last-applied copy of the whole object (client-side apply, Argo CD's default), which
+// would double the cached spec. The status is written by server-side apply of the status alone.
+func stripAgentTrace(obj any) (any, error) {
+	if at, ok := obj.(*v1alpha1.AgentTrace); ok {
+		// Fresh from the watch decoder and not shared yet: changed in place.
+		at.ManagedFields = nil
+		delete(at.Annotations, corev1.LastAppliedConfigAnnotation)
+	}
+	return obj, nil
+}
 
 // stripPod keeps what configuredPods and the pod index read (labels, deletion, phase, volumes,
 // mounts), which keeps the pod cache small on large clusters: of the metadata only what identifies

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap"
 )
 
@@ -80,4 +81,27 @@ func TestPodConfigMapsIndexesMountedConfigMapsOnly(t *testing.T) {
 	assert.Equal(t, []string{"a-trace"}, podConfigMaps(pod))
 	pod.Spec.Containers[0].VolumeMounts = nil
 	assert.Empty(t, podConfigMaps(pod), "a ConfigMap volume no container mounts")
+}
+
+// The AgentTrace cache keeps neither managedFields nor kubectl's last-applied copy.
+func TestStripAgentTrace(t *testing.T) {
+	at := &v1alpha1.AgentTrace{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "n",
+		Annotations:   map[string]string{corev1.LastAppliedConfigAnnotation: `{"spec":"copy"}`, "keep": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: v1alpha1.AgentTraceSpec{TargetRef: duckRef("Deployment", "agent")}}
+	var transform func(any) (any, error)
+	for obj, by := range CacheOptions().ByObject {
+		if _, ok := obj.(*v1alpha1.AgentTrace); ok {
+			transform = by.Transform
+		}
+	}
+	if !assert.NotNil(t, transform, "the AgentTrace cache has its own transform") {
+		return
+	}
+	out, err := transform(at)
+	assert.NoError(t, err)
+	slim := out.(*v1alpha1.AgentTrace)
+	assert.Equal(t, map[string]string{"keep": "me"}, slim.Annotations)
+	assert.Nil(t, slim.ManagedFields)
+	assert.Equal(t, "agent", slim.Spec.TargetRef.Name)
 }

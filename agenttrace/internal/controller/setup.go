@@ -53,8 +53,9 @@ func CacheOptions() cache.Options {
 	o := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform},
-			&corev1.Pod{}:       {Transform: stripPod},
+			&corev1.ConfigMap{}:    {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform},
+			&corev1.Pod{}:          {Transform: stripPod},
+			&v1alpha1.AgentTrace{}: {Transform: stripAgentTrace},
 		},
 	}
 	for w, by := range duck.TrimmedWorkloads(slimTemplate) {
