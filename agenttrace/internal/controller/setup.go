@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -105,9 +104,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	for _, gvk := range duck.BuiltinKinds() {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(gvk)
-		b = b.Watches(u, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(),
+		// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
+		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(),
 			func() client.ObjectList { return &v1alpha1.AgentTraceList{} }))
 	}
 	return b.Complete(r)

@@ -9,7 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -26,14 +25,6 @@ func podTemplate() corev1.PodTemplateSpec {
 				Env: []corev1.EnvVar{{Name: "A", Value: "a long value the controller never reads"}}}},
 		},
 	}
-}
-
-func toUnstructured(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *unstructured.Unstructured {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	require.NoError(t, err)
-	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk)
-	return u
 }
 
 func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
@@ -56,11 +47,13 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			out, err := duck.TrimWorkload(slimTemplate)(toUnstructured(t, tc.obj, tc.gvk))
+			// Typed, as the cache holds the built-in kinds (duck.TrimmedWorkloads).
+			out, err := duck.TrimWorkload(slimTemplate)(tc.obj.DeepCopyObject())
 			require.NoError(t, err)
-			u := out.(*unstructured.Unstructured)
-			w, err := duck.NewWorkload(u)
+			assert.IsType(t, tc.obj, out)
+			w, err := duck.NewWorkloadFromObject(out.(runtime.Object), tc.gvk)
 			require.NoError(t, err)
+			u := w.Object()
 			assert.Equal(t, tc.gvk.Kind, w.Kind())
 			assert.Equal(t, "agent", w.Name())
 			assert.Equal(t, "7", u.GetResourceVersion())
