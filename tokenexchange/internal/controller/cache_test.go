@@ -100,3 +100,20 @@ func TestTrimPod(t *testing.T) {
 	assert.True(t, allReady([]*corev1.Pod{got}, configmap.ComponentSpiffeHelper))
 	assert.Equal(t, "10.0.0.7", got.Status.PodIP)
 }
+
+// TestTrimPodKeepsNoSpareCapacity: the kept containers and statuses are held as long as the pod
+// exists; a slice grown by append would hold room for a fourth container of three kept.
+func TestTrimPodKeepsNoSpareCapacity(t *testing.T) {
+	p := &corev1.Pod{Spec: corev1.PodSpec{}, Status: corev1.PodStatus{}}
+	for _, c := range []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy} {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c, Image: "x"})
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: c, Ready: true})
+	}
+	out, err := TrimPod(p)
+	require.NoError(t, err)
+	got := out.(*corev1.Pod)
+	assert.Len(t, got.Spec.InitContainers, 3, "the roles with a status port")
+	assert.Equal(t, len(got.Spec.InitContainers), cap(got.Spec.InitContainers))
+	assert.Len(t, got.Status.InitContainerStatuses, 4, "the identity components")
+	assert.Equal(t, len(got.Status.InitContainerStatuses), cap(got.Status.InitContainerStatuses))
+}
