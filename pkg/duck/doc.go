@@ -4,5 +4,7 @@
 //
 // One code path serves every kind: workloads are read as unstructured objects and only the few
 // facts that differ per kind (where the pod template lives, how readiness is reported) are looked up
-// in a small table. Unknown shapes are reported as UnsupportedKind, never guessed.
+// in a small table. Unknown shapes are reported as UnsupportedKind, never guessed. A controller's
+// cache holds the built-in kinds typed and trimmed (TrimmedWorkloads: a typed object costs less
+// than the same fields as nested maps); NewManagerResolver views them as unstructured per read.
 package duck

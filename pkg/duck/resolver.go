@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,11 +36,32 @@ func NewManagerResolver(mgr cluster.Cluster) *Resolver {
 
 type builtinCachedReader struct{ cached, live client.Reader }
 
+// Get reads a built-in workload from the cache's typed informer of its kind (the one
+// TrimmedWorkloads configures and the controller's watches of NewBuiltinObject start), also when
+// obj is unstructured: reading it as unstructured would start a second informer of the kind.
 func (r *builtinCachedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if isBuiltin(obj.GetObjectKind().GroupVersionKind()) {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	if !isBuiltin(gvk) {
+		return r.live.Get(ctx, key, obj, opts...)
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
 		return r.cached.Get(ctx, key, obj, opts...)
 	}
-	return r.live.Get(ctx, key, obj, opts...)
+	typed := NewBuiltinObject(gvk)
+	if err := r.cached.Get(ctx, key, typed, opts...); err != nil {
+		return err
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	if err != nil {
+		return fmt.Errorf("converting %s %s: %w", gvk.Kind, key, err)
+	}
+	// The cache keeps no status (TrimWorkload): leave out the zero values of its non-optional
+	// fields, so nothing reads them as the workload's state.
+	delete(m, "status")
+	u.Object = m
+	u.SetGroupVersionKind(gvk)
+	return nil
 }
 
 func (r *builtinCachedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {

@@ -1,6 +1,7 @@
 package duck
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 func TestTrimWorkloadEveryBuiltinKind(t *testing.T) {
@@ -66,7 +70,59 @@ func TestTrimmedWorkloadsCoversTheBuiltinKinds(t *testing.T) {
 	by := TrimmedWorkloads(func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec { return t })
 	assert.Len(t, by, len(BuiltinKinds()))
 	for o, b := range by {
-		assert.Contains(t, BuiltinKinds(), o.GetObjectKind().GroupVersionKind())
+		gvks, _, err := clientgoscheme.Scheme.ObjectKinds(o)
+		require.NoError(t, err)
+		assert.Contains(t, BuiltinKinds(), gvks[0])
+		assert.IsType(t, NewBuiltinObject(gvks[0]), o, "typed, as the controllers watch them")
 		assert.NotNil(t, b.Transform)
 	}
+}
+
+func TestTrimWorkloadTypedEveryBuiltinKind(t *testing.T) {
+	keepMetadata := func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: t.ObjectMeta}
+	}
+	trim := TrimWorkload(keepMetadata)
+	for kind, obj := range builtinObjects() {
+		t.Run(kind, func(t *testing.T) {
+			in := obj.(client.Object)
+			in.SetAnnotations(map[string]string{lastApplied: `{"a":"copy"}`, "keep": "me"})
+			in.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+			before, err := NewWorkloadFromObject(in.DeepCopyObject(), gvkOf(kind))
+			require.NoError(t, err)
+			wantSel, err := before.Selector()
+			require.NoError(t, err)
+
+			out, err := trim(in)
+			require.NoError(t, err)
+			assert.IsType(t, NewBuiltinObject(gvkOf(kind)), out, "trimmed into its own type")
+			assert.Len(t, in.GetAnnotations(), 2, "the object trimmed is left as it was")
+			w, err := NewWorkloadFromObject(out.(client.Object), gvkOf(kind))
+			require.NoError(t, err)
+			assert.Equal(t, "agent", w.Name())
+			assert.EqualValues(t, "uid-1", w.UID())
+			assert.Equal(t, map[string]string{"keep": "me"}, w.Object().GetAnnotations(), "kubectl's last-applied copy is dropped")
+			assert.Empty(t, w.Object().GetManagedFields())
+			sel, err := w.Selector()
+			require.NoError(t, err)
+			assert.Equal(t, wantSel.String(), sel.String())
+			tmpl, err := w.PodTemplate()
+			require.NoError(t, err)
+			assert.Equal(t, podLabels, tmpl.Labels)
+			assert.Empty(t, tmpl.Spec.Containers, "slim decides what of the template stays")
+			assert.Empty(t, reflect.ValueOf(out).Elem().FieldByName("Status").Interface(), "no status")
+		})
+	}
+}
+
+func TestNewBuiltinObject(t *testing.T) {
+	for _, gvk := range BuiltinKinds() {
+		o := NewBuiltinObject(gvk)
+		require.NotNil(t, o, gvk.String())
+		gvks, _, err := clientgoscheme.Scheme.ObjectKinds(o)
+		require.NoError(t, err)
+		assert.Equal(t, []schema.GroupVersionKind{gvk}, gvks)
+	}
+	assert.Nil(t, NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "AgentSet"}))
+	assert.Nil(t, NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"}))
 }

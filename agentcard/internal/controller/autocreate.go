@@ -57,17 +57,23 @@ func wantsCard(w *unstructured.Unstructured) (bool, string) {
 
 // Reconcile implements reconcile.Reconciler for workloads of r.GVK.
 func (r *SyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	w := &unstructured.Unstructured{}
-	w.SetGroupVersionKind(r.GVK)
+	// Read typed from the cache (the informer the watches of this kind share, trimmed by
+	// duck.TrimmedWorkloads), then viewed as unstructured like any workload.
+	obj := duck.NewBuiltinObject(r.GVK)
 	name := configmap.AgentCardName(req.Name, r.GVK.Kind)
 	key := types.NamespacedName{Namespace: req.Namespace, Name: name}
-	if err := r.Client.Get(ctx, req.NamespacedName, w); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			// The garbage collector deletes our card through its owner reference.
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
+	workload, err := duck.NewWorkloadFromObject(obj, r.GVK)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	w := workload.Object()
 	want, why := wantsCard(w)
 	if want {
 		if other, err := r.userCardFor(ctx, w, name); err != nil {
@@ -78,7 +84,7 @@ func (r *SyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 
 	var existing v1alpha1.AgentCard
-	err := r.Client.Get(ctx, key, &existing)
+	err = r.Client.Get(ctx, key, &existing)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}

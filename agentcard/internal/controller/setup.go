@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -144,9 +143,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WatchesRawSource(source.Channel(rotations, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	for _, gvk := range AutoCreateKinds {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(gvk)
-		b = b.Watches(u, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentCardList{} }),
+		// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
+		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentCardList{} }),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})))
 	}
 	if err := b.Complete(r); err != nil {
@@ -171,12 +169,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 func setupSync(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
 	sr := &SyncReconciler{Client: mgr.GetClient(), GVK: gvk, Recorder: mgr.GetEventRecorder(FieldManager)}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("agentcardsync-"+strings.ToLower(gvk.Kind)).
-		For(u, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		For(duck.NewBuiltinObject(gvk), builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		// A user's AgentCard appearing or disappearing for a workload re-evaluates the workload.
 		Watches(&v1alpha1.AgentCard{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			c := o.(*v1alpha1.AgentCard)

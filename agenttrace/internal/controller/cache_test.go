@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -122,9 +123,9 @@ func TestWorkloadKindsWatchedOnceTargeted(t *testing.T) {
 	opts := CacheOptions()
 	opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
 	opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
+		if gvk, err := apiutil.GVKForObject(obj, testScheme); err == nil && slices.Contains(duck.BuiltinKinds(), gvk) {
 			mu.Lock()
-			informers[u.GetKind()] = true
+			informers[gvk.Kind] = true
 			mu.Unlock()
 		}
 		return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)

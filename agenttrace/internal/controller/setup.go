@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -140,9 +139,8 @@ func (w *workloadWatches) watch(gvk schema.GroupVersionKind) error {
 	if w.watched[gvk.GroupKind()] {
 		return nil
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	if err := w.controller.Watch(source.Kind[client.Object](w.cache, u, duck.EnqueueReferrers(w.client, gvk.GroupKind(),
+	// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
+	if err := w.controller.Watch(source.Kind[client.Object](w.cache, duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(w.client, gvk.GroupKind(),
 		func() client.ObjectList { return &v1alpha1.AgentTraceList{} }))); err != nil {
 		return fmt.Errorf("watching %s: %w", gvk.Kind, err)
 	}

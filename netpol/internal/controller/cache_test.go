@@ -7,9 +7,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
@@ -22,8 +24,10 @@ import (
 func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	transforms := map[string]func(any) (any, error){}
 	for obj, by := range CacheByObject() {
-		if u, ok := obj.(*unstructured.Unstructured); ok && by.Transform != nil {
-			transforms[u.GetKind()] = by.Transform
+		gvk, err := apiutil.GVKForObject(obj, clientgoscheme.Scheme)
+		require.NoError(t, err)
+		if by.Transform != nil {
+			transforms[gvk.Kind] = by.Transform
 		}
 	}
 	for _, gvk := range duck.BuiltinKinds() {
@@ -31,21 +35,16 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	}
 	d := deploymentObject("trim", "default")
 	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	gvk := appsv1.SchemeGroupVersion.WithKind("Deployment")
+	trimmedObj, err := transforms["Deployment"](d.DeepCopy())
 	require.NoError(t, err)
-	full := &unstructured.Unstructured{Object: raw}
-	full.SetAPIVersion("apps/v1")
-	full.SetKind("Deployment")
-	trimmedObj, err := transforms["Deployment"](full.DeepCopy())
-	require.NoError(t, err)
-	trimmed := trimmedObj.(*unstructured.Unstructured)
+	trimmed := trimmedObj.(*appsv1.Deployment)
 
 	assert.Empty(t, trimmed.GetManagedFields())
-	_, found, _ := unstructured.NestedSlice(trimmed.Object, "spec", "template", "spec", "containers")
-	assert.False(t, found, "containers are not cached")
-	want, err := duck.NewWorkload(full)
+	assert.Empty(t, trimmed.Spec.Template.Spec.Containers, "containers are not cached")
+	want, err := duck.NewWorkloadFromObject(d, gvk)
 	require.NoError(t, err)
-	got, err := duck.NewWorkload(trimmed)
+	got, err := duck.NewWorkloadFromObject(trimmed, gvk)
 	require.NoError(t, err)
 	wantSel, err := resources.WorkloadPodSelector(want)
 	require.NoError(t, err)

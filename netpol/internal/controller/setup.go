@@ -198,9 +198,8 @@ func setupController(ctx context.Context, mgr ctrl.Manager, opts Options) error 
 		For(view.NewAgentCard()).
 		Owns(&networkingv1.NetworkPolicy{})
 	for _, gvk := range duck.BuiltinKinds() {
-		w := &unstructured.Unstructured{}
-		w.SetGroupVersionKind(gvk)
-		b = b.Watches(w, duck.EnqueueReferrers(c, gvk.GroupKind(), func() client.ObjectList { return view.NewAgentCardList() }),
+		// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
+		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(c, gvk.GroupKind(), func() client.ObjectList { return view.NewAgentCardList() }),
 			// The pod selector only changes with the spec (generation); creation and deletion count too.
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}

@@ -46,7 +46,9 @@ import (
 //	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./tokenexchange/cmd/kagenti-tokenexchange/
 //
 // KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
-// (e.g. "--max-concurrent-reconciles=8"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB").
+// (e.g. "--max-concurrent-reconciles=8"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB");
+// KAGENTI_LOAD_MEMORY_MAX (e.g. 64Mi) runs the controller in a memory cgroup with that limit
+// (ducktest.StartController; root and a writable cgroup needed).
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
@@ -88,9 +90,8 @@ func TestLoad(t *testing.T) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	pid := cmd.Process.Pid
+	ctl := ducktest.StartController(t, cmd)
+	pid := ctl.Pid
 	t.Logf("load average at start: %s", ducktest.Loadavg())
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		_, err := ducktest.APIRequests(metricsAddr)
@@ -99,7 +100,7 @@ func TestLoad(t *testing.T) {
 	time.Sleep(settle)
 	t.Logf("LOAD idle (no TokenExchange, %v after start): RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
 		settle, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.Loadavg())
-	t.Logf("controller: pid %d, %s %s", cmd.Process.Pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(args[len(args)-len(strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))):], " "))
+	t.Logf("controller: pid %d, %s %s", pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(args[len(args)-len(strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))):], " "))
 
 	scheme := k8sruntime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -128,6 +129,9 @@ func TestLoad(t *testing.T) {
 	created := time.Since(start)
 	// Polled once a second: at 10,000 objects a faster poll's LISTs would compete with the controller.
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := ctl.Exited(); err != nil {
+			return false, err
+		}
 		var list v1alpha1.TokenExchangeList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			// A LIST of 10,000 objects on a saturated machine can time out or lose its stream;
@@ -152,6 +156,7 @@ func TestLoad(t *testing.T) {
 	t.Logf("LOAD n=%d (Deployments, pods, TokenExchanges): created in %v; all Active after %v (from the first create); load average %s",
 		n, created.Round(time.Millisecond), allActive.Round(time.Millisecond), loadActive)
 	t.Logf("LOAD API requests per TokenExchange to converge: %s", writesActive.PerObject(n))
+	ctl.LogGC(t, metricsAddr)
 
 	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	require.NoError(t, err)
@@ -216,6 +221,7 @@ func TestLoad(t *testing.T) {
 			m.when, m.s["heap_inuse"], m.s["heap_idle"], m.s["heap_released"], m.s["next_gc"], m.s["stack_inuse"],
 			m.s["mspan_inuse"]+m.s["mcache_inuse"]+m.s["gc_sys"]+m.s["other_sys"]+m.s["buck_hash_sys"], m.s["sys"])
 	}
+	ctl.LogGC(t, metricsAddr)
 	ducktest.SaveHeapProfile(t, pprofAddr)
 	t.Logf("load average at end: %s", ducktest.Loadavg())
 }

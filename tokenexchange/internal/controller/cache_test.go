@@ -9,7 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -26,14 +25,6 @@ func podTemplate() corev1.PodTemplateSpec {
 				Env: []corev1.EnvVar{{Name: "A", Value: "a long value the controller never reads"}}}},
 		},
 	}
-}
-
-func toUnstructured(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *unstructured.Unstructured {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	require.NoError(t, err)
-	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk)
-	return u
 }
 
 func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
@@ -56,11 +47,13 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			out, err := duck.TrimWorkload(slimTemplate)(toUnstructured(t, tc.obj, tc.gvk))
+			// Typed, as the cache holds the built-in kinds (duck.TrimmedWorkloads).
+			out, err := duck.TrimWorkload(slimTemplate)(tc.obj.DeepCopyObject())
 			require.NoError(t, err)
-			u := out.(*unstructured.Unstructured)
-			w, err := duck.NewWorkload(u)
+			assert.IsType(t, tc.obj, out)
+			w, err := duck.NewWorkloadFromObject(out.(runtime.Object), tc.gvk)
 			require.NoError(t, err)
+			u := w.Object()
 			assert.Equal(t, tc.gvk.Kind, w.Kind())
 			assert.Equal(t, "agent", w.Name())
 			assert.Equal(t, "7", u.GetResourceVersion())
@@ -106,4 +99,21 @@ func TestTrimPod(t *testing.T) {
 	assert.Equal(t, map[string]string{"app": "agent"}, got.Labels)
 	assert.True(t, allReady([]*corev1.Pod{got}, configmap.ComponentSpiffeHelper))
 	assert.Equal(t, "10.0.0.7", got.Status.PodIP)
+}
+
+// TestTrimPodKeepsNoSpareCapacity: the kept containers and statuses are held as long as the pod
+// exists; a slice grown by append would hold room for a fourth container of three kept.
+func TestTrimPodKeepsNoSpareCapacity(t *testing.T) {
+	p := &corev1.Pod{Spec: corev1.PodSpec{}, Status: corev1.PodStatus{}}
+	for _, c := range []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy} {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c, Image: "x"})
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: c, Ready: true})
+	}
+	out, err := TrimPod(p)
+	require.NoError(t, err)
+	got := out.(*corev1.Pod)
+	assert.Len(t, got.Spec.InitContainers, 3, "the roles with a status port")
+	assert.Equal(t, len(got.Spec.InitContainers), cap(got.Spec.InitContainers))
+	assert.Len(t, got.Status.InitContainerStatuses, 4, "the identity components")
+	assert.Equal(t, len(got.Status.InitContainerStatuses), cap(got.Status.InitContainerStatuses))
 }

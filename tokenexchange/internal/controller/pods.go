@@ -148,22 +148,36 @@ func TrimPod(obj any) (any, error) {
 // roleContainers looks for): a corev1.Container costs about 400 bytes even when only its name is
 // set, and the agent's own containers are never read.
 func containerNames(in []corev1.Container) []corev1.Container {
-	var out []corev1.Container
-	for _, c := range in {
-		if _, ok := statusPorts[c.Name]; ok {
-			out = append(out, corev1.Container{Name: c.Name})
-		}
-	}
-	return out
+	return trimmedSlice(in, func(c corev1.Container) bool { _, ok := statusPorts[c.Name]; return ok },
+		func(c corev1.Container) corev1.Container { return corev1.Container{Name: c.Name} })
 }
 
 // trimStatuses keeps the name and readiness of the identity components' containers (what
 // summarizePods reads).
 func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-	var out []corev1.ContainerStatus
-	for _, s := range in {
-		if identityComponent(s.Name) {
-			out = append(out, corev1.ContainerStatus{Name: s.Name, Ready: s.Ready})
+	return trimmedSlice(in, func(s corev1.ContainerStatus) bool { return identityComponent(s.Name) },
+		func(s corev1.ContainerStatus) corev1.ContainerStatus {
+			return corev1.ContainerStatus{Name: s.Name, Ready: s.Ready}
+		})
+}
+
+// trimmedSlice returns trim of the elements of in that keep selects, in a slice of exactly their
+// number (nil for none): the cache holds it for the pod's lifetime, and append's spare capacity
+// would cost a whole element each (three of four injected containers kept made a slice of four).
+func trimmedSlice[T any](in []T, keep func(T) bool, trim func(T) T) []T {
+	n := 0
+	for _, x := range in {
+		if keep(x) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]T, 0, n)
+	for _, x := range in {
+		if keep(x) {
+			out = append(out, trim(x))
 		}
 	}
 	return out

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -105,11 +104,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	for _, gvk := range duck.BuiltinKinds() {
-		// The resolver reads these kinds from the same informers (duck.NewManagerResolver), so a
-		// reconcile costs no API read of its workload.
-		w := &unstructured.Unstructured{}
-		w.SetGroupVersionKind(gvk)
-		b = b.Watches(w, duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList))
+		// The resolver reads these kinds from the same typed informers (duck.NewManagerResolver),
+		// so a reconcile costs no API read of its workload.
+		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList))
 	}
 	if err := b.Complete(r); err != nil {
 		return err
