@@ -73,6 +73,8 @@ func TestLoad(t *testing.T) {
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "crds", "agentcard")},
 		ErrorIfCRDPathMissing: true,
+		// The machines running this are shared; give the API server time to come up.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	cfg, err := env.Start()
 	require.NoError(t, err)
