@@ -105,6 +105,8 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 		case r.mayCarryTrue(sp.pod):
 			revoke = append(revoke, sp)
 		default:
+			// Forgets a verdict given to an earlier pod of the same name (another UID).
+			r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
 			unlabelled = append(unlabelled, sp)
 		}
 	}
