@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -72,6 +73,8 @@ func TestLoad(t *testing.T) {
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "crds", "agentcard")},
 		ErrorIfCRDPathMissing: true,
+		// The machines running this are shared; give the API server time to come up.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	cfg, err := env.Start()
 	require.NoError(t, err)
@@ -152,6 +155,7 @@ func TestLoad(t *testing.T) {
 
 	ctl := startController(t, bin, dir)
 	t.Cleanup(ctl.stop)
+	cpuProfileDone := saveCPUProfile(t, ctl.pprofAddr)
 	// Polled once a second per 1,000 AgentCards: each poll LISTs them all, with their status, from
 	// the API server the controller writes to.
 	poll := time.Duration(max(1, n/1000)) * time.Second
@@ -169,14 +173,17 @@ func TestLoad(t *testing.T) {
 		return synced == n, nil
 	}), "not every AgentCard became Ready")
 	firstSync := time.Since(ctl.started)
+	cpuSynced := cpuSeconds(ctl.pid)
 	rssSynced := [3]float64{ducktest.ProcStatus(ctl.pid, "VmRSS"), ducktest.ProcStatus(ctl.pid, "RssAnon"), ducktest.ProcStatus(ctl.pid, "RssFile")}
 	memSynced := ducktest.GoMemStats(t, ctl.metricsAddr)
 	synced := ducktest.MustRequests(t, ctl.metricsAddr) // since the process started
 	t.Logf("LOAD n=%d AgentCards × %d pods: first full sync (every AgentCard Ready, Synced, %d entries) %v after the controller started (polled every %v); load average %s",
 		n, podsPer, podsPer, firstSync.Round(time.Millisecond), poll, ducktest.Loadavg())
+	t.Logf("LOAD controller CPU for the first sync (user+system, load-independent): %.2f s", cpuSynced)
 	t.Logf("LOAD API requests per AgentCard for the first sync: %s", synced.PerObject(n))
-	t.Logf("LOAD controller RSS when synced: %.1f MiB (anonymous %.1f, file-backed %.1f); Go heap in use %.1f MiB",
-		rssSynced[0], rssSynced[1], rssSynced[2], memSynced["heap_inuse"])
+	<-cpuProfileDone
+	t.Logf("LOAD controller RSS when synced: %.1f MiB (anonymous %.1f, file-backed %.1f); Go heap in use %.1f MiB; live heap %.1f MiB (after a forced GC)",
+		rssSynced[0], rssSynced[1], rssSynced[2], memSynced["heap_inuse"], liveHeap(t, ctl))
 
 	lat := updateLatencies(ctx, t, c, ns, n, podsPer, updates)
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
@@ -236,6 +243,67 @@ func startController(t *testing.T, bin, dir string) *controllerProcess {
 
 func (p *controllerProcess) stop() {
 	p.once.Do(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+}
+
+// liveHeap forces a GC in the controller (its pprof heap endpoint with gc=1) and returns the
+// bytes then allocated, in MiB: the live heap, which the heap-in-use gauges overstate by whatever
+// garbage the next GC has not collected yet.
+func liveHeap(t *testing.T, ctl *controllerProcess) float64 {
+	resp, err := http.Get("http://" + ctl.pprofAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Logf("heap: %v", err)
+		return -1
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return ducktest.GoMemStats(t, ctl.metricsAddr)["heap_alloc"]
+}
+
+// cpuSeconds is the user+system CPU time a process has used, from /proc/<pid>/stat (fields 14
+// and 15, in clock ticks of 1/100 s on Linux); -1 when unreadable.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return -1
+	}
+	var utime, stime float64
+	_, _ = fmt.Sscan(f[11], &utime)
+	_, _ = fmt.Sscan(f[12], &stime)
+	return (utime + stime) / 100
+}
+
+// saveCPUProfile records the controller's CPU profile over its first KAGENTI_LOAD_CPU_SECONDS
+// (default 20) seconds into the file KAGENTI_LOAD_CPUPROFILE names, for `go tool pprof`; the
+// channel closes when it is written (at once when the variable is unset).
+func saveCPUProfile(t *testing.T, pprofAddr string) <-chan struct{} {
+	done := make(chan struct{})
+	path := os.Getenv("KAGENTI_LOAD_CPUPROFILE")
+	if path == "" {
+		close(done)
+		return done
+	}
+	seconds := ducktest.EnvInt("KAGENTI_LOAD_CPU_SECONDS", 20)
+	go func() {
+		defer close(done)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds))
+		if err != nil {
+			t.Logf("cpu profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(path, b, 0o600)
+		}
+		t.Logf("cpu profile (%d s from the start): %s %v", seconds, path, err)
+	}()
+	return done
 }
 
 // createReadyPod creates a pod serving its card on ip:loadCardPort (its "a2a" port), running and

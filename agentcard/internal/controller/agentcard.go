@@ -125,10 +125,11 @@ func (r *CardReconciler) cardsSelecting(namespace string, podLabels map[string]s
 
 // Reconcile implements reconcile.Reconciler.
 //
-// The order is the security property: pods whose verdict is negative are labelled false first,
-// then the status is written, then pods whose verdict is positive are labelled true. A status the
-// API server refuses never leaves a pod labelled verified, nor (see failClosed) an AgentCard
-// saying Verified for a card that no longer is.
+// The order is the security property: pods whose verdict is negative and that may carry true are
+// labelled false first, then the status is written (while unlabelled pods with a negative verdict
+// are labelled false: no revocation, see labelUnverified), then pods whose verdict is positive are
+// labelled true. A status the API server refuses never leaves a pod labelled verified, nor (see
+// failClosed) an AgentCard saying Verified for a card that no longer is.
 func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var c v1alpha1.AgentCard
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
@@ -156,9 +157,13 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	defer r.stateFor(req.NamespacedName).releaseTransient()
 
-	r.revokeLabels(ctx, req.NamespacedName, served, selected)
+	unlabelled := r.revokeLabels(ctx, req.NamespacedName, served, selected)
 	desired := resources.BuildStatus(&c, results(served), selErr, requireSig, time.Now())
-	if err := r.applyStatus(ctx, &c, desired); err != nil {
+	var labelling sync.WaitGroup
+	labelling.Go(func() { r.labelUnverified(ctx, unlabelled) })
+	err = r.applyStatus(ctx, &c, desired)
+	labelling.Wait()
+	if err != nil {
 		return ctrl.Result{}, r.failClosed(ctx, &c, desired, err)
 	}
 	r.grantLabels(ctx, req.NamespacedName, served)

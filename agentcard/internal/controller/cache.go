@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"unique"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -35,33 +37,52 @@ func templateLabelsOnly(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: t.Labels}}
 }
 
-// TrimPod is the cache transform for pods: it keeps the metadata without managedFields and
-// annotations (names, UID, labels, timestamps), the service account (expected SPIFFE identity),
-// the containers' ports (endpointFor), and of the status the phase, the IP and the Ready condition
-// (isServing). Other objects pass through unchanged.
+// TrimPod is the cache transform for pods: it keeps what a sync, the pod watch's predicate and
+// the LabelGuard read, and nothing else, as a fresh object that shares nothing with the decoded
+// one (which is then garbage). Of the metadata: name, namespace, UID, resourceVersion (the
+// guard's optimistic lock), the creation and deletion timestamps and the labels; of the spec: the
+// service account (expected SPIFFE identity) and the one container port endpointFor would pick
+// (cardPort), in a container of its own; of the status: the phase, the IP and the Ready condition
+// (isServing). Strings every pod repeats (namespace, label keys and values, service account) are
+// interned: thousands of pods hold one copy. Other objects pass through unchanged.
 func TrimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	slim := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
-	slim.ManagedFields, slim.Annotations = nil, nil
-	slim.Spec.ServiceAccountName = p.Spec.ServiceAccountName
-	for _, c := range p.Spec.Containers {
-		if len(c.Ports) == 0 {
-			continue
-		}
-		ports := make([]corev1.ContainerPort, 0, len(c.Ports))
-		for _, cp := range c.Ports {
-			ports = append(ports, corev1.ContainerPort{Name: cp.Name, ContainerPort: cp.ContainerPort})
-		}
-		slim.Spec.Containers = append(slim.Spec.Containers, corev1.Container{Name: c.Name, Ports: ports})
+	slim := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp, Labels: internLabels(p.Labels),
+	}}
+	slim.Spec.ServiceAccountName = intern(p.Spec.ServiceAccountName)
+	if cp, ok := cardPort(p); ok {
+		slim.Spec.Containers = []corev1.Container{{Ports: []corev1.ContainerPort{{Name: intern(cp.Name), ContainerPort: cp.ContainerPort}}}}
 	}
-	slim.Status.Phase, slim.Status.PodIP = p.Status.Phase, p.Status.PodIP
+	slim.Status.Phase, slim.Status.PodIP = corev1.PodPhase(intern(string(p.Status.Phase))), p.Status.PodIP
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			slim.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionStatus(intern(string(c.Status)))}}
 		}
 	}
 	return slim, nil
+}
+
+// intern returns the canonical copy of s: equal strings of many cached objects share one.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+// internLabels copies labels with interned keys and values.
+func internLabels(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(labels))
+	for k, v := range labels {
+		out[intern(k)] = intern(v)
+	}
+	return out
 }

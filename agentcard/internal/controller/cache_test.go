@@ -78,8 +78,8 @@ func TestControllerWorksOnTrimmedCaches(t *testing.T) {
 	assert.Empty(t, cp.ManagedFields, "cached pod keeps managedFields")
 	assert.Empty(t, cp.Annotations, "cached pod keeps annotations")
 	assert.Equal(t, "lean", cp.Spec.ServiceAccountName)
-	assert.Equal(t, []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: "a2a", ContainerPort: cardPort}}}}, cp.Spec.Containers,
-		"cached pod keeps only the containers' names and ports")
+	assert.Equal(t, []corev1.Container{{Ports: []corev1.ContainerPort{{Name: "a2a", ContainerPort: cardPort}}}}, cp.Spec.Containers,
+		"cached pod keeps only the port its card is served on")
 	assert.Equal(t, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.42.8.1",
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}, cp.Status,
 		"cached pod keeps only phase, IP and the Ready condition")

@@ -93,14 +93,24 @@ func (v *verifiedPods) allSynced(cards []v1alpha1.AgentCard) bool {
 }
 
 // revokeLabels sets the label to false on every served pod whose verdict is negative (no card, or
-// a card that does not verify or bind), and on every pod this card verified before that it no
-// longer selects. It runs before the status write, so a status the API server refuses cannot
-// leave a pod labelled verified.
-func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool) {
-	inParallel(served, func(sp servedPod) {
-		if sp.state.verified() {
-			return
+// a card that does not verify or bind) and that may carry true, and on every pod this card
+// verified before that it no longer selects. It runs before the status write, so a status the API
+// server refuses cannot leave a pod labelled verified. It returns the other served pods with a
+// negative verdict: those without the label, for labelUnverified.
+func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool) []servedPod {
+	var revoke, unlabelled []servedPod
+	for _, sp := range served {
+		switch {
+		case sp.state.verified():
+		case r.mayCarryTrue(sp.pod):
+			revoke = append(revoke, sp)
+		default:
+			// Forgets a verdict given to an earlier pod of the same name (another UID).
+			r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
+			unlabelled = append(unlabelled, sp)
 		}
+	}
+	inParallel(revoke, func(sp servedPod) {
 		r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
 		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
@@ -111,6 +121,25 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 			r.revokePod(ctx, key)
 		}
 	}
+	return unlabelled
+}
+
+// mayCarryTrue says whether a pod may be labelled true: it is in the cache, or this process
+// granted it (the cache may not show our own patch yet).
+func (r *CardReconciler) mayCarryTrue(p *corev1.Pod) bool {
+	return p.Labels[v1alpha1.LabelSignatureVerified] == "true" || r.Verified.has(client.ObjectKeyFromObject(p), p.UID)
+}
+
+// labelUnverified sets the label to false on served pods with a negative verdict that carry no
+// label (revokeLabels returns them; a pod already labelled false costs nothing). An absent label
+// grants nothing, so this is no revocation: it runs alongside the status write rather than before
+// it, and a first sync waits for one API round trip instead of two.
+func (r *CardReconciler) labelUnverified(ctx context.Context, unlabelled []servedPod) {
+	inParallel(unlabelled, func(sp servedPod) {
+		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+		}
+	})
 }
 
 // grantLabels sets the label to true on every served pod whose verdict is positive, once the
@@ -135,6 +164,9 @@ const labelPatchesInFlight = 8
 // all are done: the order between revoking, writing the status and granting stays as it is, the
 // pods of one step are patched together instead of one after the other.
 func inParallel(served []servedPod, f func(servedPod)) {
+	if len(served) == 0 {
+		return
+	}
 	if len(served) == 1 {
 		f(served[0])
 		return

@@ -54,28 +54,52 @@ func (r *CardReconciler) podSelector(ctx context.Context, c *v1alpha1.AgentCard)
 	return sel, nil
 }
 
-// PodLabelIndex indexes the cached pods by each of their labels ("key=value"): a sync lists the
-// pods of one equality requirement of its selector, not every pod of the namespace (with 10,000
-// AgentCards in one namespace, scanning it on every sync took most of the controller's CPU).
+// PodLabelIndex indexes the cached pods by their labels ("key=value"): a sync lists the pods of one
+// equality requirement of its selector, not every pod of the namespace (with 10,000 AgentCards in
+// one namespace, scanning it on every sync took most of the controller's CPU). Labels no sync
+// looks its pods up by (unindexedPodLabels) are left out.
 const PodLabelIndex = "kagenti.io/pod-label"
+
+// unindexedPodLabels are the pod labels the index leaves out: this controller's own verdict, on
+// every pod it syncs with one of two values (an index entry listing every such pod, which no
+// selector can use: the label is agentcard's output, never what selects an agent's pods), and the
+// labels the workload controllers set to a value unique to one pod or one revision, which a
+// selector shares with a label the index keeps (a ReplicaSet's pod-template-hash comes with the
+// Deployment's labels) or, alone, selects one pod (the namespace scan is then as cheap).
+var unindexedPodLabels = map[string]bool{
+	v1alpha1.LabelSignatureVerified:            true,
+	"pod-template-hash":                        true,
+	"controller-revision-hash":                 true,
+	"statefulset.kubernetes.io/pod-name":       true,
+	"apps.kubernetes.io/pod-index":             true,
+	"batch.kubernetes.io/job-completion-index": true,
+}
 
 // IndexPodLabels registers PodLabelIndex.
 func IndexPodLabels(ctx context.Context, indexer client.FieldIndexer) error {
-	return indexer.IndexField(ctx, &corev1.Pod{}, PodLabelIndex, func(o client.Object) []string {
-		out := make([]string, 0, len(o.GetLabels()))
-		for k, v := range o.GetLabels() {
-			out = append(out, k+"="+v)
-		}
-		return out
-	})
+	return indexer.IndexField(ctx, &corev1.Pod{}, PodLabelIndex, podIndexValues)
 }
 
-// indexedRequirement returns a "key=value" every pod sel matches carries (an equality
-// requirement, or an In with one value), to list them through PodLabelIndex; false when sel has
-// none (only set-based or negative requirements): then the namespace is scanned.
+// podIndexValues are a pod's entries in PodLabelIndex.
+func podIndexValues(o client.Object) []string {
+	out := make([]string, 0, len(o.GetLabels()))
+	for k, v := range o.GetLabels() {
+		if !unindexedPodLabels[k] {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+// indexedRequirement returns a "key=value" of PodLabelIndex that every pod sel matches carries
+// (an equality requirement, or an In with one value, on an indexed label), to list them through
+// the index; false when sel has none: then the namespace is scanned.
 func indexedRequirement(sel labels.Selector) (string, bool) {
 	reqs, _ := sel.Requirements()
 	for _, r := range reqs {
+		if unindexedPodLabels[r.Key()] {
+			continue
+		}
 		switch r.Operator() {
 		case selection.Equals, selection.DoubleEquals, selection.In:
 			if vals := r.Values(); vals.Len() == 1 {
@@ -88,9 +112,10 @@ func indexedRequirement(sel labels.Selector) (string, bool) {
 
 // selectedPods lists the selected pods by name. Only those isServing are fetched; the others
 // keep a verdict given while they served (same pod, same IP), so a readiness blip does not take
-// the label away.
+// the label away. The pods are the cache's own (shallow copies, without a deep copy per pod and
+// sync): read-only, their labels above all.
 func (r *CardReconciler) selectedPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
-	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}}
+	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
 	if label, ok := indexedRequirement(sel); ok {
 		opts = append(opts, client.MatchingFields{PodLabelIndex: label})
 	}
@@ -115,9 +140,13 @@ func isServing(p *corev1.Pod) bool {
 	return false
 }
 
+// defaultPaths are the card paths tried when spec.endpoint names none; shared by every pod's sync
+// state, never modified.
+var defaultPaths = []string{fetch.PathAgentCard, fetch.PathLegacy}
+
 // endpointFor resolves scheme, port and paths for a pod from spec.endpoint and the pod's ports.
 func endpointFor(c *v1alpha1.AgentCard, p *corev1.Pod) (scheme string, port int32, paths []string) {
-	scheme, paths = "http", []string{fetch.PathAgentCard, fetch.PathLegacy}
+	scheme, paths = "http", defaultPaths
 	if e := c.Spec.Endpoint; e != nil {
 		if e.Scheme != "" {
 			scheme = e.Scheme
@@ -134,16 +163,25 @@ func endpointFor(c *v1alpha1.AgentCard, p *corev1.Pod) (scheme string, port int3
 }
 
 func namedPort(p *corev1.Pod) int32 {
+	if cp, ok := cardPort(p); ok {
+		return cp.ContainerPort
+	}
+	return DefaultPort
+}
+
+// cardPort is the container port a pod serves its card on when spec.endpoint names none: the
+// first named "a2a" in any container, else the first named "http".
+func cardPort(p *corev1.Pod) (corev1.ContainerPort, bool) {
 	for _, want := range []string{"a2a", "http"} {
 		for _, ctr := range p.Spec.Containers {
 			for _, cp := range ctr.Ports {
 				if cp.Name == want {
-					return cp.ContainerPort
+					return cp, true
 				}
 			}
 		}
 	}
-	return DefaultPort
+	return corev1.ContainerPort{}, false
 }
 
 // patchVerifiedLabel sets kagenti.io/signature-verified on the pod itself (a metadata-only merge

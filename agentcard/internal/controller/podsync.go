@@ -296,7 +296,10 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 	} else {
 		st.binding = signature.Bind(st.verify, expected, in.trustDomain)
 	}
-	st.verifiedFor = key
+	// Every pod of a card and service account has the same expected identity, binding message and
+	// key: they share one copy.
+	st.binding.Expected, st.binding.Message = intern(st.binding.Expected), intern(st.binding.Message)
+	st.verifiedFor = intern(key)
 }
 
 // boundedResult cuts what a verification result repeats from the card (kid, alg, messages quoting
