@@ -31,6 +31,10 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	}
 	d := deploymentObject("trim", "default")
 	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	d.UID, d.ResourceVersion, d.Generation, d.CreationTimestamp = "u-1", "42", 3, metav1.Now()
+	d.Labels = map[string]string{"app.kubernetes.io/name": "trim", "helm.sh/chart": "trim-1.0.0"}
+	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "3", "meta.helm.sh/release-name": "trim"}
+	d.OwnerReferences = []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "trim", UID: "u-0"}}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
 	require.NoError(t, err)
 	full := &unstructured.Unstructured{Object: raw}
@@ -41,8 +45,14 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	trimmed := trimmedObj.(*unstructured.Unstructured)
 
 	assert.Empty(t, trimmed.GetManagedFields())
+	assert.Equal(t, []string{"generation", "name", "namespace", "resourceVersion", "uid"}, fieldNames(trimmed.Object["metadata"]),
+		"of the metadata only what identifies the workload; labels, annotations, owners are not read")
+	assert.Equal(t, full.GetGeneration(), trimmed.GetGeneration())
+	assert.Equal(t, full.GetUID(), trimmed.GetUID())
 	_, found, _ := unstructured.NestedSlice(trimmed.Object, "spec", "template", "spec", "containers")
 	assert.False(t, found, "containers are not cached")
+	tmpl, _, _ := unstructured.NestedMap(trimmed.Object, "spec", "template")
+	assert.Empty(t, tmpl, "spec.selector selects the pods: the template's labels are not cached")
 	want, err := duck.NewWorkload(full)
 	require.NoError(t, err)
 	got, err := duck.NewWorkload(trimmed)
@@ -50,6 +60,29 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	wantSel, err := resources.WorkloadPodSelector(want)
 	require.NoError(t, err)
 	gotSel, err := resources.WorkloadPodSelector(got)
+	require.NoError(t, err)
+	assert.Equal(t, wantSel, gotSel)
+
+	// A CronJob's pods are selected by its pod template's labels: those are kept.
+	cron := &unstructured.Unstructured{}
+	require.NoError(t, json.Unmarshal([]byte(`{"apiVersion": "batch/v1", "kind": "CronJob",
+		"metadata": {"name": "nightly", "namespace": "default", "labels": {"team": "x"}},
+		"spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": {
+			"metadata": {"labels": {"app": "nightly"}},
+			"spec": {"containers": [{"name": "a", "image": "x"}], "restartPolicy": "Never"}}}}}}`), &cron.Object))
+	trimmedObj, err = transforms["CronJob"](cron.DeepCopy())
+	require.NoError(t, err)
+	trimmed = trimmedObj.(*unstructured.Unstructured)
+	labels, _, _ := unstructured.NestedStringMap(trimmed.Object, "spec", "jobTemplate", "spec", "template", "metadata", "labels")
+	assert.Equal(t, map[string]string{"app": "nightly"}, labels)
+	assert.Empty(t, trimmed.GetLabels())
+	want, err = duck.NewWorkload(cron)
+	require.NoError(t, err)
+	got, err = duck.NewWorkload(trimmed)
+	require.NoError(t, err)
+	wantSel, err = resources.WorkloadPodSelector(want)
+	require.NoError(t, err)
+	gotSel, err = resources.WorkloadPodSelector(got)
 	require.NoError(t, err)
 	assert.Equal(t, wantSel, gotSel)
 }

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -78,10 +77,17 @@ func newWrittenCondition(u *unstructured.Unstructured, status metav1.ConditionSt
 	return writtenCondition{resourceVersion: u.GetResourceVersion(), condition: h.Sum64()}
 }
 
+// has reports whether c was written from the card's resourceVersion it names. An entry about
+// another resourceVersion has served its purpose (the cache shows a newer card: the write, or a
+// later change) and is forgotten, so that converged cards cost no entry.
 func (w *writtenConditions) has(key types.NamespacedName, c writtenCondition) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.m[key] == c
+	prev, ok := w.m[key]
+	if ok && prev.resourceVersion != c.resourceVersion {
+		delete(w.m, key)
+	}
+	return ok && prev == c
 }
 
 func (w *writtenConditions) set(key types.NamespacedName, c writtenCondition) {
@@ -220,15 +226,6 @@ func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, de
 	return nil
 }
 
-// policyContent is what netpol writes of a NetworkPolicy besides its metadata: the spec, compared
-// semantically (a stored policy with defaulted or reordered-equal fields is not rewritten).
-var policyContent = configmap.Content[*networkingv1.NetworkPolicy]{
-	UpToDate: func(have, want *networkingv1.NetworkPolicy) bool {
-		return equality.Semantic.DeepEqual(have.Spec, want.Spec)
-	},
-	Copy: func(dst, src *networkingv1.NetworkPolicy) { dst.Spec = src.Spec },
-}
-
 // auditState says how the cluster differs from what enforce mode would write.
 func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.NetworkPolicy) (string, error) {
 	existing := &networkingv1.NetworkPolicy{}
@@ -295,6 +292,10 @@ func (r *Reconciler) report(ctx context.Context, u *unstructured.Unstructured, s
 		return nil
 	}
 	current := view.StatusOf(u)
+	if c := current.Status.Condition(api.ConditionNetworkPolicyReady); c != nil && c.Status == status && c.Reason == reason &&
+		c.Message == message && c.ObservedGeneration == u.GetGeneration() {
+		return nil // the card shows it: nothing to write, nothing to note
+	}
 	desired := current.DeepCopyObject().(*view.CardStatus)
 	desired.Status.Observe(u.GetGeneration())
 	desired.Status.Set(api.ConditionNetworkPolicyReady, status, reason, message)
