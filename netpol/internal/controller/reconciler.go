@@ -162,7 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			fmt.Sprintf("audit mode: would apply %s NetworkPolicy %s (%s); %s", resources.KindFor(verdict), desired.Name, verdict.Reason, state))
 	}
 
-	if err := r.apply(ctx, u, desired); err != nil {
+	if err := r.apply(ctx, u, card, desired); err != nil {
 		var notOwned *configmap.NotOwnedError
 		if errors.As(err, &notOwned) {
 			return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonPolicyConflict,
@@ -210,13 +210,22 @@ func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (met
 // apply writes the desired policy through configmap.ApplyObject, the one apply-if-changed every
 // pillar uses for the objects it derives: nothing is written when the stored policy matches, and a
 // policy of that name that this card does not control is left alone with a *configmap.NotOwnedError.
-func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, desired *networkingv1.NetworkPolicy) error {
+//
+// A created policy is an Event only when the card had already been reported on (it has a
+// NetworkPolicyReady condition: its target changed, the policy was deleted, the workload appeared):
+// a card's first policy is reported by the condition written in the same reconcile, so a thousand
+// cards getting their policies at start-up record no thousand Events (a third of the first sync's
+// API writes, and of the memory the event broadcaster holds for six to twelve minutes).
+func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, desired *networkingv1.NetworkPolicy) error {
 	result, err := configmap.ApplyObject(ctx, r.Policies, desired, u, policyContent)
 	if err != nil {
 		return err
 	}
 	switch result {
 	case configmap.Created:
+		if card.Condition(api.ConditionNetworkPolicyReady) == nil {
+			return nil
+		}
 		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
 			"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
 	case configmap.Updated:
