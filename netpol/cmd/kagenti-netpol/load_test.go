@@ -51,7 +51,8 @@ import (
 //   - U verdict flips, one at a time (agentcard's Verified condition applied the other way) →
 //     latency from the status apply to the policy of the new kind arriving on a watch;
 //   - then, converged again, the API writes the controller makes in KAGENTI_LOAD_IDLE (60s), per
-//     minute (goal 0), and its RSS (VmRSS, anonymous/file-backed, peak VmHWM).
+//     minute (goal 0), and its RSS (VmRSS, anonymous/file-backed, peak VmHWM) and Go memory;
+//   - the controller's own CPU seconds until the first sync converged (independent of the load).
 //
 // The API requests are the controller's own client-go counters (rest_client_requests_total on its
 // /metrics), Events included.
@@ -60,7 +61,9 @@ import (
 //
 // KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
 // (e.g. "--max-concurrent-reconciles=4"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=32MiB");
-// KAGENTI_LOAD_PROFILE names a file for the controller's heap profile at the end.
+// KAGENTI_LOAD_PROFILE names a file for the controller's heap profile at the end,
+// KAGENTI_LOAD_CPUPROFILE one for its CPU profile of the first KAGENTI_LOAD_CPUPROFILE_SECONDS
+// (15) of the first sync.
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
@@ -141,10 +144,13 @@ func TestLoad(t *testing.T) {
 	}
 
 	proc := ctl.start(t)
+	cpuProfileWritten := startCPUProfile(t, proc.pprofAddr, ducktest.EnvInt("KAGENTI_LOAD_CPUPROFILE_SECONDS", 15))
 	waitConverged(ctx, t, w, verified, proc.started, 90*time.Minute, "first sync")
 	rssConverged := [3]float64{ducktest.ProcStatus(proc.pid, "VmRSS"), ducktest.ProcStatus(proc.pid, "RssAnon"), ducktest.ProcStatus(proc.pid, "RssFile")}
+	t.Logf("LOAD controller CPU time until converged (its own process_cpu_seconds_total, start included): %.2f s", cpuSeconds(t, proc.metricsAddr))
 	firstSync := ducktest.MustRequests(t, proc.metricsAddr)
 	t.Logf("LOAD API requests per AgentCard in the first sync (the process's start included): %s", firstSync.PerObject(n))
+	cpuProfileWritten()
 
 	lat := make([]time.Duration, 0, updates)
 	for u := range updates {
@@ -178,6 +184,9 @@ func TestLoad(t *testing.T) {
 	t.Logf("LOAD controller RSS: %.1f MiB when converged (anonymous %.1f, file-backed %.1f), %.1f MiB at end (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		rssConverged[0], rssConverged[1], rssConverged[2], ducktest.ProcStatus(proc.pid, "VmRSS"), ducktest.ProcStatus(proc.pid, "RssAnon"),
 		ducktest.ProcStatus(proc.pid, "RssFile"), ducktest.ProcStatus(proc.pid, "VmHWM"))
+	mem := ducktest.GoMemStats(t, proc.metricsAddr)
+	t.Logf("LOAD controller Go memory at end: heap in use %.1f MiB, heap released %.1f MiB, next GC at %.1f MiB, stacks %.1f MiB, runtime total (sys) %.1f MiB",
+		mem["heap_inuse"], mem["heap_released"], mem["next_gc"], mem["stack_inuse"], mem["sys"])
 	ducktest.SaveHeapProfile(t, proc.pprofAddr)
 	t.Logf("load average at end: %s", ducktest.Loadavg())
 }

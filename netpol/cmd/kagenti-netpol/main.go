@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -20,7 +18,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/netpol/internal/controller"
-	"github.com/kagenti/platform/netpol/internal/view"
 	"github.com/kagenti/platform/pkg/duck/memlimit"
 	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
@@ -88,11 +85,8 @@ func newRootCommand() *cobra.Command {
 }
 
 func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, qps float32, burst int, opts controller.Options) error {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := view.AddToScheme(scheme); err != nil {
+	scheme, err := controller.NewScheme()
+	if err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -35,13 +37,18 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	}
 	d := deploymentObject("trim", "default")
 	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	d.UID, d.ResourceVersion, d.Generation, d.CreationTimestamp = "u-1", "42", 3, metav1.Now()
+	d.Labels = map[string]string{"app.kubernetes.io/name": "trim", "helm.sh/chart": "trim-1.0.0"}
+	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "3", "meta.helm.sh/release-name": "trim"}
+	d.OwnerReferences = []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "trim", UID: "u-0"}}
 	gvk := appsv1.SchemeGroupVersion.WithKind("Deployment")
 	trimmedObj, err := transforms["Deployment"](d.DeepCopy())
 	require.NoError(t, err)
 	trimmed := trimmedObj.(*appsv1.Deployment)
 
-	assert.Empty(t, trimmed.GetManagedFields())
-	assert.Empty(t, trimmed.Spec.Template.Spec.Containers, "containers are not cached")
+	assert.Equal(t, metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, UID: d.UID, ResourceVersion: d.ResourceVersion, Generation: d.Generation},
+		trimmed.ObjectMeta, "of the metadata only what identifies the workload; labels, annotations, owners are not read")
+	assert.Equal(t, corev1.PodTemplateSpec{}, trimmed.Spec.Template, "spec.selector selects the pods: the template is not cached")
 	want, err := duck.NewWorkloadFromObject(d, gvk)
 	require.NoError(t, err)
 	got, err := duck.NewWorkloadFromObject(trimmed, gvk)
@@ -49,6 +56,31 @@ func TestCacheKeepsWhatNetpolReads(t *testing.T) {
 	wantSel, err := resources.WorkloadPodSelector(want)
 	require.NoError(t, err)
 	gotSel, err := resources.WorkloadPodSelector(got)
+	require.NoError(t, err)
+	assert.Equal(t, wantSel, gotSel)
+
+	// A CronJob's pods are selected by its pod template's labels: those are kept.
+	cron := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "default", Labels: map[string]string{"team": "x"}},
+		Spec: batchv1.CronJobSpec{Schedule: "0 0 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "nightly"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Image: "x"}}, RestartPolicy: corev1.RestartPolicyNever},
+		}}}},
+	}
+	cronGVK := batchv1.SchemeGroupVersion.WithKind("CronJob")
+	trimmedObj, err = transforms["CronJob"](cron.DeepCopy())
+	require.NoError(t, err)
+	trimmedCron := trimmedObj.(*batchv1.CronJob)
+	assert.Equal(t, map[string]string{"app": "nightly"}, trimmedCron.Spec.JobTemplate.Spec.Template.Labels)
+	assert.Empty(t, trimmedCron.Labels)
+	assert.Empty(t, trimmedCron.Spec.JobTemplate.Spec.Template.Spec.Containers, "containers are not cached")
+	want, err = duck.NewWorkloadFromObject(cron, cronGVK)
+	require.NoError(t, err)
+	got, err = duck.NewWorkloadFromObject(trimmedCron, cronGVK)
+	require.NoError(t, err)
+	wantSel, err = resources.WorkloadPodSelector(want)
+	require.NoError(t, err)
+	gotSel, err = resources.WorkloadPodSelector(got)
 	require.NoError(t, err)
 	assert.Equal(t, wantSel, gotSel)
 }

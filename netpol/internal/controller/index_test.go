@@ -85,11 +85,12 @@ func TestConditionWrittenOnceWhileTheCacheLags(t *testing.T) {
 		Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true}})
 	require.NoError(t, err)
 	var frozen *unstructured.Unstructured
+	var thawed atomic.Bool
 	var statusWrites atomic.Int64
 	c := interceptor.NewClient(cached, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			u, ok := obj.(*unstructured.Unstructured)
-			if !ok || u.GroupVersionKind() != view.AgentCardGVK {
+			if !ok || u.GroupVersionKind() != view.AgentCardGVK || thawed.Load() {
 				return c.Get(ctx, key, obj, opts...)
 			}
 			if frozen == nil {
@@ -115,4 +116,21 @@ func TestConditionWrittenOnceWhileTheCacheLags(t *testing.T) {
 	}
 	require.Equal(t, int64(1), statusWrites.Load(), "status writes by three reconciles of an unchanged card")
 	waitCondition(t, ns, "lagging-card", "True", api.ReasonRestrictive)
+
+	// The cache catches up: the card is reconciled without a write, and netpol no longer keeps a
+	// note of the condition it wrote (a converged card costs no entry).
+	thawed.Store(true)
+	eventually(t, "the cache shows the condition", func() (bool, string) {
+		u := view.NewAgentCard()
+		require.NoError(t, mgr.GetCache().Get(ctx, req.NamespacedName, u))
+		card, err := view.FromUnstructured(u)
+		require.NoError(t, err)
+		return card.Condition(api.ConditionNetworkPolicyReady) != nil, "not yet"
+	})
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), statusWrites.Load(), "status writes after the cache caught up")
+	r.written.mu.Lock()
+	defer r.written.mu.Unlock()
+	require.Empty(t, r.written.m, "notes of written conditions once the cache shows them")
 }

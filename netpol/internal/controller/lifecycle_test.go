@@ -100,12 +100,59 @@ func TestLifecycle(t *testing.T) {
 				reasons[e.Reason] = true
 			}
 		}
-		return reasons["PolicyCreated"] && reasons["PolicyUpdated"], "reasons seen: " + keys(reasons)
+		return reasons["PolicyUpdated"], "reasons seen: " + keys(reasons)
 	})
 
 	// Deleting the card deletes the policy (envtest has no garbage collector: netpol does it).
 	require.NoError(t, k8s.Delete(ctx, card))
 	waitNoPolicy(t, ns, "weather-agent-policy")
+}
+
+// TestPolicyEventsRecordChanges: a card's first policy is reported by its NetworkPolicyReady
+// condition, not by an Event (a thousand cards at start-up would be a thousand Events); a policy
+// created again for a card already reported on (deleted by hand here; a new target, a workload
+// that appeared) is an Event, and so is a change of kind.
+func TestPolicyEventsRecordChanges(t *testing.T) {
+	startNetpol(t, ModeEnforce)
+	ctx := context.Background()
+	ns := namespace(t)
+	deployment(t, k8s, ns, "evented")
+	agentCard(t, k8s, ns, "evented-card", targetSpec("Deployment", "evented"))
+	waitPolicy(t, ns, "evented-agent-policy", resources.Restrictive)
+	waitCondition(t, ns, "evented-card", metav1.ConditionTrue, api.ReasonRestrictive)
+
+	playAgentcard(t, k8s, ns, "evented-card", true)
+	np := waitPolicy(t, ns, "evented-agent-policy", resources.Permissive)
+	waitCondition(t, ns, "evented-card", metav1.ConditionTrue, api.ReasonPermissive)
+	require.NoError(t, k8s.Delete(ctx, np))
+	eventually(t, "the deleted policy created again", func() (bool, string) {
+		cur := &networkingv1.NetworkPolicy{}
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(np), cur)
+		return err == nil && cur.UID != np.UID, "not yet"
+	})
+
+	notes := func() map[string]bool {
+		var list eventsv1.EventList
+		require.NoError(t, k8s.List(ctx, &list, client.InNamespace(ns)))
+		out := map[string]bool{}
+		for _, e := range list.Items {
+			if e.Regarding.Name == "evented-card" {
+				out[e.Reason+": "+e.Note] = true
+			}
+		}
+		return out
+	}
+	recreated := "PolicyCreated: created permissive NetworkPolicy evented-agent-policy"
+	eventually(t, "an Event for the policy created again", func() (bool, string) {
+		seen := notes()
+		return seen[recreated], "events: " + keys(seen)
+	})
+	// The Events of one card are recorded in the order they happened; the first policy's would be
+	// there by now.
+	seen := notes()
+	assert.True(t, seen["PolicyUpdated: updated NetworkPolicy evented-agent-policy to permissive"], "events: %s", keys(seen))
+	assert.False(t, seen["PolicyCreated: created restrictive NetworkPolicy evented-agent-policy"],
+		"the card's first policy is no Event (its condition reports it); events: %s", keys(seen))
 }
 
 func keys(m map[string]bool) string {

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -78,10 +77,17 @@ func newWrittenCondition(u *unstructured.Unstructured, status metav1.ConditionSt
 	return writtenCondition{resourceVersion: u.GetResourceVersion(), condition: h.Sum64()}
 }
 
+// has reports whether c was written from the card's resourceVersion it names. An entry about
+// another resourceVersion has served its purpose (the cache shows a newer card: the write, or a
+// later change) and is forgotten, so that converged cards cost no entry.
 func (w *writtenConditions) has(key types.NamespacedName, c writtenCondition) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.m[key] == c
+	prev, ok := w.m[key]
+	if ok && prev.resourceVersion != c.resourceVersion {
+		delete(w.m, key)
+	}
+	return ok && prev == c
 }
 
 func (w *writtenConditions) set(key types.NamespacedName, c writtenCondition) {
@@ -156,7 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			fmt.Sprintf("audit mode: would apply %s NetworkPolicy %s (%s); %s", resources.KindFor(verdict), desired.Name, verdict.Reason, state))
 	}
 
-	if err := r.apply(ctx, u, desired); err != nil {
+	if err := r.apply(ctx, u, card, desired); err != nil {
 		var notOwned *configmap.NotOwnedError
 		if errors.As(err, &notOwned) {
 			return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonPolicyConflict,
@@ -204,13 +210,22 @@ func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (met
 // apply writes the desired policy through configmap.ApplyObject, the one apply-if-changed every
 // pillar uses for the objects it derives: nothing is written when the stored policy matches, and a
 // policy of that name that this card does not control is left alone with a *configmap.NotOwnedError.
-func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, desired *networkingv1.NetworkPolicy) error {
+//
+// A created policy is an Event only when the card had already been reported on (it has a
+// NetworkPolicyReady condition: its target changed, the policy was deleted, the workload appeared):
+// a card's first policy is reported by the condition written in the same reconcile, so a thousand
+// cards getting their policies at start-up record no thousand Events (a third of the first sync's
+// API writes, and of the memory the event broadcaster holds for six to twelve minutes).
+func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, desired *networkingv1.NetworkPolicy) error {
 	result, err := configmap.ApplyObject(ctx, r.Policies, desired, u, policyContent)
 	if err != nil {
 		return err
 	}
 	switch result {
 	case configmap.Created:
+		if card.Condition(api.ConditionNetworkPolicyReady) == nil {
+			return nil
+		}
 		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
 			"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
 	case configmap.Updated:
@@ -218,15 +233,6 @@ func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, de
 			"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
 	}
 	return nil
-}
-
-// policyContent is what netpol writes of a NetworkPolicy besides its metadata: the spec, compared
-// semantically (a stored policy with defaulted or reordered-equal fields is not rewritten).
-var policyContent = configmap.Content[*networkingv1.NetworkPolicy]{
-	UpToDate: func(have, want *networkingv1.NetworkPolicy) bool {
-		return equality.Semantic.DeepEqual(have.Spec, want.Spec)
-	},
-	Copy: func(dst, src *networkingv1.NetworkPolicy) { dst.Spec = src.Spec },
 }
 
 // auditState says how the cluster differs from what enforce mode would write.
@@ -295,6 +301,10 @@ func (r *Reconciler) report(ctx context.Context, u *unstructured.Unstructured, s
 		return nil
 	}
 	current := view.StatusOf(u)
+	if c := current.Status.Condition(api.ConditionNetworkPolicyReady); c != nil && c.Status == status && c.Reason == reason &&
+		c.Message == message && c.ObservedGeneration == u.GetGeneration() {
+		return nil // the card shows it: nothing to write, nothing to note
+	}
 	desired := current.DeepCopyObject().(*view.CardStatus)
 	desired.Status.Observe(u.GetGeneration())
 	desired.Status.Set(api.ConditionNetworkPolicyReady, status, reason, message)

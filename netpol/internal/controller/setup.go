@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -75,12 +78,20 @@ func (o Options) Validate() error {
 }
 
 // CacheByObject restricts the NetworkPolicy cache to the policies netpol manages, so a cluster full
-// of other policies costs no memory here, and keeps of every workload only what netpol reads: its
-// metadata (managedFields stripped), spec.selector and its pod template's labels (a CronJob's pods
-// are selected by them). Pass it as cache.Options.ByObject, with DefaultTransform.
+// of other policies costs no memory here, and keeps them with their specs digested
+// (digestPolicySpec). Of every workload it keeps only what netpol reads: the identity part of its
+// metadata and its pod selector: spec.selector, or its pod template's labels where they select the
+// pods (CronJob) (selectorOnly). Pass it as cache.Options.ByObject, with DefaultTransform.
 func CacheByObject() map[client.Object]cache.ByObject {
 	by := duck.TrimmedWorkloads(templateLabelsOnly)
-	by[&networkingv1.NetworkPolicy{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: api.Name})}
+	for obj, o := range by {
+		o.Transform = selectorOnly(o.Transform)
+		by[obj] = o
+	}
+	by[&networkingv1.NetworkPolicy{}] = cache.ByObject{
+		Label:     labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: api.Name}),
+		Transform: digestPolicySpec,
+	}
 	return by
 }
 
@@ -96,6 +107,92 @@ func DefaultTransform() toolscache.TransformFunc {
 			return view.TrimAgentCard(u)
 		}
 		return strip(obj)
+	}
+}
+
+// workloadIdentity are the metadata fields of a workload netpol reads: which workload it is
+// (events map it to its AgentCards by namespace and name), its generation (workload events are
+// filtered by it) and whether it is being deleted.
+var workloadIdentity = []string{"name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp"}
+
+// selectorOnly wraps a workload cache transform (duck.TrimWorkload): of the metadata it keeps only
+// workloadIdentity, and it empties the pod template where spec.selector selects the pods
+// (resources.WorkloadPodSelector reads the template's labels only for CronJobs and kinds without
+// a selector). Labels and annotations (Helm's, Argo CD's, kubectl's, the Deployment controller's
+// revision) and the template's labels were most of a trimmed workload, and netpol read none of them.
+func selectorOnly(trim toolscache.TransformFunc) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		out, err := trim(obj)
+		if err != nil {
+			return out, err
+		}
+		switch o := out.(type) {
+		case *unstructured.Unstructured:
+			if meta, ok := o.Object["metadata"].(map[string]any); ok {
+				kept := make(map[string]any, len(workloadIdentity))
+				for _, k := range workloadIdentity {
+					if v, found := meta[k]; found {
+						kept[k] = v
+					}
+				}
+				o.Object["metadata"] = kept
+			}
+			dropTemplateIfSelected(o)
+		case client.Object: // the typed built-in kinds duck.TrimmedWorkloads caches
+			o.SetGenerateName("")
+			o.SetSelfLink("")
+			o.SetCreationTimestamp(metav1.Time{})
+			o.SetDeletionGracePeriodSeconds(nil)
+			o.SetLabels(nil)
+			o.SetAnnotations(nil)
+			o.SetOwnerReferences(nil)
+			o.SetFinalizers(nil)
+			o.SetManagedFields(nil)
+			if tmpl, sel := typedTemplateAndSelector(o); tmpl != nil && sel != nil && !resources.IsEmptySelector(*sel) {
+				*tmpl = corev1.PodTemplateSpec{}
+			}
+		}
+		return out, nil
+	}
+}
+
+// typedTemplateAndSelector returns the pod template and spec.selector of a typed built-in workload
+// whose spec.selector selects its pods (resources.WorkloadPodSelector), nil for a CronJob (its
+// template's labels select the pods) and for any other object.
+func typedTemplateAndSelector(obj client.Object) (*corev1.PodTemplateSpec, *metav1.LabelSelector) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return &o.Spec.Template, o.Spec.Selector
+	case *appsv1.StatefulSet:
+		return &o.Spec.Template, o.Spec.Selector
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template, o.Spec.Selector
+	case *appsv1.ReplicaSet:
+		return &o.Spec.Template, o.Spec.Selector
+	case *batchv1.Job:
+		return &o.Spec.Template, o.Spec.Selector
+	}
+	return nil, nil
+}
+
+// dropTemplateIfSelected empties u's pod template when the pod selector netpol derives from u
+// stays the same without it.
+func dropTemplateIfSelected(u *unstructured.Unstructured) {
+	w, err := duck.NewWorkload(u)
+	if err != nil {
+		return
+	}
+	want, err := resources.WorkloadPodSelector(w)
+	if err != nil {
+		return
+	}
+	path := w.TemplatePath()
+	tmpl, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if err := unstructured.SetNestedField(u.Object, map[string]any{}, path...); err != nil {
+		return
+	}
+	if got, err := resources.WorkloadPodSelector(w); err != nil || !equality.Semantic.DeepEqual(got, want) {
+		_ = unstructured.SetNestedField(u.Object, tmpl, path...) // the template's labels select the pods
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 )
 
 var (
+	// scheme is the test clients' scheme: every built-in kind and netpol's AgentCard status.
 	scheme = k8sruntime.NewScheme()
 	// restConfig is the shared envtest API server (AgentCard CRD installed); k8s a direct client to it.
 	restConfig *rest.Config
@@ -97,8 +98,11 @@ func zapLevel() zapcore.Level {
 // newManager builds a manager wired like main.go.
 func newManager(t testing.TB, cfg *rest.Config) ctrl.Manager {
 	t.Helper()
+	// The manager runs on netpol's own scheme, as in main.go; the test client knows every built-in kind.
+	mgrScheme, err := NewScheme()
+	require.NoError(t, err)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 mgrScheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cache.Options{ByObject: CacheByObject(), DefaultTransform: DefaultTransform()},
