@@ -52,7 +52,7 @@ func newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
-			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
+			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -138,13 +138,3 @@ func namespaceSet(list string) map[string]cache.Config {
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
-// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
-// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
-func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
-	if secure {
-		o.FilterProvider = metricsauth.Provider
-	}
-	return o
-}

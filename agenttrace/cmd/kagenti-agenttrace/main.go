@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,7 +51,7 @@ func newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
-			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
+			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -135,17 +134,3 @@ func namespaceSet(list string) map[string]cache.Config {
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
-// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
-// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
-// The response is not gzipped: it is a few tens of kilobytes, and each gzip writer the handler
-// allocates (and pools only until the next garbage collections) costs about 800 KB of heap, the
-// largest single item of an otherwise idle controller.
-func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure,
-		HandlerOpts: []func(*promhttp.HandlerOpts){func(h *promhttp.HandlerOpts) { h.DisableCompression = true }}}
-	if secure {
-		o.FilterProvider = metricsauth.Provider
-	}
-	return o
-}

@@ -56,7 +56,7 @@ func newRootCommand() *cobra.Command {
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, qps, burst, opts)
+			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, qps, burst, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -168,13 +168,3 @@ func (l *labelsFlag) Type() string { return "labels" }
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
-// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
-// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
-func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
-	if secure {
-		o.FilterProvider = metricsauth.Provider
-	}
-	return o
-}

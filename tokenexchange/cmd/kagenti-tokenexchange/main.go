@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kagenti/platform/pkg/duck/memlimit"
@@ -115,7 +114,7 @@ func run(fl flags) error {
 	srv := txwebhook.NewServer(webhook.Options{Host: fl.webhookHost, Port: fl.webhookPort, CertDir: certDir})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsOptions(fl.metricsAddr, fl.metricsSecure),
+		Metrics:                       metricsauth.ServerOptions(fl.metricsAddr, fl.metricsSecure),
 		HealthProbeBindAddress:        fl.probeAddr,
 		PprofBindAddress:              fl.pprofAddr,
 		LeaderElection:                fl.leaderElect,
@@ -170,13 +169,3 @@ func namespaceSet(list string) map[string]cache.Config {
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// metricsOptions serves /metrics over HTTPS (a self-signed certificate) only to callers whose bearer
-// token the API server accepts (TokenReview) and who may GET the /metrics URL (SubjectAccessReview:
-// ClusterRole kagenti-metrics-reader); insecure serves plain HTTP to anyone, for local processes.
-func metricsOptions(bindAddress string, secure bool) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: bindAddress, SecureServing: secure}
-	if secure {
-		o.FilterProvider = metricsauth.Provider
-	}
-	return o
-}

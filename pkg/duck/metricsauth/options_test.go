@@ -1,4 +1,4 @@
-package main
+package metricsauth
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // controller never allocates the handler's gzip writers (about 800 KB of heap each).
 func TestMetricsAreNotCompressed(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
-	srv, err := metricsserver.NewServer(metricsOptions(addr, false), nil, nil)
+	srv, err := metricsserver.NewServer(ServerOptions(addr, false), nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
