@@ -52,7 +52,8 @@ func newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
-			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
+			opts.Namespaces = namespaceList(namespaces)
+			return run(metricsOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, opts.Namespaces, leaderElect, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -63,7 +64,7 @@ func newRootCommand() *cobra.Command {
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.StringVar(&opts.TemplateNamespace, "template-namespace", "kagenti-system",
-		"namespace of the default build templates (pipeline-template-<mode> and step ConfigMaps); the AgentBuild's own namespace is searched first")
+		"namespace of the default build templates (pipeline-template-<mode> and step ConfigMaps labelled kagenti.io/build-template=true); the AgentBuild's own namespace is searched first")
 	f.DurationVar(&opts.TektonCheckInterval, "tekton-check-interval", 30*time.Second,
 		"how often builds waiting for Tekton Pipelines to be installed are retried")
 	f.DurationVar(&opts.TemplateRetryInterval, "template-retry-interval", time.Minute,
@@ -77,7 +78,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func run(metrics metricsserver.Options, probeAddr, pprofAddr string, namespaces []string, leaderElect bool, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -120,16 +121,25 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
-// namespaceSet turns "a,b" into the cache's per-namespace configuration; nil watches all namespaces.
-func namespaceSet(list string) map[string]cache.Config {
-	var out map[string]cache.Config
+// namespaceList splits "a, b" into namespaces; nil (all namespaces) for an empty list.
+func namespaceList(list string) []string {
+	var out []string
 	for _, ns := range strings.Split(list, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
-			if out == nil {
-				out = map[string]cache.Config{}
-			}
-			out[ns] = cache.Config{}
+			out = append(out, ns)
 		}
+	}
+	return out
+}
+
+// namespaceSet is the cache's per-namespace configuration of namespaces; nil watches all.
+func namespaceSet(namespaces []string) map[string]cache.Config {
+	var out map[string]cache.Config
+	for _, ns := range namespaces {
+		if out == nil {
+			out = map[string]cache.Config{}
+		}
+		out[ns] = cache.Config{}
 	}
 	return out
 }
