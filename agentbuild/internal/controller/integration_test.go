@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -262,6 +263,10 @@ func (e *env) testSucceedsAndDeploys(t *testing.T) {
 	e.waitPhase(b, v1alpha1.PhaseSucceeded)
 	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed)
 	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonBuildSucceeded)
+	// Events: the run started, Ready became True. Ready's first value (False, Building) is none:
+	// BuildStarted already said it.
+	require.True(t, e.hasEvent(ns, v1alpha1.ReasonBuildSucceeded) && e.hasEvent(ns, v1alpha1.ReasonImageDeployed) && e.hasEvent(ns, "BuildStarted"))
+	assert.Equal(t, []string{"BuildStarted", v1alpha1.ReasonBuildSucceeded, "ImageDeployed"}, e.eventReasons(ns))
 
 	got := e.build(b)
 	assert.Equal(t, devImg+"@"+digestA, got.Status.BuiltImage)
@@ -877,6 +882,18 @@ func (e *env) waitCondition(b *v1alpha1.AgentBuild, t string, st metav1.Conditio
 		return found.Status == st && found.Reason == reason, fmt.Sprintf("%s %s: %s", found.Status, found.Reason, found.Message)
 	})
 	return found
+}
+
+// eventReasons lists the reasons of the Events in ns, sorted.
+func (e *env) eventReasons(ns string) []string {
+	list := &corev1.EventList{}
+	require.NoError(e.t, e.c.List(context.Background(), list, client.InNamespace(ns)))
+	var out []string
+	for _, ev := range list.Items {
+		out = append(out, ev.Reason)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (e *env) hasEvent(ns, reason string) bool {

@@ -121,7 +121,9 @@ func newReconciler(mgr ctrl.Manager, opts Options, templateReader client.Reader)
 		Recorder: events,
 		Status: &duck.StatusApplier{
 			Client: mgr.GetClient(), FieldOwner: fieldOwner, Recorder: events, RequireCurrent: true,
-			Conditions: []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionTemplateResolved, v1alpha1.ConditionDeployed},
+			// BuildStarted (and the precise template problem) already say how a build starts.
+			NoFirstValueEvent: true,
+			Conditions:        []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionTemplateResolved, v1alpha1.ConditionDeployed},
 		},
 		Loader:   &templates.Loader{Reader: templateReader, Namespace: opts.TemplateNamespace},
 		Resolver: &duck.Resolver{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()},
