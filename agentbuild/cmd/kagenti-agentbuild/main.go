@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -101,10 +100,8 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr string, namespaces 
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		// Every cached object without its managedFields: the controller never reads them, and with
-		// three writers per PipelineRun (the controller, Tekton, Tekton's status) they outweigh
-		// the fields it does read.
-		Cache: cache.Options{DefaultNamespaces: namespaceSet(namespaces), DefaultTransform: cache.TransformStripManagedFields()},
+		// Cached objects keep only what the controller reads (no managedFields, runs trimmed).
+		Cache: controller.CacheOptions(namespaces),
 	})
 	if err != nil {
 		return err
@@ -128,18 +125,6 @@ func namespaceList(list string) []string {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			out = append(out, ns)
 		}
-	}
-	return out
-}
-
-// namespaceSet is the cache's per-namespace configuration of namespaces; nil watches all.
-func namespaceSet(namespaces []string) map[string]cache.Config {
-	var out map[string]cache.Config
-	for _, ns := range namespaces {
-		if out == nil {
-			out = map[string]cache.Config{}
-		}
-		out[ns] = cache.Config{}
 	}
 	return out
 }

@@ -96,6 +96,7 @@ func TestIntegration(t *testing.T) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  CacheOptions(nil), // as the binary: runs trimmed in the cache
 	})
 	require.NoError(t, err)
 	e.reconciler, err = setup(e.mgr, e.opts)
