@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/tekton"
 )
@@ -62,4 +64,24 @@ func TestTrimForCacheAppliedBuild(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"team": "a"}, got.(*v1alpha1.AgentBuild).Annotations)
 	assert.Nil(t, got.(*v1alpha1.AgentBuild).ManagedFields)
+}
+
+// Only run changes the build's status depends on wake the build; the workspace-cleaned mark the
+// controller writes itself does not.
+func TestRunChanged(t *testing.T) {
+	old := &tekton.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "b-1", Generation: 1}}
+	update := func(mutate func(*tekton.PipelineRun)) bool {
+		n := old.DeepCopy()
+		mutate(n)
+		return runChanged.Update(event.TypedUpdateEvent[*tekton.PipelineRun]{ObjectOld: old, ObjectNew: n})
+	}
+	assert.False(t, update(func(r *tekton.PipelineRun) { r.Annotations = map[string]string{annotationWorkspaceCleaned: "true"} }))
+	assert.False(t, update(func(r *tekton.PipelineRun) { r.ResourceVersion = "9" }))
+	assert.True(t, update(func(r *tekton.PipelineRun) {
+		r.Status.Conditions = []tekton.Condition{{Type: tekton.ConditionSucceeded, Status: corev1.ConditionTrue}}
+	}))
+	assert.True(t, update(func(r *tekton.PipelineRun) { r.Generation = 2; r.Spec.Status = tekton.PipelineRunSpecStatusCancelled }))
+	assert.True(t, update(func(r *tekton.PipelineRun) { r.DeletionTimestamp = &metav1.Time{} }))
+	assert.True(t, runChanged.Create(event.TypedCreateEvent[*tekton.PipelineRun]{Object: old}))
+	assert.True(t, runChanged.Delete(event.TypedDeleteEvent[*tekton.PipelineRun]{Object: old}))
 }

@@ -966,8 +966,9 @@ func (c staleBuildClient) Get(ctx context.Context, key client.ObjectKey, obj cli
 }
 
 // testStaleCacheWritesNothing: a reconcile that reads the build from a cache still behind the
-// controller's own status write (in the load test: the run's status change and the
-// workspace-cleaned annotation wake the build twice within milliseconds) writes nothing and records
+// controller's own status write (two wake-ups within milliseconds; in the load test, before runs'
+// metadata-only updates were filtered, the run's status change and the workspace-cleaned
+// annotation) writes nothing and records
 // no Event: without the resourceVersion precondition it re-applied Ready with a new
 // lastTransitionTime and repeated the BuildSucceeded Event, an Event-series PATCH after the build
 // had converged.

@@ -71,8 +71,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	switch applyErr := r.Status.Apply(ctx, current, desired); {
 	case duck.IsStale(applyErr):
 		// current came from a cache that has not seen the stored status yet (this controller's
-		// previous write: a run's status change and its workspace-cleaned annotation wake the
-		// build twice within milliseconds): nothing was written, so Ready keeps its
+		// previous write: two run status changes, or a run change and a retry, wake the build
+		// twice within milliseconds): nothing was written, so Ready keeps its
 		// lastTransitionTime and its Event is not repeated.
 		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
 	case applyErr != nil:
