@@ -50,6 +50,11 @@ type StatusApplier struct {
 	// ownership, overwrite the newer status. On a Conflict the caller looks again once its cache
 	// has caught up (IsStale).
 	RequireCurrent bool
+	// NoFirstValueEvent makes only changes of the summary condition Events, never its first value
+	// (whatever it is): for a pillar whose own Events already say how a resource starts
+	// (agentbuild's BuildStarted, its precise template problem), where a first "Ready=False
+	// Building" would be one more write per resource saying the same.
+	NoFirstValueEvent bool
 }
 
 // IsStale reports whether err is Apply's refusal of a status computed from an older copy of the
@@ -156,7 +161,7 @@ func (a *StatusApplier) recordSummaryChange(before *metav1.Condition, obj Object
 		return
 	}
 	switch {
-	case before == nil && now.Status == metav1.ConditionTrue:
+	case before == nil && (now.Status == metav1.ConditionTrue || a.NoFirstValueEvent):
 		return
 	case before != nil && before.Status == now.Status && before.Reason == now.Reason:
 		return

@@ -133,6 +133,31 @@ func TestStatusVerdicts(t *testing.T) {
 	assertVerdict(t, c, g, status.InProgressStatus, "Progressing", "new generation")
 }
 
+// With NoFirstValueEvent the summary's first value is no Event, also when it is not True; its
+// changes are.
+func TestStatusApplierNoFirstValueEvent(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	ns := namespace(t, c, "status-first-value")
+	rec := &eventLog{}
+	a := &StatusApplier{Client: c, FieldOwner: "kagenti-test", Recorder: rec, NoFirstValueEvent: true}
+	g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}}
+	require.NoError(t, c.Create(ctx, g))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	for _, mark := range []func(*Status){
+		func(s *Status) { s.MarkReconciling("Building", "run started") },
+		func(s *Status) { s.MarkStalled("BuildFailed", "step build failed") },
+		func(s *Status) { s.MarkReady("BuildSucceeded", "built") },
+	} {
+		desired := g.DeepCopyObject().(*gadget)
+		desired.Status.Observe(desired.Generation)
+		mark(desired.GetStatus())
+		require.NoError(t, a.Apply(ctx, g, desired))
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(g), g))
+	}
+	assert.Equal(t, []string{"Warning BuildFailed", "Normal BuildSucceeded"}, rec.lines(), "the first value, Building, is no Event")
+}
+
 func TestStatusApplierWritesOnlyChangesAndOwnedConditions(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t)

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -52,7 +51,8 @@ func newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
-			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts)
+			opts.Namespaces = namespaceList(namespaces)
+			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, opts.Namespaces, leaderElect, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -63,7 +63,7 @@ func newRootCommand() *cobra.Command {
 	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
 	f.StringVar(&opts.TemplateNamespace, "template-namespace", "kagenti-system",
-		"namespace of the default build templates (pipeline-template-<mode> and step ConfigMaps); the AgentBuild's own namespace is searched first")
+		"namespace of the default build templates (pipeline-template-<mode> and step ConfigMaps labelled kagenti.io/build-template=true); the AgentBuild's own namespace is searched first")
 	f.DurationVar(&opts.TektonCheckInterval, "tekton-check-interval", 30*time.Second,
 		"how often builds waiting for Tekton Pipelines to be installed are retried")
 	f.DurationVar(&opts.TemplateRetryInterval, "template-retry-interval", time.Minute,
@@ -77,7 +77,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+func run(metrics metricsserver.Options, probeAddr, pprofAddr string, namespaces []string, leaderElect bool, opts controller.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -100,10 +100,8 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		// Every cached object without its managedFields: the controller never reads them, and with
-		// three writers per PipelineRun (the controller, Tekton, Tekton's status) they outweigh
-		// the fields it does read.
-		Cache: cache.Options{DefaultNamespaces: namespaceSet(namespaces), DefaultTransform: cache.TransformStripManagedFields()},
+		// Cached objects keep only what the controller reads (no managedFields, runs trimmed).
+		Cache: controller.CacheOptions(namespaces),
 	})
 	if err != nil {
 		return err
@@ -120,15 +118,12 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
-// namespaceSet turns "a,b" into the cache's per-namespace configuration; nil watches all namespaces.
-func namespaceSet(list string) map[string]cache.Config {
-	var out map[string]cache.Config
+// namespaceList splits "a, b" into namespaces; nil (all namespaces) for an empty list.
+func namespaceList(list string) []string {
+	var out []string
 	for _, ns := range strings.Split(list, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
-			if out == nil {
-				out = map[string]cache.Config{}
-			}
-			out[ns] = cache.Config{}
+			out = append(out, ns)
 		}
 	}
 	return out
@@ -137,4 +132,3 @@ func namespaceSet(list string) map[string]cache.Config {
 // Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +58,8 @@ type env struct {
 	scheme *runtime.Scheme
 	mgr    ctrl.Manager
 	opts   Options
+	// reconciler is the manager's; its Loader reads the template cache.
+	reconciler *Reconciler
 }
 
 // TestIntegration runs the controller against a real kube-apiserver. It starts WITHOUT Tekton's
@@ -93,9 +96,11 @@ func TestIntegration(t *testing.T) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  CacheOptions(nil), // as the binary: runs trimmed in the cache
 	})
 	require.NoError(t, err)
-	require.NoError(t, Setup(e.mgr, e.opts))
+	e.reconciler, err = setup(e.mgr, e.opts)
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -118,6 +123,7 @@ func TestIntegration(t *testing.T) {
 	run("NoDuplicateRuns", e.testNoDuplicateRuns)
 	run("NewGenerationCancelsAndPrunes", e.testNewGenerationCancelsAndPrunes)
 	run("TemplateProblemsRecover", e.testTemplateProblems)
+	run("TemplateChangeReachesNextGeneration", e.testTemplateChange)
 	run("CleanupAfterBuild", e.testCleanup)
 	run("KstatusVerdicts", e.testVerdicts)
 	run("StaleCacheWritesNothing", e.testStaleCacheWritesNothing)
@@ -258,6 +264,10 @@ func (e *env) testSucceedsAndDeploys(t *testing.T) {
 	e.waitPhase(b, v1alpha1.PhaseSucceeded)
 	e.waitCondition(b, v1alpha1.ConditionDeployed, metav1.ConditionTrue, v1alpha1.ReasonImageDeployed)
 	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonBuildSucceeded)
+	// Events: the run started, Ready became True. Ready's first value (False, Building) is none:
+	// BuildStarted already said it.
+	require.True(t, e.hasEvent(ns, v1alpha1.ReasonBuildSucceeded) && e.hasEvent(ns, v1alpha1.ReasonImageDeployed) && e.hasEvent(ns, "BuildStarted"))
+	assert.Equal(t, []string{"BuildStarted", v1alpha1.ReasonBuildSucceeded, "ImageDeployed"}, e.eventReasons(ns))
 
 	got := e.build(b)
 	assert.Equal(t, devImg+"@"+digestA, got.Status.BuiltImage)
@@ -350,7 +360,7 @@ func (e *env) testNoDuplicateRuns(t *testing.T) {
 	e.waitRun(ns, "weather-agent-1")
 	// A second reconciler (as after a restart or a lost cache) reconciling concurrently and
 	// repeatedly finds the same run.
-	r := newReconciler(e.mgr, e.opts)
+	r := newReconciler(e.mgr, e.opts, e.reconciler.Loader.Reader)
 	r.Tekton.watching = true
 	var wg sync.WaitGroup
 	for range 4 {
@@ -418,18 +428,26 @@ func (e *env) testTemplateProblems(t *testing.T) {
 	b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "my-build-step"}}}
 	require.NoError(t, e.c.Create(context.Background(), b))
 	c := e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, v1alpha1.ReasonStepNotFound)
-	assert.Equal(t, "ConfigMap my-build-step (step build) not found in namespace templates or kagenti-system", c.Message)
+	assert.Equal(t, "ConfigMap my-build-step (step build) labelled kagenti.io/build-template=true not found in namespace templates or kagenti-system", c.Message)
 	e.waitCondition(b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTemplateNotResolved)
 	assert.Equal(t, v1alpha1.PhasePending, e.build(b).Status.Phase)
 	assert.True(t, e.hasEvent(ns, v1alpha1.ReasonStepNotFound))
 
-	// The team ships its step; it declares a parameter nobody sets.
+	// The team ships its step, first without the label: it is not a step, and the condition keeps
+	// saying which label to add.
 	step := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "my-build-step"}, Data: map[string]string{templates.TaskSpecKey: `
 params: [{name: IMAGE}, {name: BUILDER_POOL}]
 results: [{name: IMAGE_URL}, {name: IMAGE_DIGEST}]
 steps: [{name: build, image: "busybox:1.37", script: "true"}]
 `}}
 	require.NoError(t, e.c.Create(context.Background(), step))
+	e.consistently(func() bool {
+		c := e.build(b).Status.Condition(v1alpha1.ConditionTemplateResolved)
+		return c != nil && c.Reason == v1alpha1.ReasonStepNotFound
+	})
+	// With the label it is read; it declares a parameter nobody sets.
+	step.Labels = map[string]string{templates.Label: templates.LabelValue}
+	require.NoError(t, e.c.Update(context.Background(), step))
 	c = e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionFalse, v1alpha1.ReasonMissingParameter)
 	assert.Contains(t, c.Message, `step "build" requires parameter(s) BUILDER_POOL`)
 
@@ -438,6 +456,79 @@ steps: [{name: build, image: "busybox:1.37", script: "true"}]
 	})
 	e.waitRun(ns, "custom-2")
 	e.waitCondition(b, v1alpha1.ConditionTemplateResolved, metav1.ConditionTrue, v1alpha1.ReasonResolved)
+}
+
+// testTemplateChange: templates come from a watch, and a change reaches the next generation. A
+// team's own pipeline-template-dev overrides the default from its creation on; an edit of it is
+// used by the generation built after the controller has seen the edit; existing generations keep
+// their Pipelines.
+func (e *env) testTemplateChange(t *testing.T) {
+	ctx := context.Background()
+	ns := e.namespace("template-change")
+	b := e.createBuild(ns, "weather-agent", nil)
+	e.waitRun(ns, "weather-agent-1")
+	assert.Equal(t, "registry.kagenti-system.svc.cluster.local:5000/kagenti/weather-agent:latest", e.pipelineParam(ns, "weather-agent-1", "build", "IMAGE"))
+
+	override := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pipeline-template-dev", Labels: map[string]string{templates.Label: templates.LabelValue}},
+		Data:       map[string]string{templates.TemplateKey: devTemplate("registry.team-a.example:5000")},
+	}
+	require.NoError(t, e.c.Create(ctx, override))
+	e.waitTemplateCache(override)
+	e.touchSpec(b, "v2")
+	e.waitRun(ns, "weather-agent-2")
+	assert.Equal(t, "registry.team-a.example:5000/kagenti/weather-agent:v2", e.pipelineParam(ns, "weather-agent-2", "build", "IMAGE"))
+
+	override.Data[templates.TemplateKey] = devTemplate("registry.team-b.example:5000")
+	require.NoError(t, e.c.Update(ctx, override))
+	e.waitTemplateCache(override)
+	e.touchSpec(b, "v3")
+	e.waitRun(ns, "weather-agent-3")
+	assert.Equal(t, "registry.team-b.example:5000/kagenti/weather-agent:v3", e.pipelineParam(ns, "weather-agent-3", "build", "IMAGE"))
+	assert.Equal(t, "registry.team-a.example:5000/kagenti/weather-agent:v2", e.pipelineParam(ns, "weather-agent-2", "build", "IMAGE"),
+		"a template change never rewrites an existing generation")
+
+	// Without the label the ConfigMap is no longer a template: the default applies again.
+	override.Labels = nil
+	require.NoError(t, e.c.Update(ctx, override))
+	e.waitFor("the template cache to drop the unlabelled ConfigMap", func() (bool, string) {
+		err := e.reconciler.Loader.Reader.Get(ctx, client.ObjectKeyFromObject(override), &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	e.touchSpec(b, "v4")
+	e.waitRun(ns, "weather-agent-4")
+	assert.Equal(t, "registry.kagenti-system.svc.cluster.local:5000/kagenti/weather-agent:v4", e.pipelineParam(ns, "weather-agent-4", "build", "IMAGE"))
+}
+
+// devTemplate is the shipped dev template with another registry.
+func devTemplate(registry string) string {
+	return `parameters: [{name: REGISTRY, value: "` + registry + `"}, {name: TLS_VERIFY, value: "false"}]
+requiredParameters: [SOURCE_REPO_URL, IMAGE]
+steps: [{name: clone, configMap: step-git-clone}, {name: build, configMap: step-buildah-build}]
+`
+}
+
+// waitTemplateCache waits until the controller's template cache holds cm as written: the
+// controller reads templates from its watch, so a change is used once the watch delivered it.
+func (e *env) waitTemplateCache(cm *corev1.ConfigMap) {
+	e.waitFor("the template cache to see "+cm.Name, func() (bool, string) {
+		got := &corev1.ConfigMap{}
+		if err := e.reconciler.Loader.Reader.Get(context.Background(), client.ObjectKeyFromObject(cm), got); err != nil {
+			return false, err.Error()
+		}
+		return got.ResourceVersion == cm.ResourceVersion, "resourceVersion " + got.ResourceVersion
+	})
+}
+
+// touchSpec starts a new generation by changing the tag.
+func (e *env) touchSpec(b *v1alpha1.AgentBuild, tag string) {
+	e.updateSpec(b, func(b *v1alpha1.AgentBuild) { b.Spec.BuildOutput.Tag = tag })
+}
+
+func (e *env) pipelineParam(ns, pipeline, task, name string) string {
+	p := &pipelinev1.Pipeline{}
+	require.NoError(e.t, e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: pipeline}, p))
+	return paramValue(p, task, name)
 }
 
 func (e *env) testCleanup(t *testing.T) {
@@ -794,6 +885,18 @@ func (e *env) waitCondition(b *v1alpha1.AgentBuild, t string, st metav1.Conditio
 	return found
 }
 
+// eventReasons lists the reasons of the Events in ns, sorted.
+func (e *env) eventReasons(ns string) []string {
+	list := &corev1.EventList{}
+	require.NoError(e.t, e.c.List(context.Background(), list, client.InNamespace(ns)))
+	var out []string
+	for _, ev := range list.Items {
+		out = append(out, ev.Reason)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (e *env) hasEvent(ns, reason string) bool {
 	var ok bool
 	e.waitFor("event "+reason, func() (bool, string) {
@@ -863,8 +966,9 @@ func (c staleBuildClient) Get(ctx context.Context, key client.ObjectKey, obj cli
 }
 
 // testStaleCacheWritesNothing: a reconcile that reads the build from a cache still behind the
-// controller's own status write (in the load test: the run's status change and the
-// workspace-cleaned annotation wake the build twice within milliseconds) writes nothing and records
+// controller's own status write (two wake-ups within milliseconds; in the load test, before runs'
+// metadata-only updates were filtered, the run's status change and the workspace-cleaned
+// annotation) writes nothing and records
 // no Event: without the resourceVersion precondition it re-applied Ready with a new
 // lastTransitionTime and repeated the BuildSucceeded Event, an Event-series PATCH after the build
 // had converged.
@@ -887,7 +991,7 @@ func (e *env) testStaleCacheWritesNothing(t *testing.T) {
 	})
 
 	time.Sleep(time.Second) // condition times have a resolution of seconds: a rewrite must show
-	r := newReconciler(e.mgr, e.opts)
+	r := newReconciler(e.mgr, e.opts, e.reconciler.Loader.Reader)
 	r.Client = staleBuildClient{Client: r.Client, stale: stale}
 	r.Tekton.watching = true // the manager's reconciler already watches the runs that fill the cache
 	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})

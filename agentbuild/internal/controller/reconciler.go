@@ -26,22 +26,25 @@ import (
 const fieldOwner = resources.ManagedBy
 
 // Cluster-wide: watch builds, their runs and (metadata of) deployTo targets, report status and
-// Events. What a build does inside its namespace is ClusterRole kagenti-agentbuild-builder
-// (internal/rbac/builder), bound per namespace. Default templates: the template namespace.
+// Events, and watch the ConfigMaps labelled kagenti.io/build-template (templates and steps, in the
+// template namespace and the build namespaces: templates.NewCache; RBAC cannot restrict a watch
+// by label, so this is list/watch of ConfigMaps, of which only the labelled ones are requested and
+// kept). What a build does inside its namespace is ClusterRole kagenti-agentbuild-builder
+// (internal/rbac/builder), bound per namespace.
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentbuilds,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentbuilds/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=tekton.dev,resources=pipelineruns,verbs=list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",namespace=kagenti-system,resources=configmaps,verbs=get
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=list;watch
 
 // Reconciler turns an AgentBuild into a Pipeline and a PipelineRun per generation and reports the
 // run's outcome. Flow: Tekton served? → run of this generation exists? else load template, render,
 // create → map the run's status → deploy the image → prune old runs → apply status.
 type Reconciler struct {
 	Client   client.Client
-	API      client.Reader // uncached reads: templates, deploy targets, just-created runs
+	API      client.Reader // uncached reads: deploy targets, just-created runs
 	Scheme   *runtime.Scheme
 	Recorder recorder.EventRecorder
 	Status   *duck.StatusApplier
@@ -68,8 +71,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	switch applyErr := r.Status.Apply(ctx, current, desired); {
 	case duck.IsStale(applyErr):
 		// current came from a cache that has not seen the stored status yet (this controller's
-		// previous write: a run's status change and its workspace-cleaned annotation wake the
-		// build twice within milliseconds): nothing was written, so Ready keeps its
+		// previous write: two run status changes, or a run change and a retry, wake the build
+		// twice within milliseconds): nothing was written, so Ready keeps its
 		// lastTransitionTime and its Event is not repeated.
 		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
 	case applyErr != nil:

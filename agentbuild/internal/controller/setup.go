@@ -26,17 +26,21 @@ type Options struct {
 	TemplateNamespace string
 	// TektonCheckInterval is how often a build waiting for Tekton to be installed is retried.
 	TektonCheckInterval time.Duration
-	// TemplateRetryInterval is how often a build whose template or step ConfigMap is missing is
-	// retried (templates are read uncached and not watched).
+	// TemplateRetryInterval is how often a build whose template or step ConfigMap is missing or
+	// invalid is retried (template changes do not re-queue builds: a template is read when a new
+	// generation is built, and a stalled build looks again at this interval).
 	TemplateRetryInterval time.Duration
+	// Namespaces restricts the template cache like the manager's cache (--namespaces); empty
+	// watches labelled ConfigMaps in every namespace. The template namespace is always watched.
+	Namespaces []string
 	// MaxConcurrentReconciles is the number of AgentBuilds reconciled in parallel (default
 	// DefaultMaxConcurrentReconciles).
 	MaxConcurrentReconciles int
 }
 
-// DefaultMaxConcurrentReconciles: a reconcile waits on about fifteen API round trips (template
-// reads, the Pipeline and PipelineRun, the status), so one worker left 10,000 builds queued
-// behind one another for most of an hour; a few keep the API server busy instead.
+// DefaultMaxConcurrentReconciles: a reconcile waits on API round trips (the Pipeline and
+// PipelineRun, the status), so one worker left 10,000 builds queued behind one another for most
+// of an hour; a few keep the API server busy instead.
 const DefaultMaxConcurrentReconciles = 4
 
 func (o *Options) defaults() {
@@ -58,12 +62,25 @@ func (o *Options) defaults() {
 // the reconciler, once the Tekton kinds are served (see tekton.go): registering it here would make
 // the manager fail to start on a cluster without Tekton.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	_, err := setup(mgr, opts)
+	return err
+}
+
+// setup is Setup returning the registered reconciler, for tests that reconcile beside it.
+func setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	opts.defaults()
 	ctx := context.Background()
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentBuild{}); err != nil {
-		return err
+		return nil, err
 	}
-	r := newReconciler(mgr, opts)
+	tc, err := templates.NewCache(mgr, opts.TemplateNamespace, opts.Namespaces)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(templates.Runnable{Cache: tc}); err != nil {
+		return nil, err
+	}
+	r := newReconciler(mgr, opts, tc)
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agentbuild").
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
@@ -78,10 +95,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	c, err := b.Build(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.Tekton.controller = c
-	return nil
+	return r, nil
 }
 
 // targetChanged passes creations and spec changes of workloads; status churn is ignored.
@@ -92,7 +109,9 @@ var targetChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-func newReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
+// newReconciler builds the reconciler; templateReader serves the template and step ConfigMaps
+// (the cache of templates.NewCache).
+func newReconciler(mgr ctrl.Manager, opts Options, templateReader client.Reader) *Reconciler {
 	opts.defaults()
 	events := mgr.GetEventRecorder(resources.ManagedBy)
 	return &Reconciler{
@@ -102,9 +121,11 @@ func newReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 		Recorder: events,
 		Status: &duck.StatusApplier{
 			Client: mgr.GetClient(), FieldOwner: fieldOwner, Recorder: events, RequireCurrent: true,
-			Conditions: []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionTemplateResolved, v1alpha1.ConditionDeployed},
+			// BuildStarted (and the precise template problem) already say how a build starts.
+			NoFirstValueEvent: true,
+			Conditions:        []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionTemplateResolved, v1alpha1.ConditionDeployed},
 		},
-		Loader:   &templates.Loader{Reader: mgr.GetAPIReader(), Namespace: opts.TemplateNamespace},
+		Loader:   &templates.Loader{Reader: templateReader, Namespace: opts.TemplateNamespace},
 		Resolver: &duck.Resolver{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()},
 		Tekton:   &tektonWatch{mapper: mgr.GetRESTMapper(), cache: mgr.GetCache(), scheme: mgr.GetScheme()},
 		Opts:     opts,

@@ -199,7 +199,7 @@ steps:
 		mutate: func(b *v1alpha1.AgentBuild) {
 			b.Spec.Pipeline = &v1alpha1.PipelineSpec{Steps: []v1alpha1.PipelineStep{{Name: "build", ConfigMap: "nope"}}}
 		},
-		reason: v1alpha1.ReasonStepNotFound, msg: "ConfigMap nope (step build) not found in namespace agents or kagenti-system",
+		reason: v1alpha1.ReasonStepNotFound, msg: "ConfigMap nope (step build) labelled kagenti.io/build-template=true not found in namespace agents or kagenti-system",
 	}, {
 		name: "new step without configMap",
 		mutate: func(b *v1alpha1.AgentBuild) {
@@ -239,7 +239,7 @@ func TestTemplateNotFound(t *testing.T) {
 	l := &templates.Loader{Reader: fake.NewClientBuilder().WithScheme(scheme).Build(), Namespace: templateNS}
 	_, err := render(t, l, readBuild(t, "testdata/dev.input.yaml"))
 	assert.Equal(t, v1alpha1.ReasonTemplateNotFound, Reason(err))
-	assert.EqualError(t, err, "ConfigMap pipeline-template-dev (template of mode dev) not found in namespace agents or kagenti-system")
+	assert.EqualError(t, err, "ConfigMap pipeline-template-dev (template of mode dev) labelled kagenti.io/build-template=true not found in namespace agents or kagenti-system")
 }
 
 func TestBuildParametersOrder(t *testing.T) {

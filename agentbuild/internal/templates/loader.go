@@ -30,8 +30,9 @@ type LoadedStep struct {
 	Source string
 }
 
-// Loader reads templates with Reader (an uncached reader: templates are read only when a new
-// generation is built, so caching every ConfigMap of the cluster would cost more than it saves).
+// Loader reads templates with Reader: in the controller the cache of NewCache, which holds only
+// ConfigMaps labelled Label, so a lookup costs no API round trip and a ConfigMap without the label
+// is not found (the messages say which label to add).
 type Loader struct {
 	Reader client.Reader
 	// Namespace is the fallback namespace holding the default templates.
@@ -48,8 +49,8 @@ func (l *Loader) Load(ctx context.Context, b *v1alpha1.AgentBuild) (*Loaded, err
 	case err != nil:
 		return nil, err
 	case cm == nil && mode != v1alpha1.ModeCustom:
-		return nil, errorf(v1alpha1.ReasonTemplateNotFound, "ConfigMap %s (template of mode %s) not found in namespace %s or %s",
-			TemplateConfigMapName(mode), mode, b.Namespace, l.Namespace)
+		return nil, errorf(v1alpha1.ReasonTemplateNotFound, "ConfigMap %s (template of mode %s) labelled %s=%s not found in namespace %s or %s",
+			TemplateConfigMapName(mode), mode, Label, LabelValue, b.Namespace, l.Namespace)
 	case cm != nil:
 		t, err := ParseTemplate([]byte(cm.Data[TemplateKey]))
 		if err != nil {
@@ -73,8 +74,8 @@ func (l *Loader) Load(ctx context.Context, b *v1alpha1.AgentBuild) (*Loaded, err
 			return nil, err
 		}
 		if scm == nil {
-			return nil, errorf(v1alpha1.ReasonStepNotFound, "ConfigMap %s (step %s) not found in namespace %s or %s",
-				s.ConfigMap, s.Name, b.Namespace, l.Namespace)
+			return nil, errorf(v1alpha1.ReasonStepNotFound, "ConfigMap %s (step %s) labelled %s=%s not found in namespace %s or %s",
+				s.ConfigMap, s.Name, Label, LabelValue, b.Namespace, l.Namespace)
 		}
 		ts, err := ParseTaskSpec([]byte(scm.Data[TaskSpecKey]))
 		if err != nil {

@@ -159,4 +159,3 @@ func namespaceSet(list string) map[string]cache.Config {
 // Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-

@@ -175,4 +175,3 @@ func envOr(key, def string) string {
 // Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-

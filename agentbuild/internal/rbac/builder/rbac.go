@@ -8,11 +8,11 @@
 // cluster-wide by default.
 package builder
 
-// Render the build: the Pipeline and PipelineRun of each generation (owned by the AgentBuild), read
-// templates and steps from the build's namespace, cancel and prune old runs.
+// Render the build: the Pipeline and PipelineRun of each generation (owned by the AgentBuild),
+// cancel and prune old runs. Templates and steps come from the controller's watch of labelled
+// ConfigMaps (ClusterRole kagenti-agentbuild).
 // +kubebuilder:rbac:groups=tekton.dev,resources=pipelines,verbs=get;create;delete
 // +kubebuilder:rbac:groups=tekton.dev,resources=pipelineruns,verbs=get;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
 // Clean up the source workspace of a finished run.
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
