@@ -155,7 +155,7 @@ func TestLoad(t *testing.T) {
 
 	ctl := startController(t, bin, dir)
 	t.Cleanup(ctl.stop)
-	cpuProfileDone := saveCPUProfile(t, ctl.pprofAddr)
+	cpuProfileWritten := ducktest.StartCPUProfile(t, ctl.pprofAddr)
 	// Polled once a second per 1,000 AgentCards: each poll LISTs them all, with their status, from
 	// the API server the controller writes to.
 	poll := time.Duration(max(1, n/1000)) * time.Second
@@ -173,7 +173,7 @@ func TestLoad(t *testing.T) {
 		return synced == n, nil
 	}), "not every AgentCard became Ready")
 	firstSync := time.Since(ctl.started)
-	cpuSynced := cpuSeconds(ctl.pid)
+	cpuSynced := ducktest.CPUSeconds(ctl.pid)
 	rssSynced := [3]float64{ducktest.ProcStatus(ctl.pid, "VmRSS"), ducktest.ProcStatus(ctl.pid, "RssAnon"), ducktest.ProcStatus(ctl.pid, "RssFile")}
 	memSynced := ducktest.GoMemStats(t, ctl.metricsAddr)
 	synced := ducktest.MustRequests(t, ctl.metricsAddr) // since the process started
@@ -181,7 +181,7 @@ func TestLoad(t *testing.T) {
 		n, podsPer, podsPer, firstSync.Round(time.Millisecond), poll, ducktest.Loadavg())
 	t.Logf("LOAD controller CPU for the first sync (user+system, load-independent): %.2f s", cpuSynced)
 	t.Logf("LOAD API requests per AgentCard for the first sync: %s", synced.PerObject(n))
-	<-cpuProfileDone
+	cpuProfileWritten()
 	t.Logf("LOAD controller RSS when synced: %.1f MiB (anonymous %.1f, file-backed %.1f); Go heap in use %.1f MiB; live heap %.1f MiB (after a forced GC)",
 		rssSynced[0], rssSynced[1], rssSynced[2], memSynced["heap_inuse"], liveHeap(t, ctl))
 
@@ -257,53 +257,6 @@ func liveHeap(t *testing.T, ctl *controllerProcess) float64 {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return ducktest.GoMemStats(t, ctl.metricsAddr)["heap_alloc"]
-}
-
-// cpuSeconds is the user+system CPU time a process has used, from /proc/<pid>/stat (fields 14
-// and 15, in clock ticks of 1/100 s on Linux); -1 when unreadable.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return -1
-	}
-	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return -1
-	}
-	var utime, stime float64
-	_, _ = fmt.Sscan(f[11], &utime)
-	_, _ = fmt.Sscan(f[12], &stime)
-	return (utime + stime) / 100
-}
-
-// saveCPUProfile records the controller's CPU profile over its first KAGENTI_LOAD_CPU_SECONDS
-// (default 20) seconds into the file KAGENTI_LOAD_CPUPROFILE names, for `go tool pprof`; the
-// channel closes when it is written (at once when the variable is unset).
-func saveCPUProfile(t *testing.T, pprofAddr string) <-chan struct{} {
-	done := make(chan struct{})
-	path := os.Getenv("KAGENTI_LOAD_CPUPROFILE")
-	if path == "" {
-		close(done)
-		return done
-	}
-	seconds := ducktest.EnvInt("KAGENTI_LOAD_CPU_SECONDS", 20)
-	go func() {
-		defer close(done)
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds))
-		if err != nil {
-			t.Logf("cpu profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(path, b, 0o600)
-		}
-		t.Logf("cpu profile (%d s from the start): %s %v", seconds, path, err)
-	}()
-	return done
 }
 
 // createReadyPod creates a pod serving its card on ip:loadCardPort (its "a2a" port), running and

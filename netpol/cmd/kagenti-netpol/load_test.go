@@ -62,8 +62,8 @@ import (
 // KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
 // (e.g. "--max-concurrent-reconciles=4"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=32MiB");
 // KAGENTI_LOAD_PROFILE names a file for the controller's heap profile at the end,
-// KAGENTI_LOAD_CPUPROFILE one for its CPU profile of the first KAGENTI_LOAD_CPUPROFILE_SECONDS
-// (15) of the first sync.
+// KAGENTI_LOAD_CPUPROFILE one for its CPU profile of the first KAGENTI_LOAD_CPU_SECONDS
+// (20) of the first sync.
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
@@ -144,10 +144,10 @@ func TestLoad(t *testing.T) {
 	}
 
 	proc := ctl.start(t)
-	cpuProfileWritten := startCPUProfile(t, proc.pprofAddr, ducktest.EnvInt("KAGENTI_LOAD_CPUPROFILE_SECONDS", 15))
+	cpuProfileWritten := ducktest.StartCPUProfile(t, proc.pprofAddr)
 	waitConverged(ctx, t, w, verified, proc.started, 90*time.Minute, "first sync")
 	rssConverged := [3]float64{ducktest.ProcStatus(proc.pid, "VmRSS"), ducktest.ProcStatus(proc.pid, "RssAnon"), ducktest.ProcStatus(proc.pid, "RssFile")}
-	t.Logf("LOAD controller CPU time until converged (its own process_cpu_seconds_total, start included): %.2f s", cpuSeconds(t, proc.metricsAddr))
+	t.Logf("LOAD controller CPU time until converged (user+system from /proc, start included): %.2f s", ducktest.CPUSeconds(proc.pid))
 	firstSync := ducktest.MustRequests(t, proc.metricsAddr)
 	t.Logf("LOAD API requests per AgentCard in the first sync (the process's start included): %s", firstSync.PerObject(n))
 	cpuProfileWritten()

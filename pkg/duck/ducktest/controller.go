@@ -1,10 +1,8 @@
 package ducktest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,26 +132,18 @@ func (c *Controller) cgroupSummary() string {
 // scrape reads the named unlabelled metrics from a controller's metrics endpoint.
 func scrape(t *testing.T, addr string, names ...string) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Logf("metrics: %v", err)
-		return out
-	}
-	defer resp.Body.Close()
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
 	}
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		name, v, ok := strings.Cut(s.Text(), " ")
+	out := map[string]float64{}
+	eachMetricLine(t, addr, func(line string) {
+		name, v, ok := strings.Cut(line, " ")
 		if ok && want[name] {
 			f, _ := strconv.ParseFloat(v, 64)
 			out[name] = f
 		}
-	}
+	})
 	return out
 }
 

@@ -21,25 +21,34 @@ import (
 func GoMemStats(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Logf("metrics: %v", err)
-		return out
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		rest, ok := strings.CutPrefix(s.Text(), "go_memstats_")
+	eachMetricLine(t, addr, func(line string) {
+		rest, ok := strings.CutPrefix(line, "go_memstats_")
 		if !ok {
-			continue
+			return
 		}
 		if name, v, ok := strings.Cut(rest, "_bytes "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			out[name] = f / (1 << 20)
 		}
-	}
+	})
 	return out
+}
+
+// eachMetricLine calls f with every line of a controller's metrics endpoint (plain HTTP, the
+// text format); an endpoint that does not answer is logged and yields nothing.
+func eachMetricLine(t *testing.T, addr string, f func(line string)) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Logf("metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		f(s.Text())
+	}
 }
 
 // SaveHeapProfile writes a controller's heap profile (after a GC) from its pprof endpoint to the
