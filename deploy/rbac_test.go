@@ -106,14 +106,18 @@ func expectedAccess(ns string) []access {
 		access{sa: ab, verb: "patch", group: "kagenti.io", resource: "agentbuilds", namespace: buildNS, name: "x"},
 		access{sa: ab, verb: "watch", group: "apps", resource: "deployments", allowed: true},
 		access{sa: ab, verb: "watch", group: "tekton.dev", resource: "pipelineruns", allowed: true},
-		access{sa: ab, verb: "get", resource: "configmaps", namespace: ns, name: "pipeline-template-dev", allowed: true},
-		access{sa: ab, verb: "list", resource: "configmaps", namespace: ns},
+		// Templates and steps come from its watch of ConfigMaps labelled kagenti.io/build-template
+		// (RBAC cannot restrict a watch to a label): list and watch everywhere, nothing else.
+		access{sa: ab, verb: "list", resource: "configmaps", allowed: true},
+		access{sa: ab, verb: "watch", resource: "configmaps", allowed: true},
+		access{sa: ab, verb: "get", resource: "configmaps", namespace: buildNS, name: "pipeline-template-dev"},
+		access{sa: ab, verb: "update", resource: "configmaps", namespace: ns, name: "pipeline-template-dev"},
 		access{sa: ab, verb: "patch", group: "apps", resource: "deployments", namespace: ns, name: "kagenti-injector"},
 	)
 	for _, r := range []struct{ group, resource, verb string }{
 		{"apps", "deployments", "patch"}, {"apps", "statefulsets", "patch"}, {"apps", "daemonsets", "patch"},
 		{"batch", "jobs", "patch"}, {"batch", "cronjobs", "patch"},
-		{"", "persistentvolumeclaims", "delete"}, {"", "configmaps", "get"},
+		{"", "persistentvolumeclaims", "delete"},
 		{"tekton.dev", "pipelines", "create"}, {"tekton.dev", "pipelineruns", "create"}, {"tekton.dev", "pipelineruns", "delete"},
 	} {
 		a = append(a,
