@@ -297,8 +297,7 @@ func updateLatencies(ctx context.Context, t *testing.T, c client.WithWatch, ns s
 	w, err := c.Watch(ctx, &v1alpha1.AgentCardList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	defer w.Stop()
-	var mu sync.Mutex
-	seen := map[string]time.Time{}
+	var seen ducktest.Arrivals
 	go func() {
 		for ev := range w.ResultChan() {
 			ac, ok := ev.Object.(*v1alpha1.AgentCard)
@@ -307,11 +306,7 @@ func updateLatencies(ctx context.Context, t *testing.T, c client.WithWatch, ns s
 			}
 			marker := strings.TrimPrefix(ac.Spec.Endpoint.Path, "/upd/")
 			if fullySynced(ac, podsPer, "/upd/"+marker) {
-				mu.Lock()
-				if _, ok := seen[marker]; !ok {
-					seen[marker] = time.Now()
-				}
-				mu.Unlock()
+				seen.Mark(marker)
 			}
 		}
 	}()
@@ -323,15 +318,7 @@ func updateLatencies(ctx context.Context, t *testing.T, c client.WithWatch, ns s
 		ac.Spec.Endpoint = &v1alpha1.Endpoint{Path: "/upd/" + marker}
 		t0 := time.Now()
 		require.NoError(t, c.Update(ctx, ac))
-		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			at, ok := seen[marker]
-			if ok {
-				lat = append(lat, at.Sub(t0))
-			}
-			return ok, nil
-		}), "update %s never reached the AgentCard's status", marker)
+		lat = append(lat, seen.Await(ctx, t, marker, t0, "the AgentCard status of update"))
 	}
 	return lat
 }

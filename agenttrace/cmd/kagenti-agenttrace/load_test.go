@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,20 +147,14 @@ func TestLoad(t *testing.T) {
 	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	defer w.Stop()
-	var mu sync.Mutex
-	seen := map[string]time.Time{} // "<ConfigMap>/<sampler_arg>" → when first seen
+	var seen ducktest.Arrivals // "<ConfigMap>/<sampler_arg>"
 	go func() {
 		for ev := range w.ResultChan() {
 			cm, ok := ev.Object.(*corev1.ConfigMap)
 			if !ok || ev.Type != watch.Modified {
 				continue
 			}
-			key := cm.Name + "/" + cm.Data[resources.KeySamplerArg]
-			mu.Lock()
-			if _, ok := seen[key]; !ok {
-				seen[key] = time.Now()
-			}
-			mu.Unlock()
+			seen.Mark(cm.Name + "/" + cm.Data[resources.KeySamplerArg])
 		}
 	}()
 	lat := make([]time.Duration, 0, updates)
@@ -174,15 +167,7 @@ func TestLoad(t *testing.T) {
 		key := fmt.Sprintf("agent-%d-trace/%s", i, strings.TrimRight(rate, "0"))
 		t0 := time.Now()
 		require.NoError(t, c.Update(ctx, at))
-		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			at, ok := seen[key]
-			if ok {
-				lat = append(lat, at.Sub(t0))
-			}
-			return ok, nil
-		}), "update %s never reached its ConfigMap", key)
+		lat = append(lat, seen.Await(ctx, t, key, t0, "the ConfigMap of update"))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -161,8 +160,7 @@ func TestLoad(t *testing.T) {
 	w, err := c.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	defer w.Stop()
-	var mu sync.Mutex
-	seen := map[string]time.Time{}
+	var seen ducktest.Arrivals
 	go func() {
 		for ev := range w.ResultChan() {
 			cm, ok := ev.Object.(*corev1.ConfigMap)
@@ -170,12 +168,7 @@ func TestLoad(t *testing.T) {
 				continue
 			}
 			if i := strings.Index(cm.Data[resources.ConfigKey], "audience: upd-"); i >= 0 {
-				marker := strings.Fields(cm.Data[resources.ConfigKey][i+len("audience: "):])[0]
-				mu.Lock()
-				if _, ok := seen[marker]; !ok {
-					seen[marker] = time.Now()
-				}
-				mu.Unlock()
+				seen.Mark(strings.Fields(cm.Data[resources.ConfigKey][i+len("audience: "):])[0])
 			}
 		}
 	}()
@@ -188,15 +181,7 @@ func TestLoad(t *testing.T) {
 			DefaultTarget: &v1alpha1.ExchangeTarget{Audience: marker}}}
 		t0 := time.Now()
 		require.NoError(t, c.Update(ctx, te))
-		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			at, ok := seen[marker]
-			if ok {
-				lat = append(lat, at.Sub(t0))
-			}
-			return ok, nil
-		}), "update %s never reached its ConfigMap", marker)
+		lat = append(lat, seen.Await(ctx, t, marker, t0, "the ConfigMap of update"))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
