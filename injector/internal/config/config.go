@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 // Names of the injected components (docs/architecture.md §5), in injection order.
@@ -187,20 +188,22 @@ func Default() *Config {
 		},
 		SpireSocket: SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
 		Identity: Identity{
-			TrustDomain:          "cluster.local",
+			// The data plane's built-in defaults (package identity): the injector writes only
+			// what differs from them into a workload's identity defaults.
+			TrustDomain:          identity.TrustDomain,
 			SocketPath:           "/run/spire/agent-sockets/agent.sock",
 			JWTAudience:          "kagenti-agents",
 			Provider:             ProviderKeycloak,
-			IdPURL:               "http://keycloak.kagenti-system.svc:8080",
-			Realm:                "default",
-			ClientNameTemplate:   "{{.Namespace}}/{{.WorkloadName}}",
+			IdPURL:               identity.IdPURL,
+			Realm:                identity.Realm,
+			ClientNameTemplate:   identity.ClientNameTemplate,
 			IdPCredentialsSecret: "kagenti-idp-credentials",
 			TokenExchange:        true,
-			InboundPort:          8080,
-			TargetPort:           8081,
-			OutboundPort:         15123,
-			ProxyUID:             1337,
-			DefaultAudience:      "downstream-service",
+			InboundPort:          identity.InboundPort,
+			TargetPort:           identity.TargetPort,
+			OutboundPort:         identity.OutboundPort,
+			ProxyUID:             identity.ProxyUID,
+			DefaultAudience:      identity.DefaultAudience,
 		},
 	}
 }

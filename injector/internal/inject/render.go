@@ -19,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 // Volume names and mount paths of docs/architecture.md §5 (pkg/configmap holds the contract).
@@ -309,8 +310,12 @@ func setProbes(c *corev1.Container, native bool) {
 // authconfig.EnvDefaults, as NAME=VALUE lines of the identity volume's defaults.env): the
 // injector's configuration, narrowed by the workload's options. Every role resolves the whole
 // configuration, so all of them read all of it; one annotation, projected into one file, instead
-// of the same twenty variables in every container. A switch is written only when off (on is the
-// data plane's default).
+// of the same twenty variables in every container.
+//
+// Only what differs from the data plane is written: a variable equal to its built-in value
+// (package identity, compiled into kagenti-authbridge) is left out, one without a built-in value
+// is left out when empty, and a switch without one (the data plane takes it as on) only when on.
+// With the default configuration only the workload's name remains.
 func identityDefaults(cfg *config.Config, o Options) string {
 	id := cfg.Identity
 	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
@@ -323,8 +328,22 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		b.WriteString(value)
 		b.WriteByte('\n')
 	}
-	off := func(name string, on bool) {
-		if !on {
+	// set writes name unless value is its built-in one; "" unsets a built-in value.
+	set := func(name, value string) {
+		if def, ok := identity.BuiltIn(name); ok && def == value {
+			return
+		}
+		line(name, value)
+	}
+	optional := func(name, value string) {
+		if value != "" {
+			line(name, value)
+		}
+	}
+	flag := func(name string, on bool) {
+		if _, ok := identity.BuiltIn(name); ok {
+			set(name, strconv.FormatBool(on))
+		} else if !on {
 			line(name, "false")
 		}
 	}
@@ -333,45 +352,40 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		// "default" is what the data plane assumes without the line, as Kubernetes does.
 		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
 	}
-	line("KAGENTI_TRUST_DOMAIN", id.TrustDomain)
-	off("KAGENTI_SPIFFE_ENABLED", spiffe)
+	set("KAGENTI_TRUST_DOMAIN", id.TrustDomain)
+	flag("KAGENTI_SPIFFE_ENABLED", spiffe)
 	if spiffe {
 		line("KAGENTI_SPIFFE_SOCKET", id.SocketPath)
 		line("KAGENTI_JWT_AUDIENCE", id.JWTAudience)
 	}
-	if id.Provider != config.ProviderKeycloak { // the data plane's default: the default config stays as small
+	if id.Provider != config.ProviderKeycloak { // the data plane's default
 		line("KAGENTI_IDP_PROVIDER", id.Provider)
 	}
-	line("KAGENTI_IDP_URL", id.IdPURL)
-	line("KAGENTI_REALM", id.Realm)
-	optional := func(name, value string) {
-		if value != "" {
-			line(name, value)
-		}
-	}
+	set("KAGENTI_IDP_URL", id.IdPURL)
+	set("KAGENTI_REALM", id.Realm)
 	optional("KAGENTI_OIDC_ISSUER", id.OIDC.Issuer)
 	optional("KAGENTI_OIDC_TOKEN_URL", id.OIDC.TokenURL)
 	optional("KAGENTI_OIDC_JWKS_URL", id.OIDC.JWKSURL)
 	optional("KAGENTI_OIDC_REGISTRATION_URL", id.OIDC.RegistrationURL)
-	off("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
-	line("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
-	off("KAGENTI_TOKEN_EXCHANGE", exchange)
-	off("KAGENTI_INBOUND_ENABLED", !o.Exclude[config.AuthProxy])
-	line("KAGENTI_INBOUND_PORT", itoa(id.InboundPort))
-	line("KAGENTI_TARGET_PORT", itoa(id.TargetPort))
+	flag("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
+	set("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
+	flag("KAGENTI_TOKEN_EXCHANGE", exchange)
+	flag("KAGENTI_INBOUND_ENABLED", !o.Exclude[config.AuthProxy])
+	set("KAGENTI_INBOUND_PORT", itoa(id.InboundPort))
+	set("KAGENTI_TARGET_PORT", itoa(id.TargetPort))
 	if len(o.InboundPortsExclude) > 0 {
 		line("KAGENTI_INBOUND_PORTS_EXCLUDE", ports(o.InboundPortsExclude))
 	}
-	off("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
-	line("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
-	line("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
+	flag("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
+	set("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
+	set("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
 	// No port is excluded by default (the seed excluded 8080, Keycloak's port and also every agent's
 	// inbound port, so agent-to-agent calls were never exchanged): the outbound proxy passes
 	// requests to the IdP's endpoints through itself.
 	if len(o.OutboundPortsExclude) > 0 {
 		line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(o.OutboundPortsExclude))
 	}
-	line("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
+	set("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
 	return b.String()
 }
 

@@ -362,7 +362,7 @@ func (tb *testbed) idp() {
 func (tb *testbed) env(workload string, extra ...string) []string {
 	return append([]string{
 		"POD_NAMESPACE=agents", "KAGENTI_WORKLOAD=" + workload, "KAGENTI_SERVICE_ACCOUNT=" + workload, "POD_NAME=" + workload + "-0",
-		"KAGENTI_TRUST_DOMAIN=" + trustDomain, "KAGENTI_SPIFFE_SOCKET=" + filepath.Join(tb.dir, "spire-agent", "agent.sock"),
+		"KAGENTI_TRUST_DOMAIN=" + trustDomain, "KAGENTI_SPIFFE_ENABLED=true", "KAGENTI_SPIFFE_SOCKET=" + filepath.Join(tb.dir, "spire-agent", "agent.sock"),
 		"KAGENTI_JWT_AUDIENCE=" + tb.issuer, // the SVID is the client assertion at the IdP: its audience is the issuer
 		"KAGENTI_IDP_PROVIDER=oidc", "KAGENTI_OIDC_ISSUER=" + tb.issuer, "KAGENTI_OIDC_TOKEN_URL=" + tb.issuer + "/oauth/token",
 		"KAGENTI_OIDC_JWKS_URL=" + tb.issuer + "/keys", "KAGENTI_OIDC_REGISTRATION_URL=" + tb.issuer + "/register",

@@ -1,0 +1,56 @@
+// Package identity holds the identity defaults built into the data plane: the values
+// kagenti-authbridge takes for an identity variable that the workload's defaults.env (the pod
+// annotation kagenti.io/identity-defaults) leaves out, and the injector's own defaults. The injector
+// writes a variable only where its configuration differs (issue 15: most pods carry none of them).
+//
+// It imports nothing, so that kagenti-authbridge links it without the controller libraries of
+// package configmap.
+package identity
+
+// The shipped defaults (docs/architecture.md §5).
+const (
+	TrustDomain        = "cluster.local"
+	IdPURL             = "http://keycloak.kagenti-system.svc:8080"
+	Realm              = "default"
+	ClientNameTemplate = "{{.Namespace}}/{{.WorkloadName}}"
+	InboundPort        = 8080
+	TargetPort         = 8081
+	OutboundPort       = 15123
+	ProxyUID           = 1337
+	DefaultAudience    = "downstream-service"
+	// SpiffeEnabled is off: a workload asks for SPIFFE with the label kagenti.io/spiffe.
+	SpiffeEnabled = false
+)
+
+// builtIn holds each identity variable with a built-in value. The SPIFFE socket and JWT audience
+// have none: the injector writes them exactly when SPIFFE is on, and a pod without SPIFFE resolves
+// them unset, as it always did.
+var builtIn = map[string]string{
+	"KAGENTI_TRUST_DOMAIN":         TrustDomain,
+	"KAGENTI_SPIFFE_ENABLED":       "false",
+	"KAGENTI_IDP_URL":              IdPURL,
+	"KAGENTI_REALM":                Realm,
+	"KAGENTI_CLIENT_NAME_TEMPLATE": ClientNameTemplate,
+	"KAGENTI_INBOUND_PORT":         "8080",
+	"KAGENTI_TARGET_PORT":          "8081",
+	"KAGENTI_OUTBOUND_PORT":        "15123",
+	"KAGENTI_PROXY_UID":            "1337",
+	"KAGENTI_DEFAULT_AUDIENCE":     DefaultAudience,
+}
+
+// BuiltIn returns the built-in value of the identity variable name, and whether it has one. A
+// variable that defaults.env sets, even to "", does not take it: an empty line unsets the default
+// (an OpenID provider configured without Keycloak writes KAGENTI_IDP_URL= and KAGENTI_REALM=).
+func BuiltIn(name string) (string, bool) {
+	v, ok := builtIn[name]
+	return v, ok
+}
+
+// Names returns the variables that have a built-in value.
+func Names() []string {
+	out := make([]string, 0, len(builtIn))
+	for k := range builtIn {
+		out = append(out, k)
+	}
+	return out
+}
