@@ -98,6 +98,15 @@ const (
 	ComponentEnvoyProxy         = "envoy-proxy"
 )
 
+// Everything the injector may add to a pod template, by name: the components (containers) and
+// the volumes. A v2 injection status records only the exceptions to them (the names a template
+// already had, kept as written), so these lists are part of its format: a name added here is a
+// new status version (docs/injector.md).
+var (
+	InjectedComponents = []string{ComponentProxyInit, ComponentSpiffeHelper, ComponentClientRegistration, ComponentAuthProxy, ComponentEnvoyProxy}
+	InjectedVolumes    = []string{VolumeShared, VolumeSpireSocket, VolumeTokenExchange, VolumeIdentity, VolumeIdPCredentials, VolumeTrace}
+)
+
 // Ports the data plane listens on in every pod besides the proxies' own: kagenti-authbridge's status
 // servers (/healthz, /readyz, /status) per role, and spiffe-helper's health listener. proxy-init
 // never redirects them; the injector refuses a user container that declares one.

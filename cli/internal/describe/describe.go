@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -245,17 +246,7 @@ func (r *Report) injection(ctx context.Context, c *kube.Clients, obj *unstructur
 	}
 	if raw, ok := tmpl.Annotations[AnnotationInjectionStatus]; ok {
 		r.Injection.Injected = true
-		var st map[string]any
-		if err := json.Unmarshal([]byte(raw), &st); err == nil {
-			r.Injection.Status = st
-			for _, key := range []string{"initContainers", "containers"} {
-				if list, ok := st[key].([]any); ok {
-					for _, n := range list {
-						r.Injection.Components = append(r.Injection.Components, fmt.Sprint(n))
-					}
-				}
-			}
-		}
+		r.Injection.Status, r.Injection.Components = injectedComponents(raw, tmpl)
 		return nil
 	}
 	var why []string
@@ -500,4 +491,36 @@ func (r *Report) policies(ctx context.Context, c *kube.Clients, ns string) error
 		p.Verification = got.Annotations[AnnotationVerification]
 	}
 	return nil
+}
+
+// injectedComponents parses the injection status annotation raw of tmpl and returns it with the
+// components the injector added, in the template's order. A v1 status lists them; a v2 status
+// lists only the names the template had of its own (kept), so the components are the template's
+// containers with a component name that is not kept (docs/injector.md, "The status annotation").
+// An annotation that does not parse yields nothing.
+func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]any, []string) {
+	var st map[string]any
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		return nil, nil
+	}
+	list := func(key string) []string {
+		var out []string
+		if l, ok := st[key].([]any); ok {
+			for _, n := range l {
+				out = append(out, fmt.Sprint(n))
+			}
+		}
+		return out
+	}
+	if st["version"] == "v1" {
+		return st, append(list("initContainers"), list("containers")...)
+	}
+	kept := list("kept")
+	var out []string
+	for _, c := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
+		if slices.Contains(configmap.InjectedComponents, c.Name) && !slices.Contains(kept, c.Name) {
+			out = append(out, c.Name)
+		}
+	}
+	return st, out
 }

@@ -6,23 +6,48 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
-// StatusVersion is the format of the status annotation.
-const StatusVersion = "v1"
+// Versions of the status annotation. The injector writes StatusVersion and reads both, so that
+// it strips and re-injects templates an older injector wrote exactly as that one would have.
+const (
+	// StatusV1 lists every name the injector added (≈ 410 bytes for the default components).
+	StatusV1 = "v1"
+	// StatusV2 records only the exceptions to "every name of configmap.InjectedComponents and
+	// configmap.InjectedVolumes in the template, and the trace mount and variable of every user
+	// container, are the injector's" (≈ 45 bytes for a template without any). The version names the
+	// set those names are taken from: a release that injects a new name writes a new version, and
+	// reads this one with the set it had.
+	StatusV2 = "v2"
+	// StatusVersion is the version this injector writes.
+	StatusVersion = StatusV2
+)
 
-// Status is the value of the pod template annotation kagenti.io/injection-status: everything the
-// injector added, by name, so that re-injection and removal touch nothing of the user's.
+// Status is the value of the pod template annotation kagenti.io/injection-status: what the
+// injector added, so that re-injection and removal touch nothing of the user's.
 type Status struct {
 	Version string `json:"version"`
-	// Hash identifies the configuration and workload options the template was injected with.
-	Hash           string   `json:"hash"`
+	// Hash identifies what was rendered (renderHash): equal hashes, equal injections.
+	Hash string `json:"hash"`
+
+	// v1: every name added.
 	InitContainers []string `json:"initContainers,omitempty"`
 	Containers     []string `json:"containers,omitempty"`
 	Volumes        []string `json:"volumes,omitempty"`
 	// VolumeMounts and Env are what was added to each user container, keyed by container name.
 	VolumeMounts map[string][]string `json:"volumeMounts,omitempty"`
 	Env          map[string][]string `json:"env,omitempty"`
+
+	// v2: the exceptions. Kept lists the containers and volumes with an injected name that the
+	// template had before injection (the user's own, by override or because the component was not
+	// rendered): kept as written, never stripped. OwnTraceMount and OwnTraceEnv list the user
+	// containers that had their own mount named kagenti-trace, or their own KAGENTI_TRACE_DIR:
+	// nothing was added to them, and removal keeps theirs.
+	Kept          []string `json:"kept,omitempty"`
+	OwnTraceMount []string `json:"ownTraceMount,omitempty"`
+	OwnTraceEnv   []string `json:"ownTraceEnv,omitempty"`
 }
 
 // ReadStatus returns the status annotation of t, nil when there is none.
@@ -35,8 +60,8 @@ func ReadStatus(t *corev1.PodTemplateSpec) (*Status, error) {
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		return nil, invalid(AnnotationStatus, v, "not written by this injector (%v); remove the annotation", err)
 	}
-	if s.Version != StatusVersion {
-		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s", s.Version, StatusVersion)
+	if s.Version != StatusV1 && s.Version != StatusV2 {
+		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s", s.Version, StatusV1, StatusV2)
 	}
 	return &s, nil
 }
@@ -69,41 +94,55 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	spec := &out.Spec
 
 	taken := names(spec.InitContainers, spec.Containers)
+	for _, n := range configmap.InjectedComponents {
+		if taken[n] {
+			st.Kept = append(st.Kept, n)
+		}
+	}
+	for _, n := range configmap.InjectedVolumes {
+		if slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == n }) {
+			st.Kept = append(st.Kept, n)
+		}
+	}
 	var inits []corev1.Container
 	for _, c := range r.InitContainers {
 		if !taken[c.Name] {
 			inits = append(inits, c)
-			st.InitContainers = append(st.InitContainers, c.Name)
 		}
 	}
 	spec.InitContainers = append(inits, spec.InitContainers...)
 	for _, c := range r.Containers {
 		if !taken[c.Name] {
 			spec.Containers = append(spec.Containers, c)
-			st.Containers = append(st.Containers, c.Name)
 		}
 	}
 	for _, v := range r.Volumes {
 		if !slices.ContainsFunc(spec.Volumes, func(u corev1.Volume) bool { return u.Name == v.Name }) {
 			spec.Volumes = append(spec.Volumes, v)
-			st.Volumes = append(st.Volumes, v.Name)
 		}
 	}
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
+		// Strip removes the trace mount and variable by name from every container it keeps: a
+		// container of the template that has them of its own is recorded (the user's version of a
+		// component too), whether or not they are added.
+		if slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == VolumeTrace }) {
+			st.OwnTraceMount = append(st.OwnTraceMount, c.Name)
+		}
+		if slices.ContainsFunc(c.Env, func(u corev1.EnvVar) bool { return u.Name == EnvTraceDir }) {
+			st.OwnTraceEnv = append(st.OwnTraceEnv, c.Name)
+		}
 		if r.isComponent(c.Name) {
 			continue // an injected sidecar, or the user's own version of one (kept as written)
 		}
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {
 				c.VolumeMounts = append(c.VolumeMounts, m)
-				st.VolumeMounts = appendTo(st.VolumeMounts, c.Name, m.Name)
 			}
 		}
 		for _, e := range r.UserEnv {
 			if !slices.ContainsFunc(c.Env, func(u corev1.EnvVar) bool { return u.Name == e.Name }) {
 				c.Env = append(c.Env, e)
-				st.Env = appendTo(st.Env, c.Name, e.Name)
 			}
 		}
 	}
@@ -194,30 +233,18 @@ func CheckTemplate(t *corev1.PodTemplateSpec) error {
 	return nil
 }
 
-// Strip removes from t exactly what s lists, and the status annotation itself; nil s removes nothing.
+// Strip removes from t exactly what s says the injector added, and the status annotation itself
+// (and the identity defaults); nil s removes nothing.
 func Strip(t *corev1.PodTemplateSpec, s *Status) {
 	if s == nil {
 		return
 	}
-	spec := &t.Spec
-	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, func(c corev1.Container) bool { return slices.Contains(s.InitContainers, c.Name) })
-	spec.Containers = slices.DeleteFunc(spec.Containers, func(c corev1.Container) bool { return slices.Contains(s.Containers, c.Name) })
-	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return slices.Contains(s.Volumes, v.Name) })
-	for i := range spec.Containers {
-		c := &spec.Containers[i]
-		if mounts := s.VolumeMounts[c.Name]; len(mounts) > 0 {
-			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(mounts, m.Name) })
-			if len(c.VolumeMounts) == 0 {
-				c.VolumeMounts = nil
-			}
-		}
-		if envs := s.Env[c.Name]; len(envs) > 0 {
-			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return slices.Contains(envs, e.Name) })
-			if len(c.Env) == 0 {
-				c.Env = nil
-			}
-		}
+	if s.Version == StatusV1 {
+		stripV1(t, s)
+	} else {
+		stripV2(t, s)
 	}
+	spec := &t.Spec
 	for _, p := range []*[]corev1.Container{&spec.InitContainers, &spec.Containers} {
 		if len(*p) == 0 {
 			*p = nil
@@ -233,6 +260,61 @@ func Strip(t *corev1.PodTemplateSpec, s *Status) {
 	}
 }
 
+// stripV1 removes the names a v1 status lists.
+func stripV1(t *corev1.PodTemplateSpec, s *Status) {
+	spec := &t.Spec
+	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, func(c corev1.Container) bool { return slices.Contains(s.InitContainers, c.Name) })
+	spec.Containers = slices.DeleteFunc(spec.Containers, func(c corev1.Container) bool { return slices.Contains(s.Containers, c.Name) })
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return slices.Contains(s.Volumes, v.Name) })
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		if mounts := s.VolumeMounts[c.Name]; len(mounts) > 0 {
+			c.VolumeMounts = deleteMounts(c.VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(mounts, m.Name) })
+		}
+		if envs := s.Env[c.Name]; len(envs) > 0 {
+			c.Env = deleteEnv(c.Env, func(e corev1.EnvVar) bool { return slices.Contains(envs, e.Name) })
+		}
+	}
+}
+
+// stripV2 removes every injected name but the kept ones, and the trace mount and variable from
+// every remaining container that did not have its own.
+func stripV2(t *corev1.PodTemplateSpec, s *Status) {
+	spec := &t.Spec
+	injected := func(name string, all []string) bool {
+		return slices.Contains(all, name) && !slices.Contains(s.Kept, name)
+	}
+	drop := func(c corev1.Container) bool { return injected(c.Name, configmap.InjectedComponents) }
+	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, drop)
+	spec.Containers = slices.DeleteFunc(spec.Containers, drop)
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return injected(v.Name, configmap.InjectedVolumes) })
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		if !slices.Contains(s.OwnTraceMount, c.Name) {
+			c.VolumeMounts = deleteMounts(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == VolumeTrace })
+		}
+		if !slices.Contains(s.OwnTraceEnv, c.Name) {
+			c.Env = deleteEnv(c.Env, func(e corev1.EnvVar) bool { return e.Name == EnvTraceDir })
+		}
+	}
+}
+
+// deleteMounts and deleteEnv delete from a container's list, leaving nil rather than empty (as
+// the user's template had it).
+func deleteMounts(ms []corev1.VolumeMount, del func(corev1.VolumeMount) bool) []corev1.VolumeMount {
+	if ms = slices.DeleteFunc(ms, del); len(ms) == 0 {
+		return nil
+	}
+	return ms
+}
+
+func deleteEnv(es []corev1.EnvVar, del func(corev1.EnvVar) bool) []corev1.EnvVar {
+	if es = slices.DeleteFunc(es, del); len(es) == 0 {
+		return nil
+	}
+	return es
+}
+
 // Remove strips everything the status annotation of t lists; changed is false when t carries none.
 func Remove(t *corev1.PodTemplateSpec) (out *corev1.PodTemplateSpec, changed bool, err error) {
 	s, err := ReadStatus(t)
@@ -244,18 +326,33 @@ func Remove(t *corev1.PodTemplateSpec) (out *corev1.PodTemplateSpec, changed boo
 	return out, true, nil
 }
 
-// present reports whether everything s lists is still in t.
+// present reports whether everything s says was injected is still in t. It is called with the
+// rendering of s.Hash, so what was injected is r's names but the kept ones (v2), or s's lists (v1).
 func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
 	if t.Annotations[AnnotationIdentityDefaults] != r.IdentityDefaults {
 		return false
 	}
 	has := names(t.Spec.InitContainers, t.Spec.Containers)
-	for _, n := range slices.Concat(s.InitContainers, s.Containers) {
+	containers, volumes := slices.Concat(s.InitContainers, s.Containers), s.Volumes
+	if s.Version != StatusV1 {
+		containers, volumes = nil, nil
+		for _, c := range slices.Concat(r.InitContainers, r.Containers) {
+			if !slices.Contains(s.Kept, c.Name) {
+				containers = append(containers, c.Name)
+			}
+		}
+		for _, v := range r.Volumes {
+			if !slices.Contains(s.Kept, v.Name) {
+				volumes = append(volumes, v.Name)
+			}
+		}
+	}
+	for _, n := range containers {
 		if !has[n] {
 			return false
 		}
 	}
-	for _, n := range s.Volumes {
+	for _, n := range volumes {
 		if !slices.ContainsFunc(t.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == n }) {
 			return false
 		}

@@ -50,8 +50,7 @@ func TestOverrideByName(t *testing.T) {
 
 	st, err := inject.ReadStatus(out)
 	require.NoError(t, err)
-	require.NotContains(t, st.InitContainers, config.EnvoyProxy)
-	require.NotContains(t, st.Volumes, inject.VolumeTrace)
+	require.Equal(t, []string{config.EnvoyProxy, inject.VolumeTrace}, st.Kept, "the status records the user's as kept")
 
 	removed, _, err := inject.Remove(out)
 	require.NoError(t, err)

@@ -39,9 +39,9 @@ func TestInjectionSize(t *testing.T) {
 		annotations map[string]string
 		budget      int
 	}{
-		{"default components", nil, nil, 4250},
-		{"spiffe", map[string]string{inject.LabelSpiffe: "enabled"}, nil, 5200},
-		{"proxies only", nil, map[string]string{inject.AnnotationExcludeComponents: "client-registration"}, 3300},
+		{"default components", nil, nil, 3900},
+		{"spiffe", map[string]string{inject.LabelSpiffe: "enabled"}, nil, 4800},
+		{"proxies only", nil, map[string]string{inject.AnnotationExcludeComponents: "client-registration"}, 3050},
 	} {
 		n := addedBytes(t, tc.labels, tc.annotations)
 		t.Logf("%s: %d bytes added", tc.name, n)

@@ -1,0 +1,174 @@
+package inject_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/kagenti/platform/injector/internal/config"
+	"github.com/kagenti/platform/injector/internal/inject"
+	"github.com/kagenti/platform/pkg/configmap"
+)
+
+// testdata/v1 holds objects an injector of status v1 wrote (the goldens before the status became
+// v2, and before the identity defaults became differences). This injector strips and re-injects
+// them exactly as that one did: removal restores the user's template, re-injection equals a fresh
+// injection, and an unchanged rendering leaves them alone.
+func TestStatusV1IsStillRead(t *testing.T) {
+	files, err := filepath.Glob("testdata/v1/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, file := range files {
+		kind, name, _ := strings.Cut(strings.TrimSuffix(filepath.Base(file), ".yaml"), ".")
+		i := slices.IndexFunc(variants, func(v variant) bool { return v.name == name })
+		require.GreaterOrEqual(t, i, 0, file)
+		v := variants[i]
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			cfg := config.Default()
+			if v.classic {
+				cfg.SidecarMode = config.SidecarClassic
+			}
+			w := readWorkload(t, filepath.Join("testdata", "inputs", kind+".yaml"), v)
+			orig, err := w.PodTemplate()
+			require.NoError(t, err)
+			old := readWorkload(t, file, v)
+			injectedV1, err := old.PodTemplate()
+			require.NoError(t, err)
+			st, err := inject.ReadStatus(injectedV1)
+			require.NoError(t, err)
+			require.Equal(t, inject.StatusV1, st.Version)
+			require.NotEmpty(t, st.InitContainers)
+
+			removed, changed, err := inject.Remove(injectedV1)
+			require.NoError(t, err)
+			require.True(t, changed)
+			require.True(t, equality.Semantic.DeepEqual(orig, removed), "removal restores the user's template:\nwant %s\ngot  %s", yamlOf(t, orig), yamlOf(t, removed))
+
+			again, changed := injectTemplate(t, old, injectedV1, cfg)
+			require.True(t, changed, "the rendering changed since: re-injected")
+			fresh, _ := injectTemplate(t, w, orig, cfg)
+			require.True(t, equality.Semantic.DeepEqual(fresh, again), "re-injection equals a fresh injection:\nwant %s\ngot  %s", yamlOf(t, fresh), yamlOf(t, again))
+			st2, err := inject.ReadStatus(again)
+			require.NoError(t, err)
+			require.Equal(t, inject.StatusV2, st2.Version)
+
+			// The same v1 object as if its rendering were today's: left alone.
+			sameHash := fresh.DeepCopy()
+			st.Hash = st2.Hash
+			b, err := json.Marshal(st)
+			require.NoError(t, err)
+			sameHash.Annotations[inject.AnnotationStatus] = string(b)
+			out, changed := injectTemplate(t, old, sameHash, cfg)
+			require.False(t, changed, "a v1 status with the current hash and everything present is not re-injected")
+			require.Same(t, sameHash, out)
+			removed, _, err = inject.Remove(sameHash)
+			require.NoError(t, err)
+			require.True(t, equality.Semantic.DeepEqual(orig, removed))
+		})
+	}
+}
+
+// The v2 status records only the exceptions; removal keeps every one of them: a user container
+// named after a component that is not rendered, the user's version of a rendered one with its own
+// trace mount, the user's own kagenti-trace volume, and a container's own KAGENTI_TRACE_DIR.
+func TestStatusV2KeepsTheExceptions(t *testing.T) {
+	ownMount := corev1.VolumeMount{Name: inject.VolumeTrace, MountPath: "/trace"}
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{
+			{Name: "agent", Image: "a:1", Env: []corev1.EnvVar{{Name: inject.EnvTraceDir, Value: "/mine"}}},
+			{Name: "sidecar", Image: "s:1", VolumeMounts: []corev1.VolumeMount{ownMount}},
+			{Name: config.SpiffeHelper, Image: "example.com/not-spiffe:1"}, // spiffe is off: not rendered
+			{Name: config.EnvoyProxy, Image: "example.com/my-envoy:1", VolumeMounts: []corev1.VolumeMount{ownMount}},
+		},
+		Volumes: []corev1.Volume{{Name: inject.VolumeTrace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	}}
+	out, changed, err := inject.Inject(tmpl, render(t, config.Default()))
+	require.NoError(t, err)
+	require.True(t, changed)
+	st, err := inject.ReadStatus(out)
+	require.NoError(t, err)
+	require.Equal(t, inject.StatusV2, st.Version)
+	require.Equal(t, []string{config.SpiffeHelper, config.EnvoyProxy, inject.VolumeTrace}, st.Kept)
+	require.Equal(t, []string{"sidecar", config.EnvoyProxy}, st.OwnTraceMount)
+	require.Equal(t, []string{"agent"}, st.OwnTraceEnv)
+	require.Equal(t, inject.PathTrace, out.Spec.Containers[2].VolumeMounts[0].MountPath, "a container that is no rendered component gets the trace mount")
+
+	removed, _, err := inject.Remove(out)
+	require.NoError(t, err)
+	require.Equal(t, tmpl, removed, "removal keeps everything of the user's")
+
+	// Re-injection after a configuration change strips the same way.
+	cfg := config.Default()
+	cfg.Images.Authbridge = "ghcr.io/kagenti/kagenti-authbridge:v0.2.0"
+	again, changed, err := inject.Inject(out, render(t, cfg))
+	require.NoError(t, err)
+	require.True(t, changed)
+	fresh, _, err := inject.Inject(tmpl, render(t, cfg))
+	require.NoError(t, err)
+	require.Equal(t, fresh, again)
+}
+
+// The status annotation of a template injected without exceptions is the version and the hash.
+func TestStatusV2IsCompact(t *testing.T) {
+	out, _, err := inject.Inject(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}, render(t, config.Default()))
+	require.NoError(t, err)
+	st := out.Annotations[inject.AnnotationStatus]
+	require.JSONEq(t, `{"version":"v2","hash":"`+render(t, config.Default()).Hash+`"}`, st)
+}
+
+// A v1 status that an override shaped (what the v1 injector wrote for TestOverrideByName's
+// template): removal keeps the user's envoy-proxy, kagenti-trace volume and KAGENTI_TRACE_DIR, which
+// a v1 status does not list.
+func TestStatusV1KeepsWhatItDoesNotList(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{
+			{Name: "agent", Image: "a:1", Env: []corev1.EnvVar{{Name: inject.EnvTraceDir, Value: "/mine"}}},
+			{Name: config.EnvoyProxy, Image: "example.com/my-envoy:1"},
+		},
+		Volumes: []corev1.Volume{{Name: inject.VolumeTrace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	}}
+	out, _, err := inject.Inject(tmpl, render(t, config.Default()))
+	require.NoError(t, err)
+	out.Annotations[inject.AnnotationStatus] = `{"version":"v1","hash":"0c66dd10cedbcec8","initContainers":["proxy-init","client-registration","auth-proxy"],` +
+		`"volumes":["kagenti-shared","kagenti-token-exchange","kagenti-identity","kagenti-idp-credentials"],"volumeMounts":{"agent":["kagenti-trace"]}}`
+	removed, _, err := inject.Remove(out)
+	require.NoError(t, err)
+	require.Equal(t, tmpl, removed)
+}
+
+// A v2 status strips by the contract's lists of injected names: every name any rendering adds must
+// be in them, or removal would leave it behind.
+func TestRenderedNamesAreTheContractsLists(t *testing.T) {
+	require.Equal(t, config.Components, configmap.InjectedComponents)
+	for _, v := range variants {
+		for _, socket := range []string{config.SocketCSI, config.SocketHostPath} {
+			cfg := config.Default()
+			cfg.SpireSocket.Type = socket
+			if v.classic {
+				cfg.SidecarMode = config.SidecarClassic
+			}
+			o, err := inject.ParseOptions("weather-agent", v.labels, v.annotations)
+			require.NoError(t, err)
+			r, err := inject.Render(cfg, o)
+			require.NoError(t, err)
+			for _, c := range slices.Concat(r.InitContainers, r.Containers) {
+				require.Contains(t, configmap.InjectedComponents, c.Name, v.name)
+			}
+			for _, vol := range r.Volumes {
+				require.Contains(t, configmap.InjectedVolumes, vol.Name, v.name)
+			}
+			for _, m := range r.UserMounts {
+				require.Equal(t, inject.VolumeTrace, m.Name, "stripV2 removes this mount by name")
+			}
+			for _, e := range r.UserEnv {
+				require.Equal(t, inject.EnvTraceDir, e.Name, "stripV2 removes this variable by name")
+			}
+		}
+	}
+}
