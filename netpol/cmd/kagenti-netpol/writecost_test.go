@@ -123,6 +123,26 @@ func TestWriteCost(t *testing.T) {
 		return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonRestrictive)
 	})
 
+	// The same applies with the response asked for as PartialObjectMetadata (what client-go's
+	// metadata client asks for): the API server encodes, and the client decodes, the metadata of
+	// the card instead of the whole card.
+	meta := cards("metadata")
+	applyMeta := func(u *unstructured.Unstructured, reason string) error {
+		body, err := json.Marshal(map[string]any{"apiVersion": view.GroupVersion.String(), "kind": "AgentCard",
+			"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+			"status":   map[string]any{"conditions": []any{ready(metav1.ConditionTrue, reason)}}})
+		if err != nil {
+			return err
+		}
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(view.AgentCardGVK)
+		m.SetNamespace(u.GetNamespace())
+		m.SetName(u.GetName())
+		return c.Status().Patch(ctx, m, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(api.Name), client.ForceOwnership)
+	}
+	measure("status SSA, first, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonPermissive) })
+	measure("status SSA, changed, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonRestrictive) })
+
 	// The same first apply on cards whose status holds an empty A2A card: what the size of the
 	// object costs.
 	small := cardsWith("small", map[string]any{})
