@@ -52,7 +52,8 @@ import (
 //     latency from the status apply to the policy of the new kind arriving on a watch;
 //   - then, converged again, the API writes the controller makes in KAGENTI_LOAD_IDLE (60s), per
 //     minute (goal 0), and its RSS (VmRSS, anonymous/file-backed, peak VmHWM) and Go memory;
-//   - the controller's own CPU seconds until the first sync converged (independent of the load).
+//   - the controller's own CPU seconds until the first sync converged (independent of the load),
+//     and those of envtest's kube-apiserver and etcd over the same time.
 //
 // The API requests are the controller's own client-go counters (rest_client_requests_total on its
 // /metrics), Events included.
@@ -87,6 +88,7 @@ func TestLoad(t *testing.T) {
 	cfg, err := env.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })
+	server := controlPlane(t)
 	user, err := env.AddUser(envtest.User{Name: "kagenti-netpol", Groups: []string{"system:masters"}}, nil)
 	require.NoError(t, err)
 	kubeconfig, err := user.KubeConfig()
@@ -143,9 +145,13 @@ func TestLoad(t *testing.T) {
 		verified[i] = i%2 == 0
 	}
 
+	serverBefore := server.cpuSeconds()
 	proc := ctl.start(t)
 	cpuProfileWritten := ducktest.StartCPUProfile(t, proc.pprofAddr)
 	waitConverged(ctx, t, w, verified, proc.started, 90*time.Minute, "first sync")
+	serverAfter := server.cpuSeconds()
+	t.Logf("LOAD API server CPU time from the controller's start until converged (the test's own watch and 1 s polls included): kube-apiserver %.2f s, etcd %.2f s",
+		serverAfter[0]-serverBefore[0], serverAfter[1]-serverBefore[1])
 	rssConverged := [3]float64{ducktest.ProcStatus(proc.pid, "VmRSS"), ducktest.ProcStatus(proc.pid, "RssAnon"), ducktest.ProcStatus(proc.pid, "RssFile")}
 	t.Logf("LOAD controller CPU time until converged (user+system from /proc, start included): %.2f s", ducktest.CPUSeconds(proc.pid))
 	firstSync := ducktest.MustRequests(t, proc.metricsAddr)

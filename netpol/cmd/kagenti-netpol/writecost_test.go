@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kagenti/platform/netpol/api"
+	"github.com/kagenti/platform/netpol/internal/controller"
+	"github.com/kagenti/platform/netpol/internal/resources"
+	"github.com/kagenti/platform/netpol/internal/view"
+	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
+)
+
+// TestWriteCost measures what one write costs the API server: the CPU seconds kube-apiserver and
+// etcd (the envtest processes, from /proc/<pid>/stat) spend on N writes of one kind, each to its own
+// AgentCard carrying agentcard's status as agentcard writes it (six conditions, the signed A2A
+// card; managed by kagenti-agentcard through server-side apply), less what the two processes spend
+// idle over the same time. It measures and never asserts on the numbers.
+//
+//	KAGENTI_WRITECOST=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run '^TestWriteCost$' -v ./netpol/cmd/kagenti-netpol/
+//
+// KAGENTI_WRITECOST_N overrides 500 writes per kind; they are sent by 8 goroutines.
+func TestWriteCost(t *testing.T) {
+	if os.Getenv("KAGENTI_WRITECOST") != "1" {
+		t.Skip("measurement: set KAGENTI_WRITECOST=1")
+	}
+	n := ducktest.EnvInt("KAGENTI_WRITECOST_N", 500)
+	ctx := context.Background()
+	root := ducktest.RepoRoot()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:        []string{filepath.Join(root, "deploy", "crds", "agentcard")},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+	}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	cfg.QPS, cfg.Burst = -1, 0
+	server := controlPlane(t)
+	server.measureIdle()
+
+	plain := k8sruntime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(plain))
+	c, err := client.New(cfg, client.Options{Scheme: plain})
+	require.NoError(t, err)
+	netpolScheme, err := controller.NewScheme()
+	require.NoError(t, err)
+	nc, err := client.New(cfg, client.Options{Scheme: netpolScheme})
+	require.NoError(t, err)
+	const ns = "load"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	signedCard := readSignedCard(t, root)
+
+	// cardsWith makes n AgentCards named <prefix>-<i> with agentcard's status holding a2aCard; not
+	// measured.
+	cardsWith := func(prefix string, a2aCard map[string]any) []*unstructured.Unstructured {
+		out := make([]*unstructured.Unstructured, n)
+		ducktest.Parallel(t, n, 16, func(i int) error {
+			card := view.NewAgentCard()
+			card.SetNamespace(ns)
+			card.SetName(fmt.Sprintf("%s-%d", prefix, i))
+			card.Object["spec"] = map[string]any{"targetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": card.GetName()}}
+			if err := c.Create(ctx, card); err != nil {
+				return err
+			}
+			if err := publishVerdict(ctx, c, card, i%2 == 0, a2aCard); err != nil {
+				return err
+			}
+			out[i] = view.NewAgentCard()
+			return c.Get(ctx, client.ObjectKeyFromObject(card), out[i])
+		})
+		return out
+	}
+	cards := func(prefix string) []*unstructured.Unstructured { return cardsWith(prefix, signedCard) }
+	measure := func(what string, f func(i int) error) {
+		t.Helper()
+		m := server.measure(t, func() { ducktest.Parallel(t, n, 8, f) })
+		t.Logf("WRITECOST %-58s %s; load average %s", what, m.perWrite(n), ducktest.Loadavg())
+	}
+	ready := func(status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: api.ConditionNetworkPolicyReady, Status: status, Reason: reason,
+			Message: "NetworkPolicy agent-0-netpol is permissive: signature verified", LastTransitionTime: metav1.Now()}
+	}
+	t.Logf("WRITECOST idle: kube-apiserver %.1f ms/s, etcd %.1f ms/s of CPU", server.idle[0]*1000, server.idle[1]*1000)
+
+	// Server-side apply of netpol's condition, as duck.StatusApplier (ConditionsOnly) sends it.
+	applier := &duck.StatusApplier{Client: nc, FieldOwner: api.Name, Conditions: []string{api.ConditionNetworkPolicyReady}, ConditionsOnly: true}
+	ssa := cards("ssa")
+	applyReady := func(u *unstructured.Unstructured, status metav1.ConditionStatus, reason string) error {
+		current := view.StatusOf(u)
+		desired := current.DeepCopyObject().(*view.CardStatus)
+		desired.Status.Set(api.ConditionNetworkPolicyReady, status, reason, ready(status, reason).Message)
+		return applier.Apply(ctx, current, desired)
+	}
+	measure("status SSA, first (no managedFields of netpol yet)", func(i int) error {
+		return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonPermissive)
+	})
+	refresh(t, c, ssa)
+	measure("status SSA, changed (netpol's managedFields present)", func(i int) error {
+		return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonRestrictive)
+	})
+
+	// The same applies with the response asked for as PartialObjectMetadata (what client-go's
+	// metadata client asks for): the API server encodes, and the client decodes, the metadata of
+	// the card instead of the whole card.
+	meta := cards("metadata")
+	applyMeta := func(u *unstructured.Unstructured, reason string) error {
+		body, err := json.Marshal(map[string]any{"apiVersion": view.GroupVersion.String(), "kind": "AgentCard",
+			"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+			"status":   map[string]any{"conditions": []any{ready(metav1.ConditionTrue, reason)}}})
+		if err != nil {
+			return err
+		}
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(view.AgentCardGVK)
+		m.SetNamespace(u.GetNamespace())
+		m.SetName(u.GetName())
+		return c.Status().Patch(ctx, m, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(api.Name), client.ForceOwnership)
+	}
+	measure("status SSA, first, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonPermissive) })
+	measure("status SSA, changed, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonRestrictive) })
+
+	// The same first apply on cards whose status holds an empty A2A card: what the size of the
+	// object costs.
+	small := cardsWith("small", map[string]any{})
+	measure("status SSA, first, A2A card empty (object 3.4 KB smaller)", func(i int) error {
+		return applyReady(small[i], metav1.ConditionTrue, api.ReasonPermissive)
+	})
+
+	// JSON patch: append (first) or replace (changed) the one condition, with the card's
+	// resourceVersion as the precondition.
+	jp := cards("jsonpatch")
+	jsonPatch := func(u *unstructured.Unstructured, reason string) error {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		path := "/status/conditions/-"
+		for j, cond := range conds {
+			if cond.(map[string]any)["type"] == api.ConditionNetworkPolicyReady {
+				path = "/status/conditions/" + strconv.Itoa(j)
+			}
+		}
+		op := "add"
+		if !strings.HasSuffix(path, "-") {
+			op = "replace"
+		}
+		patch, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": u.GetResourceVersion()},
+			{"op": op, "path": path, "value": ready(metav1.ConditionTrue, reason)},
+		})
+		if err != nil {
+			return err
+		}
+		return c.Status().Patch(ctx, u.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(api.Name))
+	}
+	measure("status JSON patch, first (test resourceVersion + add)", func(i int) error { return jsonPatch(jp[i], api.ReasonPermissive) })
+	refresh(t, c, jp)
+	measure("status JSON patch, changed (test resourceVersion + replace)", func(i int) error { return jsonPatch(jp[i], api.ReasonRestrictive) })
+
+	// JSON merge patch of the whole conditions list (a merge patch replaces lists), with the
+	// resourceVersion in the patch as the precondition.
+	mp := cards("mergepatch")
+	mergePatch := func(u *unstructured.Unstructured, reason string) error {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		conds = setCondition(conds, ready(metav1.ConditionTrue, reason))
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+			"status": map[string]any{"conditions": conds}})
+		if err != nil {
+			return err
+		}
+		return c.Status().Patch(ctx, u.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(api.Name))
+	}
+	measure("status merge patch, first (all conditions + resourceVersion)", func(i int) error { return mergePatch(mp[i], api.ReasonPermissive) })
+	refresh(t, c, mp)
+	measure("status merge patch, changed", func(i int) error { return mergePatch(mp[i], api.ReasonRestrictive) })
+
+	// Update (PUT /status) of the whole object read before.
+	up := cards("update")
+	update := func(u *unstructured.Unstructured, reason string) error {
+		u = u.DeepCopy()
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		if err := unstructured.SetNestedSlice(u.Object, setCondition(conds, ready(metav1.ConditionTrue, reason)), "status", "conditions"); err != nil {
+			return err
+		}
+		return c.Status().Update(ctx, u, client.FieldOwner(api.Name))
+	}
+	measure("status update (PUT, whole object), first", func(i int) error { return update(up[i], api.ReasonPermissive) })
+	refresh(t, c, up)
+	measure("status update (PUT, whole object), changed", func(i int) error { return update(up[i], api.ReasonRestrictive) })
+
+	// NetworkPolicies: netpol creates them with Create (configmap.ApplyObject); the same policy by
+	// server-side apply for comparison.
+	policy := func(u *unstructured.Unstructured, name string) *networkingv1.NetworkPolicy {
+		card, err := view.FromUnstructured(u)
+		require.NoError(t, err)
+		np := resources.MakeNetworkPolicy(card, metav1.LabelSelector{MatchLabels: map[string]string{"app": u.GetName()}}, resources.DefaultOptions())
+		np.Name = name
+		require.NoError(t, controllerutil.SetControllerReference(u, np, netpolScheme))
+		return np
+	}
+	measure("NetworkPolicy create (POST), as netpol writes it", func(i int) error {
+		return c.Create(ctx, policy(ssa[i], "create-"+strconv.Itoa(i)), client.FieldOwner(api.Name))
+	})
+	measure("NetworkPolicy server-side apply (PATCH, new object)", func(i int) error {
+		np := policy(ssa[i], "apply-"+strconv.Itoa(i))
+		np.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
+		m, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(np)
+		if err != nil {
+			return err
+		}
+		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: m}), client.FieldOwner(api.Name), client.ForceOwnership)
+	})
+}
+
+// setCondition replaces or appends cond in an unstructured conditions list.
+func setCondition(conds []any, cond metav1.Condition) []any {
+	m, _ := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(&cond)
+	out := make([]any, 0, len(conds)+1)
+	for _, c := range conds {
+		if c.(map[string]any)["type"] != cond.Type {
+			out = append(out, c)
+		}
+	}
+	return append(out, m)
+}
+
+// refresh reads every card again (its new resourceVersion and conditions); not measured.
+func refresh(t *testing.T, c client.Client, list []*unstructured.Unstructured) {
+	t.Helper()
+	ducktest.Parallel(t, len(list), 16, func(i int) error {
+		return c.Get(context.Background(), client.ObjectKeyFromObject(list[i]), list[i])
+	})
+}
+
+// apiServerProcesses are the envtest kube-apiserver and etcd this test started, and their CPU
+// seconds per second when idle.
+type apiServerProcesses struct {
+	pids [2]int
+	idle [2]float64
+}
+
+// controlPlane finds the kube-apiserver and etcd processes among this test's children (envtest's).
+func controlPlane(t *testing.T) *apiServerProcesses {
+	t.Helper()
+	p := &apiServerProcesses{}
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		comm, rest, ok := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(comm, "(kube-apiserver"):
+			p.pids[0] = pid
+		case strings.HasSuffix(comm, "(etcd"):
+			p.pids[1] = pid
+		}
+	}
+	require.NotZero(t, p.pids[0], "no kube-apiserver child process")
+	require.NotZero(t, p.pids[1], "no etcd child process")
+	return p
+}
+
+// measureIdle measures the two processes' CPU seconds per second over 5 s with no client.
+func (p *apiServerProcesses) measureIdle() {
+	time.Sleep(2 * time.Second) // past the start-up work
+	m := p.raw(func() { time.Sleep(5 * time.Second) })
+	p.idle = [2]float64{m.cpu[0] / m.wall.Seconds(), m.cpu[1] / m.wall.Seconds()}
+}
+
+// cpuSeconds are the CPU seconds kube-apiserver and etcd have used so far.
+func (p *apiServerProcesses) cpuSeconds() [2]float64 {
+	return [2]float64{ducktest.CPUSeconds(p.pids[0]), ducktest.CPUSeconds(p.pids[1])}
+}
+
+type cost struct {
+	cpu  [2]float64 // kube-apiserver, etcd CPU seconds
+	wall time.Duration
+}
+
+func (p *apiServerProcesses) raw(f func()) cost {
+	before := p.cpuSeconds()
+	start := time.Now()
+	f()
+	wall := time.Since(start)
+	after := p.cpuSeconds()
+	return cost{cpu: [2]float64{after[0] - before[0], after[1] - before[1]}, wall: wall}
+}
+
+// measure is f's CPU cost to the two processes less their idle rate over f's duration.
+func (p *apiServerProcesses) measure(t *testing.T, f func()) cost {
+	t.Helper()
+	time.Sleep(time.Second) // let the previous phase's trailing work (watch cache, compaction) pass
+	m := p.raw(f)
+	for i := range m.cpu {
+		m.cpu[i] -= p.idle[i] * m.wall.Seconds()
+	}
+	return m
+}
+
+func (m cost) perWrite(n int) string {
+	ms := func(s float64) float64 { return s * 1000 / float64(n) }
+	return fmt.Sprintf("kube-apiserver %.2f ms + etcd %.2f ms = %.2f ms CPU per write; %.0f writes/s with 8 clients",
+		ms(m.cpu[0]), ms(m.cpu[1]), ms(m.cpu[0]+m.cpu[1]), float64(n)/m.wall.Seconds())
+}
