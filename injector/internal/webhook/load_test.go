@@ -1,9 +1,12 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sort"
 	"strconv"
@@ -23,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/injector/internal/inject"
+	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
 )
 
 // TestLoad creates 1,000 labelled Deployments with concurrency 16 through the real API server with
@@ -157,6 +161,36 @@ func BenchmarkHandler(b *testing.B) {
 				resp := h.Handle(context.Background(), req)
 				if !resp.Allowed || len(resp.Patches) == 0 {
 					b.Fatalf("unexpected response %+v", resp.Result)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkServeHTTP is BenchmarkHandler through the HTTP handler served at Path: reading the body,
+// decoding the AdmissionReview, the handler, encoding the patch and writing the response (TLS and
+// the API server excluded).
+func BenchmarkServeHTTP(b *testing.B) {
+	seed := seedSample(b)
+	for _, bc := range []struct {
+		name string
+		obj  runtime.Object
+	}{
+		{"1-container", deployment("agents", 1, 0)},
+		{"2x20-env", deployment("agents", 2, 20)},
+		{"seed-sample", seed},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := injectorwebhook.HTTPHandler(newHandler())
+			body := review(b, admissionv1.Create, deploymentGVK, bc.obj)
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, injectorwebhook.Path, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"patch":`)) {
+					b.Fatalf("unexpected response %d %s", rec.Code, rec.Body)
 				}
 			}
 		})
