@@ -159,7 +159,7 @@ func BenchmarkHandler(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				resp := h.Handle(context.Background(), req)
-				if !resp.Allowed || len(resp.Patches) == 0 {
+				if !resp.Allowed || len(resp.Patch) == 0 {
 					b.Fatalf("unexpected response %+v", resp.Result)
 				}
 			}
