@@ -95,10 +95,12 @@ func TestLoad(t *testing.T) {
 	// Interleaving would be fairer to a warming API server; run a warm-up first instead.
 	run("warmup", map[string]string{"app": "warmup"})
 	s.timings.reset()
+	handshakes := s.handshakes.Load()
 	rt := readRuntimeMetrics()
 	with := run("with", labelled)
 	rt = readRuntimeMetrics().since(rt)
 	handle, serve := s.timings.sorted()
+	handshakes = s.handshakes.Load() - handshakes
 	without := run("without", map[string]string{"app": "plain"})
 	tmpl := injectedTmpl()
 	preInjected = &tmpl
@@ -113,6 +115,7 @@ func TestLoad(t *testing.T) {
 	p := func(l []time.Duration, q float64) time.Duration { return l[int(q*float64(len(l)-1))] }
 	t.Logf("webhook handler (exact, %d requests): p50 %s, p99 %s, max %s", len(handle), p(handle, .5), p(handle, .99), handle[len(handle)-1])
 	t.Logf("webhook HTTP handler (body read to response written, %d requests): p50 %s, p99 %s, max %s", len(serve), p(serve, .5), p(serve, .99), serve[len(serve)-1])
+	t.Logf("TLS handshakes with the webhook during those %d admissions: %d", len(serve), handshakes)
 	t.Logf("test process (the webhook and its client; the API server and etcd are other processes) during the webhook run: %d GCs, GC pause p99 %s max %s; runnable goroutines waiting for a CPU p99 %s, max %s",
 		rt.gcCycles, rt.gcPauses.quantile(.99), rt.gcPauses.max(), rt.schedLatencies.quantile(.99), rt.schedLatencies.max())
 	t.Logf("API server create, %d Deployments, concurrency %d:", n, concurrency)
