@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +46,16 @@ type suite struct {
 	configPath string
 	watcher    *configmap.Watcher[*config.Config]
 	metrics    *injectorwebhook.Metrics
+	timings    *timings     // exact durations of every admission, for TestLoad
+	handshakes atomic.Int64 // TLS handshakes the webhook server began, for TestLoad
+}
+
+// countHandshakes counts every TLS handshake the server begins (the configuration itself unchanged).
+func (s *suite) countHandshakes(c *tls.Config) {
+	c.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		s.handshakes.Add(1)
+		return nil, nil
+	}
 }
 
 func repoRoot() string {
@@ -81,8 +93,10 @@ func startSuite(t *testing.T) *suite {
 	h := &injectorwebhook.Handler{Config: s.watcher.Current, ExcludedNamespaces: []string{"kube-system", "kagenti-system"}, Metrics: s.metrics}
 
 	o := env.WebhookInstallOptions
-	srv := webhook.NewServer(webhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir})
-	srv.Register(injectorwebhook.Path, injectorwebhook.HTTPHandler(h))
+	srv := webhook.NewServer(webhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir,
+		TLSOpts: []func(*tls.Config){injectorwebhook.HTTP1Only, s.countHandshakes}}) // HTTP/1.1 as NewServer serves
+	s.timings = &timings{}
+	srv.Register(injectorwebhook.Path, s.timings.serveHTTP(injectorwebhook.HTTPHandler(s.timings.handler(h))))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Start(ctx) }()

@@ -1,10 +1,15 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"runtime/metrics"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/injector/internal/inject"
+	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
 )
 
 // TestLoad creates 1,000 labelled Deployments with concurrency 16 through the real API server with
@@ -88,7 +94,13 @@ func TestLoad(t *testing.T) {
 	}
 	// Interleaving would be fairer to a warming API server; run a warm-up first instead.
 	run("warmup", map[string]string{"app": "warmup"})
+	s.timings.reset()
+	handshakes := s.handshakes.Load()
+	rt := readRuntimeMetrics()
 	with := run("with", labelled)
+	rt = readRuntimeMetrics().since(rt)
+	handle, serve := s.timings.sorted()
+	handshakes = s.handshakes.Load() - handshakes
 	without := run("without", map[string]string{"app": "plain"})
 	tmpl := injectedTmpl()
 	preInjected = &tmpl
@@ -101,6 +113,11 @@ func TestLoad(t *testing.T) {
 		h.GetSampleCount(), histQuantile(h, 0.5), histQuantile(h, 0.99),
 		time.Duration(h.GetSampleSum()/float64(h.GetSampleCount())*float64(time.Second)))
 	p := func(l []time.Duration, q float64) time.Duration { return l[int(q*float64(len(l)-1))] }
+	t.Logf("webhook handler (exact, %d requests): p50 %s, p99 %s, max %s", len(handle), p(handle, .5), p(handle, .99), handle[len(handle)-1])
+	t.Logf("webhook HTTP handler (body read to response written, %d requests): p50 %s, p99 %s, max %s", len(serve), p(serve, .5), p(serve, .99), serve[len(serve)-1])
+	t.Logf("TLS handshakes with the webhook during those %d admissions: %d", len(serve), handshakes)
+	t.Logf("test process (the webhook and its client; the API server and etcd are other processes) during the webhook run: %d GCs, GC pause p99 %s max %s; runnable goroutines waiting for a CPU p99 %s, max %s",
+		rt.gcCycles, rt.gcPauses.quantile(.99), rt.gcPauses.max(), rt.schedLatencies.quantile(.99), rt.schedLatencies.max())
 	t.Logf("API server create, %d Deployments, concurrency %d:", n, concurrency)
 	t.Logf("  with webhook:    p50 %s  p99 %s", p(with, .5), p(with, .99))
 	t.Logf("  without webhook: p50 %s  p99 %s", p(without, .5), p(without, .99))
@@ -108,6 +125,115 @@ func TestLoad(t *testing.T) {
 	t.Logf("  ratio p50 %.2f, p99 %.2f; added p50 %s, p99 %s",
 		float64(p(with, .5))/float64(p(without, .5)), float64(p(with, .99))/float64(p(without, .99)),
 		p(with, .5)-p(without, .5), p(with, .99)-p(without, .99))
+}
+
+// timings records the exact duration of every admission twice: around the Handler (the span of its
+// histogram) and around the HTTP handler (reading the body to writing the response).
+type timings struct {
+	mu            sync.Mutex
+	handle, serve []time.Duration
+}
+
+func (tm *timings) handler(h admission.Handler) admission.Handler {
+	return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		start := time.Now()
+		resp := h.Handle(ctx, req)
+		tm.add(&tm.handle, time.Since(start))
+		return resp
+	})
+}
+
+func (tm *timings) serveHTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h.ServeHTTP(w, r)
+		tm.add(&tm.serve, time.Since(start))
+	})
+}
+
+func (tm *timings) add(to *[]time.Duration, d time.Duration) {
+	tm.mu.Lock()
+	*to = append(*to, d)
+	tm.mu.Unlock()
+}
+
+func (tm *timings) reset() {
+	tm.mu.Lock()
+	tm.handle, tm.serve = nil, nil
+	tm.mu.Unlock()
+}
+
+func (tm *timings) sorted() (handle, serve []time.Duration) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	handle, serve = slices.Clone(tm.handle), slices.Clone(tm.serve)
+	slices.Sort(handle)
+	slices.Sort(serve)
+	return handle, serve
+}
+
+// runtimeMetrics are the test process's GC and scheduler figures (runtime/metrics), cumulative.
+type runtimeMetrics struct {
+	gcCycles                 uint64
+	gcPauses, schedLatencies histogram
+}
+
+func readRuntimeMetrics() runtimeMetrics {
+	samples := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/pauses/total/gc:seconds"}, {Name: "/sched/latencies:seconds"}}
+	metrics.Read(samples)
+	return runtimeMetrics{
+		gcCycles:       samples[0].Value.Uint64(),
+		gcPauses:       histogramOf(samples[1].Value.Float64Histogram()),
+		schedLatencies: histogramOf(samples[2].Value.Float64Histogram()),
+	}
+}
+
+// since is what happened between prev and m.
+func (m runtimeMetrics) since(prev runtimeMetrics) runtimeMetrics {
+	return runtimeMetrics{gcCycles: m.gcCycles - prev.gcCycles, gcPauses: m.gcPauses.minus(prev.gcPauses), schedLatencies: m.schedLatencies.minus(prev.schedLatencies)}
+}
+
+type histogram struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func histogramOf(h *metrics.Float64Histogram) histogram {
+	return histogram{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+func (h histogram) minus(prev histogram) histogram {
+	out := histogram{counts: slices.Clone(h.counts), buckets: h.buckets}
+	for i := range out.counts {
+		out.counts[i] -= prev.counts[i]
+	}
+	return out
+}
+
+// quantile is the upper bound of the bucket holding quantile q.
+func (h histogram) quantile(q float64) time.Duration {
+	var total uint64
+	for _, c := range h.counts {
+		total += c
+	}
+	var seen uint64
+	for i, c := range h.counts {
+		seen += c
+		if c > 0 && float64(seen) >= q*float64(total) {
+			return time.Duration(h.buckets[i+1] * float64(time.Second))
+		}
+	}
+	return 0
+}
+
+// max is the upper bound of the highest bucket with a count.
+func (h histogram) max() time.Duration {
+	for i := len(h.counts) - 1; i >= 0; i-- {
+		if h.counts[i] > 0 {
+			return time.Duration(h.buckets[i+1] * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // histQuantile estimates a quantile from a Prometheus histogram by linear interpolation inside the
@@ -155,8 +281,38 @@ func BenchmarkHandler(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				resp := h.Handle(context.Background(), req)
-				if !resp.Allowed || len(resp.Patches) == 0 {
+				if !resp.Allowed || len(resp.Patch) == 0 {
 					b.Fatalf("unexpected response %+v", resp.Result)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkServeHTTP is BenchmarkHandler through the HTTP handler served at Path: reading the body,
+// decoding the AdmissionReview, the handler, encoding the patch and writing the response (TLS and
+// the API server excluded).
+func BenchmarkServeHTTP(b *testing.B) {
+	seed := seedSample(b)
+	for _, bc := range []struct {
+		name string
+		obj  runtime.Object
+	}{
+		{"1-container", deployment("agents", 1, 0)},
+		{"2x20-env", deployment("agents", 2, 20)},
+		{"seed-sample", seed},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := injectorwebhook.HTTPHandler(newHandler())
+			body := review(b, admissionv1.Create, deploymentGVK, bc.obj)
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, injectorwebhook.Path, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"patch":`)) {
+					b.Fatalf("unexpected response %d %s", rec.Code, rec.Body)
 				}
 			}
 		})

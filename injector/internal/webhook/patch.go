@@ -1,10 +1,13 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -15,16 +18,10 @@ import (
 // request, and decoded) into after, when after is a fresh injection of before: injection only adds
 // (annotations, init containers in front, containers and volumes at the end, mounts and variables
 // at the end of the user's containers), so the operations follow from the lengths, without diffing
-// the two documents. ok is false when after is not of that shape; templatePatch diffs then.
-func appendPatch(prefix string, raw json.RawMessage, before, after *corev1.PodTemplateSpec) (ops []jsonpatch.Operation, ok bool) {
+// the two documents. hasMetadata tells whether the template as sent has a metadata object. ok is false when after is not of that shape; templatePatch diffs then.
+func appendPatch(prefix string, hasMetadata bool, before, after *corev1.PodTemplateSpec) (ops []jsonpatch.Operation, ok bool) {
 	b, a := &before.Spec, &after.Spec
 	if len(a.InitContainers) < len(b.InitContainers) || len(a.Containers) < len(b.Containers) || len(a.Volumes) < len(b.Volumes) {
-		return nil, false
-	}
-	var hasMetadata struct {
-		Metadata json.RawMessage `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &hasMetadata); err != nil {
 		return nil, false
 	}
 	add := func(path string, v any) { ops = append(ops, jsonpatch.NewOperation("add", prefix+path, v)) }
@@ -40,7 +37,7 @@ func appendPatch(prefix string, raw json.RawMessage, before, after *corev1.PodTe
 	}
 	switch {
 	case len(added) == 0:
-	case len(hasMetadata.Metadata) == 0 || string(hasMetadata.Metadata) == "null":
+	case !hasMetadata:
 		add("/metadata", map[string]any{"annotations": after.Annotations})
 	case before.Annotations == nil:
 		add("/metadata/annotations", after.Annotations)
@@ -90,4 +87,55 @@ func appendList[T any](add func(string, any), path string, before, after []T) {
 // escape encodes a JSON Pointer reference token (RFC 6901).
 func escape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// maxPooledPatch is the largest buffer kept for reuse: an injection's patch is a few KB.
+const maxPooledPatch = 64 << 10
+
+// patchBuffers are the buffers patches are encoded into: one per admission in flight.
+var patchBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// encodePatch encodes ops as a JSON Patch document, byte for byte as encoding/json encodes the
+// []jsonpatch.Operation (held by TestPatchBytes): "value" is omitted only for an operation other
+// than add and replace without one. Each value is encoded once, into one pooled buffer.
+func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
+	buf := patchBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledPatch { // an unusually large patch does not stay pinned in the pool
+			patchBuffers.Put(buf)
+		}
+	}()
+	buf.Reset()
+	enc := json.NewEncoder(buf) // escapes HTML like json.Marshal; ends each value with a newline
+	encode := func(v any) error {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1)
+		return nil
+	}
+	buf.WriteByte('[')
+	for i := range ops {
+		op := &ops[i]
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(`{"op":`)
+		if err := encode(op.Operation); err != nil {
+			return nil, err
+		}
+		buf.WriteString(`,"path":`)
+		if err := encode(op.Path); err != nil {
+			return nil, err
+		}
+		if op.Value != nil || op.Operation == "add" || op.Operation == "replace" {
+			buf.WriteString(`,"value":`)
+			if err := encode(op.Value); err != nil {
+				return nil, fmt.Errorf("encoding the value of %s %s: %w", op.Operation, op.Path, err)
+			}
+		}
+		buf.WriteByte('}')
+	}
+	buf.WriteByte(']')
+	return bytes.Clone(buf.Bytes()), nil
 }

@@ -97,13 +97,15 @@ func admit(t *testing.T, cfg *config.Config, obj *unstructured.Unstructured) (ma
 	}}
 	resp := h.Handle(context.Background(), req)
 	require.True(t, resp.Allowed, "%+v", resp.Result)
-	var names []string
-	for _, op := range resp.Patches {
-		names = append(names, op.Operation)
+	var ops []struct {
+		Op string `json:"op"`
 	}
-	patch, err := json.Marshal(resp.Patches)
-	require.NoError(t, err)
-	p, err := jsonpatch.DecodePatch(patch)
+	require.NoError(t, json.Unmarshal(resp.Patch, &ops))
+	var names []string
+	for _, op := range ops {
+		names = append(names, op.Op)
+	}
+	p, err := jsonpatch.DecodePatch(resp.Patch)
 	require.NoError(t, err)
 	patched, err := p.Apply(raw)
 	require.NoError(t, err, "the patch applies to the object as sent")

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -65,3 +66,16 @@ func TestSetupRefusesAPlainServer(t *testing.T) {
 // uniqueName names a test's rotator: controller names are unique per process, and tests (and
 // -count repetitions) each add one.
 func uniqueName() string { return "test-rotator-" + strings.ToLower(rand.Text()) }
+
+// TestNewServerServesHTTP1Only: the server offers HTTP/1.1 alone in the TLS handshake, where
+// controller-runtime offers h2 (see HTTP1Only for why).
+func TestNewServerServesHTTP1Only(t *testing.T) {
+	srv := webhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: 1})
+	def, ok := srv.Server.(*ctrlwebhook.DefaultServer)
+	require.True(t, ok, "%T", srv.Server)
+	cfg := &tls.Config{NextProtos: []string{"h2"}} // what controller-runtime starts from
+	for _, opt := range def.Options.TLSOpts {
+		opt(cfg)
+	}
+	assert.Equal(t, []string{"http/1.1"}, cfg.NextProtos)
+}

@@ -15,8 +15,8 @@ import (
 // unstructured and converting the template by reflection (pkg/duck) cost the admission path several
 // times the injection itself.
 type workload struct {
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
 		Template    json.RawMessage `json:"template"` // Deployment, StatefulSet, DaemonSet, Job
 		JobTemplate *struct {
 			Spec struct {
@@ -24,6 +24,26 @@ type workload struct {
 			} `json:"spec"`
 		} `json:"jobTemplate"` // CronJob
 	} `json:"spec"`
+}
+
+// objectMeta is the part of the metadata the handler reads. The rest (managedFields above all, which
+// the API server fills in before admission) is skipped by the decoder without being allocated.
+type objectMeta struct {
+	Name            string                  `json:"name,omitempty"`
+	GenerateName    string                  `json:"generateName,omitempty"`
+	Labels          map[string]string       `json:"labels,omitempty"`
+	Annotations     map[string]string       `json:"annotations,omitempty"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+}
+
+// controlled reports whether another object is the controller of this one.
+func (m *objectMeta) controlled() bool {
+	for _, r := range m.OwnerReferences {
+		if r.Controller != nil && *r.Controller {
+			return true
+		}
+	}
+	return false
 }
 
 // decode decodes data into v as the API server does: keys match case-sensitively, so a key the API
@@ -45,15 +65,24 @@ func (w *workload) podTemplate(kind string) (json.RawMessage, []string) {
 	return w.Spec.Template, []string{"spec", "template"}
 }
 
-// readPodTemplate decodes the pod template raw, found at path in the object named name of kind.
-// Anything but a JSON object there (absent, null) is no pod template, as for pkg/duck.
-func readPodTemplate(raw json.RawMessage, kind, name string, path []string) (*corev1.PodTemplateSpec, error) {
+// readPodTemplate decodes the pod template raw, found at path in the object named name of kind, in
+// one pass. hasMetadata reports whether raw has a metadata object (not absent, not null), which
+// decides how a patch adds the first annotation. Anything but a JSON object at path (absent, null)
+// is no pod template, as for pkg/duck.
+func readPodTemplate(raw json.RawMessage, kind, name string, path []string) (t *corev1.PodTemplateSpec, hasMetadata bool, err error) {
 	if len(raw) == 0 || raw[0] != '{' {
-		return nil, fmt.Errorf("%s %q has no pod template at %s", kind, name, strings.Join(path, "."))
+		return nil, false, fmt.Errorf("%s %q has no pod template at %s", kind, name, strings.Join(path, "."))
 	}
-	var t corev1.PodTemplateSpec
-	if err := decode(raw, &t); err != nil {
-		return nil, fmt.Errorf("reading pod template of %s %q: %w", kind, name, err)
+	var decoded struct {
+		Metadata *metav1.ObjectMeta `json:"metadata"`
+		Spec     corev1.PodSpec     `json:"spec"`
 	}
-	return &t, nil
+	if err := decode(raw, &decoded); err != nil {
+		return nil, false, fmt.Errorf("reading pod template of %s %q: %w", kind, name, err)
+	}
+	t = &corev1.PodTemplateSpec{Spec: decoded.Spec}
+	if decoded.Metadata != nil {
+		t.ObjectMeta = *decoded.Metadata
+	}
+	return t, decoded.Metadata != nil, nil
 }
