@@ -41,7 +41,9 @@ const DefaultSyncPeriod = 30 * time.Second
 
 // CardReconciler syncs AgentCards: resolve pods, fetch each one's card, verify, write status.
 type CardReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// PodIndex looks pods up by label (IndexPodLabels); nil: through Client's field index.
+	PodIndex PodIndex
 	Resolver *duck.Resolver
 	Fetcher  *fetch.Fetcher
 	Trust    *TrustStore

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
@@ -75,12 +77,46 @@ var unindexedPodLabels = map[string]bool{
 	"batch.kubernetes.io/job-completion-index": true,
 }
 
-// IndexPodLabels registers PodLabelIndex.
-func IndexPodLabels(ctx context.Context, indexer client.FieldIndexer) error {
-	return indexer.IndexField(ctx, &corev1.Pod{}, PodLabelIndex, podIndexValues)
+// PodIndex looks the cached pods up by PodLabelIndex.
+type PodIndex interface {
+	ByIndex(indexName, indexedValue string) ([]any, error)
 }
 
-// podIndexValues are a pod's entries in PodLabelIndex.
+// IndexPodLabels registers PodLabelIndex on the pod informer of c and returns the index to look
+// pods up by, keyed "namespace/key=value". It is registered on the informer itself rather than
+// through the manager's field indexer, which stores every value twice (once per namespace and
+// once more under a cluster-wide key no sync asks for): a third of the controller's index entries
+// at 1,000 AgentCards × 3 pods. A cache that is not one informer per kind (a manager watching a
+// list of namespaces) gets the field index instead, and a nil PodIndex.
+func IndexPodLabels(ctx context.Context, c cache.Cache) (PodIndex, error) {
+	inf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	if si, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
+		if err := inf.AddIndexers(toolscache.Indexers{PodLabelIndex: namespacedPodIndexValues}); err != nil {
+			return nil, err
+		}
+		return si.GetIndexer(), nil
+	}
+	return nil, c.IndexField(ctx, &corev1.Pod{}, PodLabelIndex, podIndexValues)
+}
+
+// namespacedPodIndexValues are a pod's entries in the informer's PodLabelIndex:
+// "namespace/key=value".
+func namespacedPodIndexValues(obj any) ([]string, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("pod index: %T is not an object", obj)
+	}
+	vals := podIndexValues(o)
+	for i, v := range vals {
+		vals[i] = o.GetNamespace() + "/" + v
+	}
+	return vals, nil
+}
+
+// podIndexValues are a pod's labels as PodLabelIndex keeps them ("key=value").
 func podIndexValues(o client.Object) []string {
 	out := make([]string, 0, len(o.GetLabels()))
 	for k, v := range o.GetLabels() {
@@ -112,11 +148,15 @@ func indexedRequirement(sel labels.Selector) (string, bool) {
 
 // selectedPods lists the selected pods by name. Only those isServing are fetched; the others
 // keep a verdict given while they served (same pod, same IP), so a readiness blip does not take
-// the label away. The pods are the cache's own (shallow copies, without a deep copy per pod and
+// the label away. The pods are shallow copies of the cache's own (no deep copy per pod and
 // sync): read-only, their labels above all.
 func (r *CardReconciler) selectedPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
+	label, indexed := indexedRequirement(sel)
+	if indexed && r.PodIndex != nil {
+		return r.indexedPods(namespace+"/"+label, sel)
+	}
 	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
-	if label, ok := indexedRequirement(sel); ok {
+	if indexed {
 		opts = append(opts, client.MatchingFields{PodLabelIndex: label})
 	}
 	var list corev1.PodList
@@ -125,6 +165,23 @@ func (r *CardReconciler) selectedPods(ctx context.Context, namespace string, sel
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 	return list.Items, nil
+}
+
+// indexedPods lists the pods of PodIndex's entry key that sel matches, sorted by name.
+func (r *CardReconciler) indexedPods(key string, sel labels.Selector) ([]corev1.Pod, error) {
+	objs, err := r.PodIndex.ByIndex(PodLabelIndex, key)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if ok && sel.Matches(labels.Set(p.Labels)) {
+			pods = append(pods, *p)
+		}
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	return pods, nil
 }
 
 // isServing: Ready, with an IP, running and not terminating.

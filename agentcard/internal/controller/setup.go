@@ -93,7 +93,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
-	if err := IndexPodLabels(ctx, mgr.GetFieldIndexer()); err != nil {
+	podIndex, err := IndexPodLabels(ctx, mgr.GetCache())
+	if err != nil {
 		return err
 	}
 	trust := &TrustStore{}
@@ -101,6 +102,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	verified := newVerifiedPods()
 	r := &CardReconciler{
 		Client:   mgr.GetClient(),
+		PodIndex: podIndex,
 		Resolver: duck.NewManagerResolver(mgr),
 		Fetcher:  fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
 		Trust:    trust,

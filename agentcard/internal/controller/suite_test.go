@@ -23,6 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -43,11 +44,13 @@ const (
 var (
 	k8s client.Client
 	// cached reads through the controller's own cache.
-	cached  client.Reader
-	cs      kubernetes.Interface
-	restCfg *rest.Config
-	ca      *devca.CA
-	discURL string
+	cached client.Reader
+	// podCache is the controller's cache, to look at its pod informer.
+	podCache cache.Cache
+	cs       kubernetes.Interface
+	restCfg  *rest.Config
+	ca       *devca.CA
+	discURL  string
 )
 
 func TestMain(m *testing.M) {
@@ -106,6 +109,7 @@ func run(m *testing.M) int {
 	}
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	cached = mgr.GetClient()
+	podCache = mgr.GetCache()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	mustCreate(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: bundleNS}})

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
@@ -111,4 +112,50 @@ func BenchmarkTrimmedPodFootprint(b *testing.B) {
 		runtime.KeepAlive(kept)
 	}
 	b.ReportMetric(float64(retained)/n, "retained-B/pod")
+}
+
+// BenchmarkPodLabelIndexFootprint reports the heap PodLabelIndex holds for 3,000 cached pods of
+// 1,000 AgentCards (3 pods each, labels app=<card>, tier=agent and a pod-template-hash), as the
+// informer's indexer keeps it: "namespaced" is namespacedPodIndexValues (IndexPodLabels),
+// "field-indexer" the same values as the manager's field indexer stores them, each a second time
+// under its cluster-wide "__all_namespaces/" key.
+func BenchmarkPodLabelIndexFootprint(b *testing.B) {
+	const n = 3000
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		p, _ := TrimPod(fullPod(i))
+		pods[i] = p.(*corev1.Pod)
+		pods[i].Labels = internLabels(map[string]string{"app": fmt.Sprintf("agent-%04d", i/3), "tier": "agent", "pod-template-hash": "7b6c8747f"})
+	}
+	fieldIndexer := func(obj any) ([]string, error) {
+		vals, err := namespacedPodIndexValues(obj)
+		for _, v := range podIndexValues(obj.(*corev1.Pod)) {
+			vals = append(vals, "__all_namespaces/"+v)
+		}
+		return vals, err
+	}
+	for _, bc := range []struct {
+		name  string
+		index toolscache.IndexFunc
+	}{{"namespaced", namespacedPodIndexValues}, {"field-indexer", fieldIndexer}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var retained uint64
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{PodLabelIndex: bc.index})
+				for _, p := range pods {
+					if err := indexer.Add(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				retained = after.HeapAlloc - before.HeapAlloc
+				runtime.KeepAlive(indexer)
+			}
+			b.ReportMetric(float64(retained)/n, "retained-B/pod")
+		})
+	}
 }
