@@ -77,10 +77,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.NotOwnedRetry == 0 {
 		opts.NotOwnedRetry = 10 * time.Second
 	}
-	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentTrace{}); err != nil {
+	// Every lookup through the two indexes names a namespace: they are kept namespaced only
+	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
+	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentTrace{}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
+	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
 		return err
 	}
 	events := mgr.GetEventRecorder(Name)
