@@ -105,14 +105,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
-	for _, gvk := range duck.BuiltinKinds() {
-		// The resolver reads these kinds from the same typed informers (duck.NewManagerResolver),
-		// so a reconcile costs no API read of its workload.
-		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList))
-	}
-	if err := b.Complete(r); err != nil {
+	c, err := b.Build(r)
+	if err != nil {
 		return err
 	}
+	// The built-in workload kinds are watched from the first TokenExchange that targets each
+	// (duck.WorkloadWatches): the resolver reads them from the same typed informers
+	// (duck.NewManagerResolver), so a reconcile costs no API read of its workload, and a kind no
+	// TokenExchange targets (ReplicaSets, Jobs) is not cached.
+	r.Workloads = &duck.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(), NewList: newList}
 	if opts.Webhook != nil {
 		return webhook.Setup(mgr, *opts.Webhook, mgr.GetLogger().WithName("webhook"))
 	}
