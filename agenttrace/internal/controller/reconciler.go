@@ -42,7 +42,7 @@ type Reconciler struct {
 	Options  Options
 	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
 	// Reconciler without a manager.
-	Workloads *workloadWatches
+	Workloads *duck.WorkloadWatches
 }
 
 // Reconcile: render the trace ConfigMap of the AgentTrace's target, apply it, and set the status
@@ -75,7 +75,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s status) (ctrl.Result, error) {
 	// Watched before it is read, so a target missing now is seen when it appears.
 	if r.Workloads != nil {
-		if err := r.Workloads.ensure(at.Spec.TargetRef); err != nil {
+		if err := r.Workloads.Ensure(at.Spec.TargetRef); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

@@ -3,16 +3,12 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap"
@@ -77,10 +72,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.NotOwnedRetry == 0 {
 		opts.NotOwnedRetry = 10 * time.Second
 	}
-	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentTrace{}); err != nil {
+	// Every lookup through the two indexes names a namespace: they are kept namespaced only
+	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
+	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentTrace{}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
+	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
 		return err
 	}
 	events := mgr.GetEventRecorder(Name)
@@ -106,48 +103,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	r.Workloads = &workloadWatches{controller: c, cache: mgr.GetCache(), client: mgr.GetClient()}
-	return nil
-}
-
-// workloadWatches watches a built-in workload kind from the first reconcile of an AgentTrace that
-// targets it, not from the start: each watch is an informer caching every object of its kind in
-// the cluster (ReplicaSets: up to ten per Deployment), which a cluster whose AgentTraces target
-// only Deployments never reads. An informer started late replays what it holds to the handler, so
-// a workload created before the watch still reaches its AgentTraces.
-type workloadWatches struct {
-	controller controller.Controller
-	cache      cache.Cache
-	client     client.Client
-
-	mu      sync.Mutex
-	watched map[schema.GroupKind]bool
-}
-
-// ensure starts the watch of ref's kind when it is a built-in workload kind not watched yet. Other
-// kinds are read from the API server (duck.NewManagerResolver) and not watched.
-func (w *workloadWatches) ensure(ref duck.TargetRef) error {
-	if gvk, err := ref.GroupVersionKind(); err == nil && slices.Contains(duck.BuiltinKinds(), gvk) {
-		return w.watch(gvk)
-	}
-	return nil // an invalid reference is the resolver's to report
-}
-
-func (w *workloadWatches) watch(gvk schema.GroupVersionKind) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.watched[gvk.GroupKind()] {
-		return nil
-	}
-	// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
-	if err := w.controller.Watch(source.Kind[client.Object](w.cache, duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(w.client, gvk.GroupKind(),
-		func() client.ObjectList { return &v1alpha1.AgentTraceList{} }))); err != nil {
-		return fmt.Errorf("watching %s: %w", gvk.Kind, err)
-	}
-	if w.watched == nil {
-		w.watched = map[schema.GroupKind]bool{}
-	}
-	w.watched[gvk.GroupKind()] = true
+	r.Workloads = &duck.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(),
+		NewList: func() client.ObjectList { return &v1alpha1.AgentTraceList{} }}
 	return nil
 }
 

@@ -37,6 +37,9 @@ type Reconciler struct {
 	Recorder recorder.EventRecorder
 	// Pods reads which configuration the pods' identity sidecars run (propagation.go).
 	Pods *PodStatusProber
+	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
+	// Reconciler without a manager.
+	Workloads *duck.WorkloadWatches
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=tokenexchanges,verbs=get;list;watch
@@ -81,6 +84,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, s status) (ctrl.Result, error) {
 	ref := te.Spec.TargetRef
+	// Watched before it is read, so a target missing now is seen when it appears.
+	if r.Workloads != nil {
+		if err := r.Workloads.Ensure(ref); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	w, err := r.Resolver.Resolve(ctx, te.Namespace, ref)
 	if err != nil {
 		reason := duck.ReasonOf(err)

@@ -55,17 +55,19 @@ func podTokenExchangeConfigMap(o client.Object) []string {
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
-	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.TokenExchange{}); err != nil {
+	// Every lookup through the three indexes names a namespace: they are kept namespaced only
+	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
+	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}); err != nil {
 		return err
 	}
 	// Pods by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods,
 	// not every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
+	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
 		return err
 	}
 	// TokenExchanges by the ConfigMap they render: a pod event finds its TokenExchange through the
 	// ConfigMap its token-exchange volume mounts (podReferrers).
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.TokenExchange{}, tokenExchangeConfigMapIndex, tokenExchangeConfigMap); err != nil {
+	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}, tokenExchangeConfigMapIndex, tokenExchangeConfigMap); err != nil {
 		return err
 	}
 	events := mgr.GetEventRecorder(Name)
@@ -103,14 +105,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
-	for _, gvk := range duck.BuiltinKinds() {
-		// The resolver reads these kinds from the same typed informers (duck.NewManagerResolver),
-		// so a reconcile costs no API read of its workload.
-		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), newList))
-	}
-	if err := b.Complete(r); err != nil {
+	c, err := b.Build(r)
+	if err != nil {
 		return err
 	}
+	// The built-in workload kinds are watched from the first TokenExchange that targets each
+	// (duck.WorkloadWatches): the resolver reads them from the same typed informers
+	// (duck.NewManagerResolver), so a reconcile costs no API read of its workload, and a kind no
+	// TokenExchange targets (ReplicaSets, Jobs) is not cached.
+	r.Workloads = &duck.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(), NewList: newList}
 	if opts.Webhook != nil {
 		return webhook.Setup(mgr, *opts.Webhook, mgr.GetLogger().WithName("webhook"))
 	}

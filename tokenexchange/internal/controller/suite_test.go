@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -44,8 +45,9 @@ import (
 const SkipWebhookLabel = "test.kagenti.io/skip-webhook"
 
 var (
-	k8s    client.WithWatch // direct (uncached) client for the tests
-	scheme = k8sruntime.NewScheme()
+	k8s     client.WithWatch // direct (uncached) client for the tests
+	scheme  = k8sruntime.NewScheme()
+	testCfg *rest.Config // the API server's, for tests that run a manager of their own
 )
 
 func TestMain(m *testing.M) {
@@ -93,6 +95,7 @@ func run(m *testing.M) int {
 	// As ctrl.GetConfig does for the binary: no client-side rate limit (the API server's priority
 	// and fairness applies); envtest's config would otherwise get client-go's 5 QPS.
 	cfg.QPS = -1
+	testCfg = cfg
 	wo := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
