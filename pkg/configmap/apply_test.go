@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,7 +39,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	_ = clientgoscheme.AddToScheme(testScheme)
-	env := &envtest.Environment{}
+	// envtest's default start timeout, 20 s, is shorter than kube-apiserver's start on two loaded cores.
+	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute}
 	cfg, err := env.Start()
 	if err != nil {
 		println("starting envtest:", err.Error())

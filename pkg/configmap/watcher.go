@@ -101,6 +101,9 @@ func (w *Watcher[T]) Run(ctx context.Context) error {
 			w.log.Error(err, "configuration rejected; keeping the last good one")
 		}
 	}
+	// A change written after NewWatcher's load and before the watch was added sent no event: read
+	// the file once now, or it would wait for the next poll.
+	reload()
 	for {
 		select {
 		case <-ctx.Done():

@@ -55,8 +55,9 @@ func TestWatcherFollowsConfigMapVolumeUpdates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond) // let the watch start
 
+	// Written before or after Run added its watch (Run reads the file once after adding it); the
+	// writes after this one are seen through the watch alone, since it is in place once v2 is.
 	writeLikeKubelet(t, dir, "image=sidecar:v2")
 	require.Eventually(t, func() bool { return w.Current().Image == "sidecar:v2" }, 10*time.Second, 20*time.Millisecond)
 
@@ -68,6 +69,25 @@ func TestWatcherFollowsConfigMapVolumeUpdates(t *testing.T) {
 	writeLikeKubelet(t, dir, "image=sidecar:v3")
 	require.Eventually(t, func() bool { return w.Current().Image == "sidecar:v3" }, 10*time.Second, 20*time.Millisecond)
 	assert.GreaterOrEqual(t, loads.Load(), int32(2))
+}
+
+// TestWatcherSeesAChangeBeforeRun: kubelet may update the volume between the binary's first load
+// (NewWatcher) and the watch being added (Run); that change sent no event to anyone, and must not
+// wait for the next poll (5 s by default; an hour here, so only the fix can pass). Before the fix,
+// TestWatcherFollowsConfigMapVolumeUpdates relied on a 100 ms "let the watch start" sleep, which a
+// loaded machine can outlast.
+func TestWatcherSeesAChangeBeforeRun(t *testing.T) {
+	dir := t.TempDir()
+	writeLikeKubelet(t, dir, "image=sidecar:v1")
+	w, err := NewWatcher(filepath.Join(dir, "config"), parseTestConfig, logr.Discard())
+	require.NoError(t, err)
+	w.SetPollInterval(time.Hour)
+	writeLikeKubelet(t, dir, "image=sidecar:v2") // before Run: no watch yet
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	require.Eventually(t, func() bool { return w.Current().Image == "sidecar:v2" }, 10*time.Second, 20*time.Millisecond)
 }
 
 func TestWatcherPollsWithoutEvents(t *testing.T) {

@@ -67,8 +67,9 @@ func TestLoad(t *testing.T) {
 	t.Logf("load average at start: %s", ducktest.Loadavg())
 
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{testsupport.CRDDir(), testsupport.TektonCRDDir(t)},
-		ErrorIfCRDPathMissing: true,
+		CRDDirectoryPaths:        []string{testsupport.CRDDir(), testsupport.TektonCRDDir(t)},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: testsupport.ControlPlaneStartTimeout,
 	}
 	cfg, err := env.Start()
 	require.NoError(t, err)

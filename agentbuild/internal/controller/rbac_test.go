@@ -48,9 +48,10 @@ import (
 func TestShippedRBACScopesBuilds(t *testing.T) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)))
 	testEnv := &envtest.Environment{
-		CRDDirectoryPaths:     []string{testsupport.CRDDir(), testsupport.TektonCRDDir(t)},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: testsupport.Assets(t),
+		CRDDirectoryPaths:        []string{testsupport.CRDDir(), testsupport.TektonCRDDir(t)},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: testsupport.ControlPlaneStartTimeout,
+		BinaryAssetsDirectory:    testsupport.Assets(t),
 	}
 	cfg, err := testEnv.Start()
 	require.NoError(t, err, "starting envtest (KUBEBUILDER_ASSETS=%s)", testEnv.BinaryAssetsDirectory)

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -115,6 +116,12 @@ func tektonModuleDir(t testing.TB) string {
 	}
 	return dir
 }
+
+// ControlPlaneStartTimeout is how long envtest waits for etcd and kube-apiserver to answer. Its
+// default, 20 s, is shorter than kube-apiserver's start on two loaded cores: beside other test
+// processes (load average 15-20) all five retries timed out and the package failed before a test
+// ran. The Makefile's KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=2m covers make test, not a plain go test.
+const ControlPlaneStartTimeout = 2 * time.Minute
 
 // Assets returns KUBEBUILDER_ASSETS or fails the test with a clear message.
 func Assets(t testing.TB) string {
