@@ -3,7 +3,6 @@ package webhook_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,14 +22,15 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-var updatePatches = flag.Bool("update-patches", false, "rewrite testdata/patches from the handler's answers")
+// updatePatches rewrites testdata/patches from the handler's answers (the repository's golden switch).
+var updatePatches = os.Getenv("UPDATE_GOLDEN") == "1"
 
 // TestPatchBytes holds the JSON Patch the webhook answers, byte for byte as the API server receives
 // it, for every golden of the inject package admitted without its injection (as in
 // TestAppendPatchEqualsFullDocument). It keeps a change of how the patch is built or encoded from
 // changing what is sent. When the injection itself changes (the goldens), rewrite the files:
 //
-//	go test ./injector/internal/webhook/ -run TestPatchBytes -update-patches
+//	UPDATE_GOLDEN=1 go test ./injector/internal/webhook/ -run TestPatchBytes
 func TestPatchBytes(t *testing.T) {
 	goldens, err := filepath.Glob("../inject/testdata/golden/*.yaml")
 	require.NoError(t, err)
@@ -78,12 +78,12 @@ func TestPatchBytes(t *testing.T) {
 			require.NotEmpty(t, ar.Response.Patch)
 
 			want := filepath.Join("testdata", "patches", strings.TrimSuffix(filepath.Base(file), ".yaml")+".json")
-			if *updatePatches {
+			if updatePatches {
 				require.NoError(t, os.MkdirAll(filepath.Dir(want), 0o755))
 				require.NoError(t, os.WriteFile(want, ar.Response.Patch, 0o644))
 			}
 			b, err := os.ReadFile(want)
-			require.NoError(t, err, "no recorded patch: run with -update-patches")
+			require.NoError(t, err, "no recorded patch: run with UPDATE_GOLDEN=1")
 			require.Equal(t, string(b), string(ar.Response.Patch), "the patch sent for %s changed", file)
 		})
 	}
