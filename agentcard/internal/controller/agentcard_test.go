@@ -119,7 +119,7 @@ func TestSelectorModeSignedCardETagAndIdleWrites(t *testing.T) {
 		require.NotNil(t, e, p)
 		assert.Equal(t, v1alpha1.FetchSuccess, e.FetchStatus)
 		assert.Equal(t, c.Status.CardHash, e.CardHash)
-		assert.True(t, strings.HasSuffix(e.URL, ":18481/.well-known/agent-card.json"), e.URL)
+		assert.True(t, strings.HasSuffix(e.URL, fmt.Sprintf(":%d/.well-known/agent-card.json", cardPort)), e.URL)
 	}
 	require.NotNil(t, c.Status.Signature)
 	assert.True(t, c.Status.Signature.Verified, c.Status.Signature.Message)

@@ -38,8 +38,21 @@ import (
 const (
 	bundleNS   = "kagenti-system"
 	bundleName = "spire-bundle"
-	cardPort   = 18481
 )
+
+// cardPort is the port the test pods serve their cards on: chosen per test process, so that two
+// runs of this suite at once (two worktrees, or go test beside make test) do not bind the same
+// loopback pod IP and port.
+var cardPort = freeLoopbackPort()
+
+func freeLoopbackPort() int32 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("choosing the test pods' card port: %v", err))
+	}
+	defer func() { _ = ln.Close() }()
+	return int32(ln.Addr().(*net.TCPAddr).Port)
+}
 
 var (
 	k8s client.Client
