@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,13 +19,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
 
 func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
@@ -118,27 +116,9 @@ func TestCacheIndexesOnlyWhatIsLookedUp(t *testing.T) {
 // AgentTrace targets it; a target of that kind created afterwards still reaches its AgentTrace.
 func TestWorkloadKindsWatchedOnceTargeted(t *testing.T) {
 	ns := newNamespace(t)
-	var mu sync.Mutex
-	informers := map[string]bool{}
 	opts := CacheOptions()
 	opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
-		if gvk, err := apiutil.GVKForObject(obj, testScheme); err == nil && slices.Contains(duck.BuiltinKinds(), gvk) {
-			mu.Lock()
-			informers[gvk.Kind] = true
-			mu.Unlock()
-		}
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
-	}
-	watched := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		var kinds []string
-		for k := range informers {
-			kinds = append(kinds, k)
-		}
-		return kinds
-	}
+	watched := ducktest.RecordInformers(&opts, testScheme, duck.BuiltinKinds())
 	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: opts, Client: ClientOptions(), Controller: config.Controller{SkipNameValidation: ptr(true)}})
 	require.NoError(t, err)

@@ -4,24 +4,20 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/ducktest"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
 )
@@ -32,27 +28,9 @@ import (
 func TestWorkloadKindsWatchedOnceTargeted(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	var mu sync.Mutex
-	informers := map[string]bool{}
 	opts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: controller.CacheByObject(),
 		DefaultNamespaces: map[string]cache.Config{ns: {}}}
-	opts.NewInformer = func(lw toolscache.ListerWatcher, obj k8sruntime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
-		if gvk, err := apiutil.GVKForObject(obj, scheme); err == nil && slices.Contains(duck.BuiltinKinds(), gvk) {
-			mu.Lock()
-			informers[gvk.Kind] = true
-			mu.Unlock()
-		}
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
-	}
-	watched := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		var kinds []string
-		for k := range informers {
-			kinds = append(kinds, k)
-		}
-		return kinds
-	}
+	watched := ducktest.RecordInformers(&opts, scheme, duck.BuiltinKinds())
 	// A second instance beside the suite's (its controller name is taken): the suite's reconciles
 	// the same objects to the same result; this one's informers are what the test counts.
 	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
