@@ -153,6 +153,8 @@ func TestLoad(t *testing.T) {
 	t.Logf("LOAD created %d ready pods and %d AgentCards in %v (before the controller started); load average %s",
 		n*podsPer, n, time.Since(start).Round(time.Millisecond), ducktest.Loadavg())
 
+	server := ducktest.FindControlPlane(t)
+	serverStart := server.CPUSeconds()
 	ctl := startController(t, bin, dir)
 	t.Cleanup(ctl.stop)
 	cpuProfileWritten := ducktest.StartCPUProfile(t, ctl.pprofAddr)
@@ -174,12 +176,15 @@ func TestLoad(t *testing.T) {
 	}), "not every AgentCard became Ready")
 	firstSync := time.Since(ctl.started)
 	cpuSynced := ducktest.CPUSeconds(ctl.pid)
+	serverSynced := server.CPUSeconds()
 	rssSynced := [3]float64{ducktest.ProcStatus(ctl.pid, "VmRSS"), ducktest.ProcStatus(ctl.pid, "RssAnon"), ducktest.ProcStatus(ctl.pid, "RssFile")}
 	memSynced := ducktest.GoMemStats(t, ctl.metricsAddr)
 	synced := ducktest.MustRequests(t, ctl.metricsAddr) // since the process started
 	t.Logf("LOAD n=%d AgentCards × %d pods: first full sync (every AgentCard Ready, Synced, %d entries) %v after the controller started (polled every %v); load average %s",
 		n, podsPer, podsPer, firstSync.Round(time.Millisecond), poll, ducktest.Loadavg())
 	t.Logf("LOAD controller CPU for the first sync (user+system, load-independent): %.2f s", cpuSynced)
+	t.Logf("LOAD API server CPU from the controller's start until synced (the test's own polls included): kube-apiserver %.2f s, etcd %.2f s",
+		serverSynced[0]-serverStart[0], serverSynced[1]-serverStart[1])
 	t.Logf("LOAD API requests per AgentCard for the first sync: %s", synced.PerObject(n))
 	cpuProfileWritten()
 	t.Logf("LOAD controller RSS when synced: %.1f MiB (anonymous %.1f, file-backed %.1f); Go heap in use %.1f MiB; live heap %.1f MiB (after a forced GC)",

@@ -145,11 +145,11 @@ func TestLoad(t *testing.T) {
 		verified[i] = i%2 == 0
 	}
 
-	serverBefore := server.cpuSeconds()
+	serverBefore := server.CPUSeconds()
 	proc := ctl.start(t)
 	cpuProfileWritten := ducktest.StartCPUProfile(t, proc.pprofAddr)
 	waitConverged(ctx, t, w, verified, proc.started, 90*time.Minute, "first sync")
-	serverAfter := server.cpuSeconds()
+	serverAfter := server.CPUSeconds()
 	t.Logf("LOAD API server CPU time from the controller's start until converged (the test's own watch and 1 s polls included): kube-apiserver %.2f s, etcd %.2f s",
 		serverAfter[0]-serverBefore[0], serverAfter[1]-serverBefore[1])
 	rssConverged := [3]float64{ducktest.ProcStatus(proc.pid, "VmRSS"), ducktest.ProcStatus(proc.pid, "RssAnon"), ducktest.ProcStatus(proc.pid, "RssFile")}

@@ -256,40 +256,14 @@ func refresh(t *testing.T, c client.Client, list []*unstructured.Unstructured) {
 // apiServerProcesses are the envtest kube-apiserver and etcd this test started, and their CPU
 // seconds per second when idle.
 type apiServerProcesses struct {
-	pids [2]int
+	ducktest.ControlPlane
 	idle [2]float64
 }
 
 // controlPlane finds the kube-apiserver and etcd processes among this test's children (envtest's).
 func controlPlane(t *testing.T) *apiServerProcesses {
 	t.Helper()
-	p := &apiServerProcesses{}
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		comm, rest, ok := strings.Cut(string(b), ") ")
-		f := strings.Fields(rest)
-		if !ok || len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		switch {
-		case strings.HasSuffix(comm, "(kube-apiserver"):
-			p.pids[0] = pid
-		case strings.HasSuffix(comm, "(etcd"):
-			p.pids[1] = pid
-		}
-	}
-	require.NotZero(t, p.pids[0], "no kube-apiserver child process")
-	require.NotZero(t, p.pids[1], "no etcd child process")
-	return p
+	return &apiServerProcesses{ControlPlane: ducktest.FindControlPlane(t)}
 }
 
 // measureIdle measures the two processes' CPU seconds per second over 5 s with no client.
@@ -299,22 +273,17 @@ func (p *apiServerProcesses) measureIdle() {
 	p.idle = [2]float64{m.cpu[0] / m.wall.Seconds(), m.cpu[1] / m.wall.Seconds()}
 }
 
-// cpuSeconds are the CPU seconds kube-apiserver and etcd have used so far.
-func (p *apiServerProcesses) cpuSeconds() [2]float64 {
-	return [2]float64{ducktest.CPUSeconds(p.pids[0]), ducktest.CPUSeconds(p.pids[1])}
-}
-
 type cost struct {
 	cpu  [2]float64 // kube-apiserver, etcd CPU seconds
 	wall time.Duration
 }
 
 func (p *apiServerProcesses) raw(f func()) cost {
-	before := p.cpuSeconds()
+	before := p.CPUSeconds()
 	start := time.Now()
 	f()
 	wall := time.Since(start)
-	after := p.cpuSeconds()
+	after := p.CPUSeconds()
 	return cost{cpu: [2]float64{after[0] - before[0], after[1] - before[1]}, wall: wall}
 }
 
