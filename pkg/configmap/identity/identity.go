@@ -45,12 +45,3 @@ func BuiltIn(name string) (string, bool) {
 	v, ok := builtIn[name]
 	return v, ok
 }
-
-// Names returns the variables that have a built-in value.
-func Names() []string {
-	out := make([]string, 0, len(builtIn))
-	for k := range builtIn {
-		out = append(out, k)
-	}
-	return out
-}
