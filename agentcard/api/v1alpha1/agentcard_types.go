@@ -227,6 +227,7 @@ type AgentCardStatus struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
+	// +mapType=atomic
 	Card *runtime.RawExtension `json:"card,omitempty"`
 	// CardHash is the SHA-256 of the card's RFC 8785 canonical form.
 	// +optional

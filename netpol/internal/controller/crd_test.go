@@ -2,16 +2,20 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kagenti/platform/netpol/internal/resources"
+	"github.com/kagenti/platform/netpol/internal/view"
 )
 
 // TestCRDInstalledLater: netpol starts on an API server without the AgentCard CRD, says so in its
@@ -56,4 +60,46 @@ func TestCRDInstalledLater(t *testing.T) {
 		}
 		return np.Annotations[resources.PolicyKindAnnotation] == resources.Restrictive, "kind " + np.Annotations[resources.PolicyKindAnnotation]
 	})
+}
+
+// TestCachedCardIsOneManagedField: the AgentCard CRD declares status.card an atomic map, so the
+// cached A2A card is one entry in managedFields, whatever its content, and the API server does not
+// track (and store, and convert on every write) a field path per key of the card. A second
+// document replaces the first as a whole.
+func TestCachedCardIsOneManagedField(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	agentCard(t, k8s, ns, "atomic-card", targetSpec("Deployment", "atomic-card"))
+	apply := func(card map[string]any) *unstructured.Unstructured {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": view.GroupVersion.String(), "kind": "AgentCard",
+			"metadata": map[string]any{"name": "atomic-card", "namespace": ns},
+			"status":   map[string]any{"card": card},
+		}}
+		require.NoError(t, k8s.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+			client.FieldOwner("kagenti-agentcard"), client.ForceOwnership))
+		got := view.NewAgentCard()
+		require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "atomic-card"}, got))
+		return got
+	}
+	got := apply(map[string]any{"name": "agent", "version": "1.0.0",
+		"capabilities": map[string]any{"streaming": true}, "provider": map[string]any{"organization": "kagenti"}})
+
+	var owned []string
+	for _, f := range got.GetManagedFields() {
+		if f.Manager == "kagenti-agentcard" && f.Subresource == "status" {
+			var fields map[string]map[string]any
+			require.NoError(t, json.Unmarshal(f.FieldsV1.Raw, &fields))
+			card, err := json.Marshal(fields["f:status"]["f:card"])
+			require.NoError(t, err)
+			owned = append(owned, string(card))
+		}
+	}
+	assert.Equal(t, []string{"{}"}, owned, "agentcard's status entry owns status.card as one field, none of its keys")
+
+	got = apply(map[string]any{"name": "agent", "version": "2.0.0"})
+	card, _, err := unstructured.NestedMap(got.Object, "status", "card")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"name": "agent", "version": "2.0.0"}, card, "the new card replaces the old one whole")
 }
