@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +22,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -40,6 +44,12 @@ import (
 //	KAGENTI_WRITECOST=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run '^TestWriteCost$' -v ./netpol/cmd/kagenti-netpol/
 //
 // KAGENTI_WRITECOST_N overrides 500 writes per kind; they are sent by 8 goroutines.
+// KAGENTI_WRITECOST_ONLY, a regular expression, runs only the kinds it matches: ssa, metadata,
+// small, jsonpatch, mergepatch, update, networkpolicy.
+// KAGENTI_WRITECOST_PPROF names a directory: each kind's writes then also get a CPU profile of
+// kube-apiserver (its /debug/pprof/profile, KAGENTI_WRITECOST_PPROF_SECONDS, 3, from the burst's
+// start: give N enough writes to outlast it), written as <dir>/<kind>.pprof for
+// `go tool pprof -top bin/kube-apiserver <file>`.
 func TestWriteCost(t *testing.T) {
 	if os.Getenv("KAGENTI_WRITECOST") != "1" {
 		t.Skip("measurement: set KAGENTI_WRITECOST=1")
@@ -92,12 +102,20 @@ func TestWriteCost(t *testing.T) {
 			out[i] = view.NewAgentCard()
 			return c.Get(ctx, client.ObjectKeyFromObject(card), out[i])
 		})
+		t.Logf("WRITECOST %s cards: %s", prefix, objectSize(t, out[0]))
 		return out
 	}
 	cards := func(prefix string) []*unstructured.Unstructured { return cardsWith(prefix, signedCard) }
+	profiles := apiServerProfiler(t, cfg)
+	only := regexp.MustCompile(os.Getenv("KAGENTI_WRITECOST_ONLY"))
+	wanted := func(kind string) bool { return only.MatchString(kind) }
 	measure := func(what string, f func(i int) error) {
 		t.Helper()
-		m := server.measure(t, func() { ducktest.Parallel(t, n, 8, f) })
+		m := server.measure(t, func() {
+			wait := profiles(what)
+			ducktest.Parallel(t, n, 8, f)
+			wait()
+		})
 		t.Logf("WRITECOST %-58s %s; load average %s", what, m.perWrite(n), ducktest.Loadavg())
 	}
 	ready := func(status metav1.ConditionStatus, reason string) metav1.Condition {
@@ -108,129 +126,202 @@ func TestWriteCost(t *testing.T) {
 
 	// Server-side apply of netpol's condition, as duck.StatusApplier (ConditionsOnly) sends it.
 	applier := &duck.StatusApplier{Client: nc, FieldOwner: api.Name, Conditions: []string{api.ConditionNetworkPolicyReady}, ConditionsOnly: true}
-	ssa := cards("ssa")
+	var ssa []*unstructured.Unstructured
 	applyReady := func(u *unstructured.Unstructured, status metav1.ConditionStatus, reason string) error {
 		current := view.StatusOf(u)
 		desired := current.DeepCopyObject().(*view.CardStatus)
 		desired.Status.Set(api.ConditionNetworkPolicyReady, status, reason, ready(status, reason).Message)
 		return applier.Apply(ctx, current, desired)
 	}
-	measure("status SSA, first (no managedFields of netpol yet)", func(i int) error {
-		return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonPermissive)
-	})
-	refresh(t, c, ssa)
-	measure("status SSA, changed (netpol's managedFields present)", func(i int) error {
-		return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonRestrictive)
-	})
+	if wanted("ssa") {
+		ssa = cards("ssa")
+		measure("status SSA, first (no managedFields of netpol yet)", func(i int) error {
+			return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonPermissive)
+		})
+		refresh(t, c, ssa)
+		measure("status SSA, changed (netpol's managedFields present)", func(i int) error {
+			return applyReady(ssa[i], metav1.ConditionTrue, api.ReasonRestrictive)
+		})
+	}
 
 	// The same applies with the response asked for as PartialObjectMetadata (what client-go's
 	// metadata client asks for): the API server encodes, and the client decodes, the metadata of
 	// the card instead of the whole card.
-	meta := cards("metadata")
-	applyMeta := func(u *unstructured.Unstructured, reason string) error {
-		body, err := json.Marshal(map[string]any{"apiVersion": view.GroupVersion.String(), "kind": "AgentCard",
-			"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
-			"status":   map[string]any{"conditions": []any{ready(metav1.ConditionTrue, reason)}}})
-		if err != nil {
-			return err
+	if wanted("metadata") {
+		meta := cards("metadata")
+		applyMeta := func(u *unstructured.Unstructured, reason string) error {
+			body, err := json.Marshal(map[string]any{"apiVersion": view.GroupVersion.String(), "kind": "AgentCard",
+				"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+				"status":   map[string]any{"conditions": []any{ready(metav1.ConditionTrue, reason)}}})
+			if err != nil {
+				return err
+			}
+			m := &metav1.PartialObjectMetadata{}
+			m.SetGroupVersionKind(view.AgentCardGVK)
+			m.SetNamespace(u.GetNamespace())
+			m.SetName(u.GetName())
+			return c.Status().Patch(ctx, m, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(api.Name), client.ForceOwnership)
 		}
-		m := &metav1.PartialObjectMetadata{}
-		m.SetGroupVersionKind(view.AgentCardGVK)
-		m.SetNamespace(u.GetNamespace())
-		m.SetName(u.GetName())
-		return c.Status().Patch(ctx, m, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(api.Name), client.ForceOwnership)
+		measure("status SSA, first, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonPermissive) })
+		measure("status SSA, changed, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonRestrictive) })
 	}
-	measure("status SSA, first, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonPermissive) })
-	measure("status SSA, changed, response as PartialObjectMetadata", func(i int) error { return applyMeta(meta[i], api.ReasonRestrictive) })
 
 	// The same first apply on cards whose status holds an empty A2A card: what the size of the
 	// object costs.
-	small := cardsWith("small", map[string]any{})
-	measure("status SSA, first, A2A card empty (object 3.4 KB smaller)", func(i int) error {
-		return applyReady(small[i], metav1.ConditionTrue, api.ReasonPermissive)
-	})
+	if wanted("small") {
+		small := cardsWith("small", map[string]any{})
+		measure("status SSA, first, A2A card empty (object 3.4 KB smaller)", func(i int) error {
+			return applyReady(small[i], metav1.ConditionTrue, api.ReasonPermissive)
+		})
+	}
 
 	// JSON patch: append (first) or replace (changed) the one condition, with the card's
 	// resourceVersion as the precondition.
-	jp := cards("jsonpatch")
-	jsonPatch := func(u *unstructured.Unstructured, reason string) error {
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		path := "/status/conditions/-"
-		for j, cond := range conds {
-			if cond.(map[string]any)["type"] == api.ConditionNetworkPolicyReady {
-				path = "/status/conditions/" + strconv.Itoa(j)
+	if wanted("jsonpatch") {
+		jp := cards("jsonpatch")
+		jsonPatch := func(u *unstructured.Unstructured, reason string) error {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			path := "/status/conditions/-"
+			for j, cond := range conds {
+				if cond.(map[string]any)["type"] == api.ConditionNetworkPolicyReady {
+					path = "/status/conditions/" + strconv.Itoa(j)
+				}
 			}
+			op := "add"
+			if !strings.HasSuffix(path, "-") {
+				op = "replace"
+			}
+			patch, err := json.Marshal([]map[string]any{
+				{"op": "test", "path": "/metadata/resourceVersion", "value": u.GetResourceVersion()},
+				{"op": op, "path": path, "value": ready(metav1.ConditionTrue, reason)},
+			})
+			if err != nil {
+				return err
+			}
+			return c.Status().Patch(ctx, u.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(api.Name))
 		}
-		op := "add"
-		if !strings.HasSuffix(path, "-") {
-			op = "replace"
-		}
-		patch, err := json.Marshal([]map[string]any{
-			{"op": "test", "path": "/metadata/resourceVersion", "value": u.GetResourceVersion()},
-			{"op": op, "path": path, "value": ready(metav1.ConditionTrue, reason)},
-		})
-		if err != nil {
-			return err
-		}
-		return c.Status().Patch(ctx, u.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(api.Name))
+		measure("status JSON patch, first (test resourceVersion + add)", func(i int) error { return jsonPatch(jp[i], api.ReasonPermissive) })
+		refresh(t, c, jp)
+		measure("status JSON patch, changed (test resourceVersion + replace)", func(i int) error { return jsonPatch(jp[i], api.ReasonRestrictive) })
 	}
-	measure("status JSON patch, first (test resourceVersion + add)", func(i int) error { return jsonPatch(jp[i], api.ReasonPermissive) })
-	refresh(t, c, jp)
-	measure("status JSON patch, changed (test resourceVersion + replace)", func(i int) error { return jsonPatch(jp[i], api.ReasonRestrictive) })
 
 	// JSON merge patch of the whole conditions list (a merge patch replaces lists), with the
 	// resourceVersion in the patch as the precondition.
-	mp := cards("mergepatch")
-	mergePatch := func(u *unstructured.Unstructured, reason string) error {
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		conds = setCondition(conds, ready(metav1.ConditionTrue, reason))
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
-			"status": map[string]any{"conditions": conds}})
-		if err != nil {
-			return err
+	if wanted("mergepatch") {
+		mp := cards("mergepatch")
+		mergePatch := func(u *unstructured.Unstructured, reason string) error {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			conds = setCondition(conds, ready(metav1.ConditionTrue, reason))
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+				"status": map[string]any{"conditions": conds}})
+			if err != nil {
+				return err
+			}
+			return c.Status().Patch(ctx, u.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(api.Name))
 		}
-		return c.Status().Patch(ctx, u.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(api.Name))
+		measure("status merge patch, first (all conditions + resourceVersion)", func(i int) error { return mergePatch(mp[i], api.ReasonPermissive) })
+		refresh(t, c, mp)
+		measure("status merge patch, changed", func(i int) error { return mergePatch(mp[i], api.ReasonRestrictive) })
 	}
-	measure("status merge patch, first (all conditions + resourceVersion)", func(i int) error { return mergePatch(mp[i], api.ReasonPermissive) })
-	refresh(t, c, mp)
-	measure("status merge patch, changed", func(i int) error { return mergePatch(mp[i], api.ReasonRestrictive) })
 
 	// Update (PUT /status) of the whole object read before.
-	up := cards("update")
-	update := func(u *unstructured.Unstructured, reason string) error {
-		u = u.DeepCopy()
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		if err := unstructured.SetNestedSlice(u.Object, setCondition(conds, ready(metav1.ConditionTrue, reason)), "status", "conditions"); err != nil {
-			return err
+	if wanted("update") {
+		up := cards("update")
+		update := func(u *unstructured.Unstructured, reason string) error {
+			u = u.DeepCopy()
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			if err := unstructured.SetNestedSlice(u.Object, setCondition(conds, ready(metav1.ConditionTrue, reason)), "status", "conditions"); err != nil {
+				return err
+			}
+			return c.Status().Update(ctx, u, client.FieldOwner(api.Name))
 		}
-		return c.Status().Update(ctx, u, client.FieldOwner(api.Name))
+		measure("status update (PUT, whole object), first", func(i int) error { return update(up[i], api.ReasonPermissive) })
+		refresh(t, c, up)
+		measure("status update (PUT, whole object), changed", func(i int) error { return update(up[i], api.ReasonRestrictive) })
 	}
-	measure("status update (PUT, whole object), first", func(i int) error { return update(up[i], api.ReasonPermissive) })
-	refresh(t, c, up)
-	measure("status update (PUT, whole object), changed", func(i int) error { return update(up[i], api.ReasonRestrictive) })
 
 	// NetworkPolicies: netpol creates them with Create (configmap.ApplyObject); the same policy by
 	// server-side apply for comparison.
-	policy := func(u *unstructured.Unstructured, name string) *networkingv1.NetworkPolicy {
-		card, err := view.FromUnstructured(u)
-		require.NoError(t, err)
-		np := resources.MakeNetworkPolicy(card, metav1.LabelSelector{MatchLabels: map[string]string{"app": u.GetName()}}, resources.DefaultOptions())
-		np.Name = name
-		require.NoError(t, controllerutil.SetControllerReference(u, np, netpolScheme))
-		return np
-	}
-	measure("NetworkPolicy create (POST), as netpol writes it", func(i int) error {
-		return c.Create(ctx, policy(ssa[i], "create-"+strconv.Itoa(i)), client.FieldOwner(api.Name))
-	})
-	measure("NetworkPolicy server-side apply (PATCH, new object)", func(i int) error {
-		np := policy(ssa[i], "apply-"+strconv.Itoa(i))
-		np.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
-		m, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(np)
-		if err != nil {
-			return err
+	if wanted("networkpolicy") {
+		owners := ssa
+		if owners == nil {
+			owners = cards("owner")
 		}
-		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: m}), client.FieldOwner(api.Name), client.ForceOwnership)
-	})
+		policy := func(u *unstructured.Unstructured, name string) *networkingv1.NetworkPolicy {
+			card, err := view.FromUnstructured(u)
+			require.NoError(t, err)
+			np := resources.MakeNetworkPolicy(card, metav1.LabelSelector{MatchLabels: map[string]string{"app": u.GetName()}}, resources.DefaultOptions())
+			np.Name = name
+			require.NoError(t, controllerutil.SetControllerReference(u, np, netpolScheme))
+			return np
+		}
+		measure("NetworkPolicy create (POST), as netpol writes it", func(i int) error {
+			return c.Create(ctx, policy(owners[i], "create-"+strconv.Itoa(i)), client.FieldOwner(api.Name))
+		})
+		measure("NetworkPolicy server-side apply (PATCH, new object)", func(i int) error {
+			np := policy(owners[i], "apply-"+strconv.Itoa(i))
+			np.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
+			m, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(np)
+			if err != nil {
+				return err
+			}
+			return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: m}), client.FieldOwner(api.Name), client.ForceOwnership)
+		})
+	}
+}
+
+// apiServerProfiler returns, when KAGENTI_WRITECOST_PPROF names a directory, a function that starts
+// a CPU profile of the API server for one kind of write and returns a wait for it to be saved;
+// without the variable, one that does nothing.
+func apiServerProfiler(t *testing.T, cfg *rest.Config) func(what string) (wait func()) {
+	t.Helper()
+	dir := os.Getenv("KAGENTI_WRITECOST_PPROF")
+	if dir == "" {
+		return func(string) func() { return func() {} }
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	seconds := ducktest.EnvInt("KAGENTI_WRITECOST_PPROF_SECONDS", 3)
+	hc, err := rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	unsafe := regexp.MustCompile(`[^A-Za-z0-9]+`)
+	return func(what string) func() {
+		file := filepath.Join(dir, strings.Trim(unsafe.ReplaceAllString(what, "-"), "-")+".pprof")
+		done := make(chan error, 1)
+		go func() {
+			resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(cfg.Host, "/"), seconds))
+			if err != nil {
+				done <- err
+				return
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s", resp.Status, body)
+			}
+			if err == nil {
+				err = os.WriteFile(file, body, 0o644)
+			}
+			done <- err
+		}()
+		return func() {
+			if err := <-done; err != nil {
+				t.Errorf("profile of %q: %v", what, err)
+			}
+		}
+	}
+}
+
+// objectSize is the JSON size of a card as stored, and of its managedFields and status.card.
+func objectSize(t *testing.T, u *unstructured.Unstructured) string {
+	t.Helper()
+	size := func(v any) int {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		return len(b)
+	}
+	card, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "card")
+	return fmt.Sprintf("object %d B, of which managedFields %d B, status.card %d B",
+		size(u.Object), size(u.Object["metadata"].(map[string]any)["managedFields"]), size(card))
 }
 
 // setCondition replaces or appends cond in an unstructured conditions list.
