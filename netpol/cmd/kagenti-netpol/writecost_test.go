@@ -45,7 +45,7 @@ import (
 //
 // KAGENTI_WRITECOST_N overrides 500 writes per kind; they are sent by 8 goroutines.
 // KAGENTI_WRITECOST_ONLY, a regular expression, runs only the kinds it matches: ssa, metadata,
-// small, jsonpatch, mergepatch, update, networkpolicy.
+// small, bare, jsonpatch, mergepatch, update, networkpolicy.
 // KAGENTI_WRITECOST_PPROF names a directory: each kind's writes then also get a CPU profile of
 // kube-apiserver (its /debug/pprof/profile, KAGENTI_WRITECOST_PPROF_SECONDS, 3, from the burst's
 // start: give N enough writes to outlast it), written as <dir>/<kind>.pprof for
@@ -84,8 +84,8 @@ func TestWriteCost(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	signedCard := readSignedCard(t, root)
 
-	// cardsWith makes n AgentCards named <prefix>-<i> with agentcard's status holding a2aCard; not
-	// measured.
+	// cardsWith makes n AgentCards named <prefix>-<i> with agentcard's status holding a2aCard (no
+	// status when nil); not measured.
 	cardsWith := func(prefix string, a2aCard map[string]any) []*unstructured.Unstructured {
 		out := make([]*unstructured.Unstructured, n)
 		ducktest.Parallel(t, n, 16, func(i int) error {
@@ -96,8 +96,10 @@ func TestWriteCost(t *testing.T) {
 			if err := c.Create(ctx, card); err != nil {
 				return err
 			}
-			if err := publishVerdict(ctx, c, card, i%2 == 0, a2aCard); err != nil {
-				return err
+			if a2aCard != nil {
+				if err := publishVerdict(ctx, c, card, i%2 == 0, a2aCard); err != nil {
+					return err
+				}
 			}
 			out[i] = view.NewAgentCard()
 			return c.Get(ctx, client.ObjectKeyFromObject(card), out[i])
@@ -172,6 +174,15 @@ func TestWriteCost(t *testing.T) {
 		small := cardsWith("small", map[string]any{})
 		measure("status SSA, first, A2A card empty (object 3.4 KB smaller)", func(i int) error {
 			return applyReady(small[i], metav1.ConditionTrue, api.ReasonPermissive)
+		})
+	}
+
+	// The same first apply on cards without agentcard's status (spec and metadata only): what the
+	// CRD's write path costs on its own.
+	if wanted("bare") {
+		bare := cardsWith("bare", nil)
+		measure("status SSA, first, no status from agentcard (bare card)", func(i int) error {
+			return applyReady(bare[i], metav1.ConditionTrue, api.ReasonPermissive)
 		})
 	}
 
