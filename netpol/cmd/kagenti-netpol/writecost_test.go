@@ -49,7 +49,7 @@ import (
 // KAGENTI_WRITECOST_PPROF names a directory: each kind's writes then also get a CPU profile of
 // kube-apiserver (its /debug/pprof/profile, KAGENTI_WRITECOST_PPROF_SECONDS, 3, from the burst's
 // start: give N enough writes to outlast it), written as <dir>/<kind>.pprof for
-// `go tool pprof -top bin/kube-apiserver <file>`.
+// `go tool pprof -top bin/kube-apiserver <file>`; a profiled run's costs include the profiler's.
 func TestWriteCost(t *testing.T) {
 	if os.Getenv("KAGENTI_WRITECOST") != "1" {
 		t.Skip("measurement: set KAGENTI_WRITECOST=1")
