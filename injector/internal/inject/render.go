@@ -63,6 +63,9 @@ type Rendered struct {
 	Listeners []Listener
 	// Hash identifies what is added (renderHash): equal hashes, equal injections.
 	Hash string
+
+	// encoded is the JSON of each element above (AppendEncoded), encoded once per rendering.
+	encoded encoded
 }
 
 // Listener is a port an injected container listens on, and what sets it.
@@ -170,6 +173,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
 	r.UserEnv = []corev1.EnvVar{{Name: EnvTraceDir, Value: PathTrace}}
 	r.Hash = renderHash(r)
+	r.encodeAll()
 	return r, nil
 }
 

@@ -113,6 +113,8 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		result   = ResultMutated
 		// fresh: an injection into a template that carries none, which only adds.
 		fresh bool
+		// rendered: what was injected, if anything; its elements come pre-encoded.
+		rendered *inject.Rendered
 	)
 	if mode == inject.InjectDisabled {
 		out, changed, err = inject.Remove(tmpl)
@@ -142,9 +144,8 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		opts, err = inject.ParseOptions(name, obj.Metadata.Labels, obj.Metadata.Annotations)
 		opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
 		if err == nil {
-			var r *inject.Rendered
-			if r, err = h.renders.Render(h.Config(), opts); err == nil {
-				out, changed, err = inject.Inject(tmpl, r)
+			if rendered, err = h.renders.Render(h.Config(), opts); err == nil {
+				out, changed, err = inject.Inject(tmpl, rendered)
 			}
 		}
 	}
@@ -168,7 +169,7 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	var resp admission.Response
 	if fresh {
 		if ops, ok := appendPatch("/"+strings.Join(path, "/"), hasMetadata, tmpl, out); ok {
-			resp, err = patchResponse(ops)
+			resp, err = patchResponse(ops, rendered)
 		}
 	}
 	if resp.Patch == nil && err == nil {
@@ -248,19 +249,19 @@ func templatePatch(path []string, before json.RawMessage, after *corev1.PodTempl
 	for i := range ops {
 		ops[i].Path = prefix + ops[i].Path
 	}
-	return patchResponse(ops)
+	return patchResponse(ops, nil)
 }
 
 // patchResponse allows with ops, encoded here (resp.Patch) rather than left to controller-runtime
 // (resp.Patches, encoded by Response.Complete after Handle returned): there encoding/json validates
 // and compacts again what each operation's MarshalJSON wrote, which was 41 % of the CPU of the whole
 // HTTP path, and that time fell outside the handler's histogram.
-func patchResponse(ops []jsonpatch.Operation) (admission.Response, error) {
+func patchResponse(ops []jsonpatch.Operation, r *inject.Rendered) (admission.Response, error) {
 	resp := admission.Allowed("")
 	if len(ops) == 0 {
 		return resp, nil
 	}
-	patch, err := encodePatch(ops)
+	patch, err := encodePatch(ops, r)
 	if err != nil {
 		return admission.Response{}, err
 	}

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"gomodules.xyz/jsonpatch/v2"
+
+	"github.com/kagenti/platform/injector/internal/inject"
 )
 
 // appendPatch returns the JSON Patch operations that turn the template before (raw, as in the
@@ -56,7 +58,7 @@ func appendPatch(prefix string, hasMetadata bool, before, after *corev1.PodTempl
 		add("/spec/initContainers", a.InitContainers)
 	default:
 		for i := range injected {
-			add("/spec/initContainers/"+strconv.Itoa(i), a.InitContainers[i])
+			add("/spec/initContainers/"+strconv.Itoa(i), &a.InitContainers[i])
 		}
 	}
 	// Mounts and variables at the end of the user's containers; sidecars after them.
@@ -78,8 +80,8 @@ func appendList[T any](add func(string, any), path string, before, after []T) {
 	case before == nil:
 		add(path, after)
 	default:
-		for _, v := range after[len(before):] {
-			add(path+"/-", v)
+		for i := len(before); i < len(after); i++ {
+			add(path+"/-", &after[i]) // a pointer: boxing the element would copy it
 		}
 	}
 }
@@ -97,8 +99,10 @@ var patchBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // encodePatch encodes ops as a JSON Patch document, byte for byte as encoding/json encodes the
 // []jsonpatch.Operation (held by TestPatchBytes): "value" is omitted only for an operation other
-// than add and replace without one. Each value is encoded once, into one pooled buffer.
-func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
+// than add and replace without one. Each value is encoded once, into one pooled buffer; a value
+// that is an element (or list) of the rendering r (nil: none) is copied from r's encoding of it,
+// which is made once per rendering.
+func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered) ([]byte, error) {
 	buf := patchBuffers.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxPooledPatch { // an unusually large patch does not stay pinned in the pool
@@ -130,6 +134,13 @@ func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
 		}
 		if op.Value != nil || op.Operation == "add" || op.Operation == "replace" {
 			buf.WriteString(`,"value":`)
+			if r != nil {
+				if b, ok := r.AppendEncoded(buf.AvailableBuffer(), op.Value); ok {
+					buf.Write(b)
+					buf.WriteByte('}')
+					continue
+				}
+			}
 			if err := encode(op.Value); err != nil {
 				return nil, fmt.Errorf("encoding the value of %s %s: %w", op.Operation, op.Path, err)
 			}
