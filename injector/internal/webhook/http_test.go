@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kagenti/platform/injector/internal/config"
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 // TestHTTPHandlerAnswersAsControllerRuntime: the HTTP layer that reads and writes the
@@ -87,4 +92,31 @@ func TestHTTPHandlerAnswersAsControllerRuntime(t *testing.T) {
 			require.Equal(t, c.wantPatch, len(got.Response.Patch) > 0)
 		})
 	}
+}
+
+// TestConfigReloadReachesTheNextFreshPatch: the rendered sidecars and their encodings are cached
+// per configuration; a hot-reloaded configuration is what the very next fresh injection's patch
+// carries, and the cached one is no longer sent.
+func TestConfigReloadReachesTheNextFreshPatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+	w, err := configmap.NewWatcher(path, config.Parse, logr.Discard())
+	require.NoError(t, err)
+	h := injectorwebhook.HTTPHandler(&injectorwebhook.Handler{Config: w.Current})
+	body := review(t, admissionv1.Create, deploymentGVK, deployment("agents", 1, 0))
+
+	old := config.Default().Images.Authbridge
+	for range 2 { // the second from the cache
+		_, resp := post(t, h, body)
+		require.NotNil(t, resp)
+		require.Contains(t, string(resp.Patch), `"image":"`+old+`"`)
+	}
+
+	const next = "ghcr.io/kagenti/kagenti-authbridge:v9.9.9"
+	require.NoError(t, os.WriteFile(path, []byte("images: {authbridge: '"+next+"'}\n"), 0o644))
+	require.NoError(t, w.Reload())
+	_, resp := post(t, h, body)
+	require.NotNil(t, resp)
+	require.Contains(t, string(resp.Patch), `"image":"`+next+`"`)
+	require.NotContains(t, string(resp.Patch), old)
 }
