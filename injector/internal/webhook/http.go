@@ -62,7 +62,13 @@ func (s *ReviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := admission.Request{AdmissionRequest: *review.Request}
-	resp := s.handle(r.Context(), req)
+	patch := patchBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if patch.Cap() <= maxPooledPatch {
+			patchBuffers.Put(patch)
+		}
+	}()
+	resp := s.handle(r.Context(), req, patch)
 	s.write(w, buf, reviewTypeMeta(&review.TypeMeta), resp)
 }
 
@@ -108,7 +114,10 @@ func reviewTypeMeta(req *metav1.TypeMeta) metav1.TypeMeta {
 
 // handle calls the handler and completes its response (UID, status code, patches left to encode);
 // a panic is answered with an error.
-func (s *ReviewHandler) handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+//
+// The injector's own *Handler encodes its patch into patch (pooled by ServeHTTP, reused once the
+// answer is written); any other admission.Handler allocates its own.
+func (s *ReviewHandler) handle(ctx context.Context, req admission.Request, patch *bytes.Buffer) (resp admission.Response) {
 	defer func() {
 		if s.RecoverPanic != nil && !*s.RecoverPanic {
 			return
@@ -121,7 +130,11 @@ func (s *ReviewHandler) handle(ctx context.Context, req admission.Request) (resp
 			resp.UID = req.UID
 		}
 	}()
-	resp = s.Handler.Handle(ctx, req)
+	if h, ok := s.Handler.(*Handler); ok {
+		resp = h.handleInto(req, patch)
+	} else {
+		resp = s.Handler.Handle(ctx, req)
+	}
 	if err := resp.Complete(req); err != nil {
 		resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the response: %w", err))
 		resp.UID = req.UID

@@ -26,6 +26,9 @@ func appendPatch(prefix string, hasMetadata bool, before, after *corev1.PodTempl
 	if len(a.InitContainers) < len(b.InitContainers) || len(a.Containers) < len(b.Containers) || len(a.Volumes) < len(b.Volumes) {
 		return nil, false
 	}
+	// At most: the annotations, each init container, two per user container, the sidecars, the volumes.
+	ops = make([]jsonpatch.Operation, 0, len(after.Annotations)+len(a.InitContainers)-len(b.InitContainers)+
+		2*len(b.Containers)+len(a.Containers)-len(b.Containers)+len(a.Volumes)-len(b.Volumes))
 	add := func(path string, v any) { ops = append(ops, jsonpatch.NewOperation("add", prefix+path, v)) }
 
 	// Annotations: the injector's keys are new in a fresh injection.
@@ -99,16 +102,20 @@ var patchBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // encodePatch encodes ops as a JSON Patch document, byte for byte as encoding/json encodes the
 // []jsonpatch.Operation (held by TestPatchBytes): "value" is omitted only for an operation other
-// than add and replace without one. Each value is encoded once, into one pooled buffer; a value
-// that is an element (or list) of the rendering r (nil: none) is copied from r's encoding of it,
-// which is made once per rendering.
-func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered) ([]byte, error) {
-	buf := patchBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledPatch { // an unusually large patch does not stay pinned in the pool
-			patchBuffers.Put(buf)
-		}
-	}()
+// than add and replace without one. Each value is encoded once, into one buffer; a value that is an
+// element (or list) of the rendering r (nil: none) is copied from r's encoding of it, which is made
+// once per rendering. The document is written into dst (emptied first) and returned from there when
+// dst is not nil; otherwise into a pooled buffer and returned as a copy.
+func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered, dst *bytes.Buffer) ([]byte, error) {
+	buf := dst
+	if buf == nil {
+		buf = patchBuffers.Get().(*bytes.Buffer)
+		defer func() {
+			if buf.Cap() <= maxPooledPatch { // an unusually large patch does not stay pinned in the pool
+				patchBuffers.Put(buf)
+			}
+		}()
+	}
 	buf.Reset()
 	enc := json.NewEncoder(buf) // escapes HTML like json.Marshal; ends each value with a newline
 	encode := func(v any) error {
@@ -148,5 +155,8 @@ func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered) ([]byte, error) 
 		buf.WriteByte('}')
 	}
 	buf.WriteByte(']')
+	if dst != nil {
+		return buf.Bytes(), nil
+	}
 	return bytes.Clone(buf.Bytes()), nil
 }
