@@ -40,7 +40,7 @@ import (
 //   - N labelled Deployments created through the webhook (16 at a time): create latency p50/p99,
 //     then its RSS and peak, and its own API requests (it makes none per admission);
 //
-//   - from its own metrics endpoint, during those admissions: its GC cycles, and its handler's
+//   - from its own metrics endpoint, during those admissions: its GC cycles and bytes allocated, and its handler's
 //     latency histogram (kagenti_injector_mutation_duration_seconds) p50/p99.
 //
 //     KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./injector/cmd/kagenti-injector/
@@ -138,8 +138,8 @@ func TestLoad(t *testing.T) {
 	t.Logf("LOAD n=%d injected Deployments in %v: create p50=%v p99=%v; load average %s", n, elapsed.Round(time.Millisecond), pct(0.5), pct(0.99), ducktest.Loadavg())
 	t.Logf("LOAD injector API requests during the run: %s", after.Sub(before))
 	run := scrapeInjector(t, metricsAddr).since(gcBefore)
-	t.Logf("LOAD injector during the %d admissions (concurrency %d): %.0f GC cycles (GOGC %.0f); handler histogram %.0f requests, p50 %v, p99 %v",
-		n, concurrency, run.gcCycles, run.gogc, run.count, run.quantile(0.5), run.quantile(0.99))
+	t.Logf("LOAD injector during the %d admissions (concurrency %d): %.0f GC cycles (GOGC %.0f), %.1f KB allocated per admission; handler histogram %.0f requests, p50 %v, p99 %v",
+		n, concurrency, run.gcCycles, run.gogc, run.allocated/float64(n)/1000, run.count, run.quantile(0.5), run.quantile(0.99))
 	t.Logf("LOAD injector RSS after %d admissions: %.1f MiB (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		n, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
 }
@@ -147,8 +147,8 @@ func TestLoad(t *testing.T) {
 // injectorMetrics are what TestLoad reads of the injector's metrics endpoint: its GC cycles and its
 // handler's latency histogram (cumulative bucket counts by upper bound, in seconds).
 type injectorMetrics struct {
-	gcCycles, gogc, count float64
-	buckets               map[float64]float64
+	gcCycles, gogc, count, allocated float64
+	buckets                          map[float64]float64
 }
 
 func scrapeInjector(t *testing.T, addr string) injectorMetrics {
@@ -168,6 +168,8 @@ func scrapeInjector(t *testing.T, addr string) injectorMetrics {
 		switch {
 		case name == "go_gc_duration_seconds_count":
 			m.gcCycles = f
+		case name == "go_memstats_alloc_bytes_total":
+			m.allocated = f
 		case name == "go_gc_gogc_percent":
 			m.gogc = f
 		case name == "kagenti_injector_mutation_duration_seconds_count":
@@ -185,7 +187,7 @@ func scrapeInjector(t *testing.T, addr string) injectorMetrics {
 
 // since is what happened between prev and m.
 func (m injectorMetrics) since(prev injectorMetrics) injectorMetrics {
-	out := injectorMetrics{gcCycles: m.gcCycles - prev.gcCycles, gogc: m.gogc, count: m.count - prev.count, buckets: map[float64]float64{}}
+	out := injectorMetrics{gcCycles: m.gcCycles - prev.gcCycles, gogc: m.gogc, count: m.count - prev.count, allocated: m.allocated - prev.allocated, buckets: map[float64]float64{}}
 	for b, c := range m.buckets {
 		out.buckets[b] = c - prev.buckets[b]
 	}
