@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"maps"
+	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,11 +38,15 @@ import (
 //   - idle: its RSS (anonymous/file-backed) KAGENTI_LOAD_SETTLE (20s) after start;
 //
 //   - N labelled Deployments created through the webhook (16 at a time): create latency p50/p99,
-//     then its RSS and peak, and its own API requests (it makes none per admission).
+//     then its RSS and peak, and its own API requests (it makes none per admission);
+//
+//   - from its own metrics endpoint, during those admissions: its GC cycles and bytes allocated, and its handler's
+//     latency histogram (kagenti_injector_mutation_duration_seconds) p50/p99.
 //
 //     KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./injector/cmd/kagenti-injector/
 //
-// KAGENTI_LOAD_N overrides 1000; KAGENTI_LOAD_ENV adds environment (e.g. "GOMEMLIMIT=32MiB").
+// KAGENTI_LOAD_N overrides 1000, KAGENTI_LOAD_CONCURRENCY 16; KAGENTI_LOAD_ENV adds environment
+// (e.g. "GOMEMLIMIT=32MiB", "GOGC=400").
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
@@ -91,12 +100,14 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kagenti.io/injection": "enabled"}}}))
 	before, err := ducktest.APIRequests(metricsAddr)
 	require.NoError(t, err)
+	gcBefore := scrapeInjector(t, metricsAddr)
 	var (
 		mu   sync.Mutex
 		lats []time.Duration
 	)
 	start := time.Now()
-	ducktest.Parallel(t, n, 16, func(i int) error {
+	concurrency := ducktest.EnvInt("KAGENTI_LOAD_CONCURRENCY", 16)
+	ducktest.Parallel(t, n, concurrency, func(i int) error {
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("agent-%d", i), Labels: map[string]string{"kagenti.io/inject": "enabled"}},
 			Spec: appsv1.DeploymentSpec{
@@ -126,6 +137,80 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("LOAD n=%d injected Deployments in %v: create p50=%v p99=%v; load average %s", n, elapsed.Round(time.Millisecond), pct(0.5), pct(0.99), ducktest.Loadavg())
 	t.Logf("LOAD injector API requests during the run: %s", after.Sub(before))
+	run := scrapeInjector(t, metricsAddr).since(gcBefore)
+	t.Logf("LOAD injector during the %d admissions (concurrency %d): %.0f GC cycles (GOGC %.0f), %.1f KB allocated per admission; handler histogram %.0f requests, p50 %v, p99 %v",
+		n, concurrency, run.gcCycles, run.gogc, run.allocated/float64(n)/1000, run.count, run.quantile(0.5), run.quantile(0.99))
 	t.Logf("LOAD injector RSS after %d admissions: %.1f MiB (anonymous %.1f, file-backed %.1f), peak %.1f MiB",
 		n, ducktest.ProcStatus(pid, "VmRSS"), ducktest.ProcStatus(pid, "RssAnon"), ducktest.ProcStatus(pid, "RssFile"), ducktest.ProcStatus(pid, "VmHWM"))
+}
+
+// injectorMetrics are what TestLoad reads of the injector's metrics endpoint: its GC cycles and its
+// handler's latency histogram (cumulative bucket counts by upper bound, in seconds).
+type injectorMetrics struct {
+	gcCycles, gogc, count, allocated float64
+	buckets                          map[float64]float64
+}
+
+func scrapeInjector(t *testing.T, addr string) injectorMetrics {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	m := injectorMetrics{buckets: map[float64]float64{}}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		name, v, ok := strings.Cut(s.Text(), " ")
+		if !ok {
+			continue
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		switch {
+		case name == "go_gc_duration_seconds_count":
+			m.gcCycles = f
+		case name == "go_memstats_alloc_bytes_total":
+			m.allocated = f
+		case name == "go_gc_gogc_percent":
+			m.gogc = f
+		case name == "kagenti_injector_mutation_duration_seconds_count":
+			m.count = f
+		case strings.HasPrefix(name, `kagenti_injector_mutation_duration_seconds_bucket{le="`):
+			le := strings.TrimSuffix(strings.TrimPrefix(name, `kagenti_injector_mutation_duration_seconds_bucket{le="`), `"}`)
+			if bound, err := strconv.ParseFloat(le, 64); err == nil { // +Inf parses too
+				m.buckets[bound] = f
+			}
+		}
+	}
+	require.NoError(t, s.Err())
+	return m
+}
+
+// since is what happened between prev and m.
+func (m injectorMetrics) since(prev injectorMetrics) injectorMetrics {
+	out := injectorMetrics{gcCycles: m.gcCycles - prev.gcCycles, gogc: m.gogc, count: m.count - prev.count, allocated: m.allocated - prev.allocated, buckets: map[float64]float64{}}
+	for b, c := range m.buckets {
+		out.buckets[b] = c - prev.buckets[b]
+	}
+	return out
+}
+
+// quantile estimates quantile q by linear interpolation inside the bucket (as histogram_quantile).
+func (m injectorMetrics) quantile(q float64) time.Duration {
+	bounds := slices.Sorted(maps.Keys(m.buckets))
+	rank := q * m.count
+	prevBound, prevCount := 0.0, 0.0
+	for _, b := range bounds {
+		c := m.buckets[b]
+		if c >= rank && !math.IsInf(b, 1) {
+			frac := 1.0
+			if c > prevCount {
+				frac = (rank - prevCount) / (c - prevCount)
+			}
+			return time.Duration((prevBound + frac*(b-prevBound)) * float64(time.Second))
+		}
+		if !math.IsInf(b, 1) {
+			prevBound, prevCount = b, c
+		}
+	}
+	return time.Duration(prevBound * float64(time.Second))
 }

@@ -11,19 +11,23 @@ import (
 // something unusual (every workload with its own resource annotations); it starts over then.
 const maxCached = 512
 
-// RenderCache keeps what Render returned per (configuration, options), so that an admission
-// renders nothing when another workload with the same options was admitted under the same
-// configuration. A new configuration (another *config.Config) empties it. Safe for concurrent
-// use. A cached *Rendered is shared: callers must not modify it (Inject copies what it adds).
+// RenderCache keeps what Render returned per (configuration, options but the workload's name and
+// service account), so that an admission renders nothing when a workload with the same options was
+// admitted under the same configuration: only the parts named after the workload are made per
+// admission (Rendered.forWorkload). A new configuration (another *config.Config) empties it. Safe
+// for concurrent use. A returned *Rendered shares the cached containers: callers must not modify it
+// (Inject copies what it adds).
 type RenderCache struct {
 	mu      sync.Mutex
 	cfg     *config.Config
 	entries map[string]*Rendered
 }
 
-// Render returns Render(cfg, o), from the cache when it holds it. Errors are not cached.
+// Render returns Render(cfg, o), from the cache when it holds o's options. Errors are not cached.
 func (c *RenderCache) Render(cfg *config.Config, o Options) (*Rendered, error) {
-	key, err := json.Marshal(o) // the options' exported fields: everything Render reads
+	shared := o
+	shared.Workload, shared.ServiceAccount = "", ""
+	key, err := json.Marshal(shared) // the options' exported fields: everything Render reads
 	if err != nil {
 		return Render(cfg, o)
 	}
@@ -33,17 +37,15 @@ func (c *RenderCache) Render(cfg *config.Config, o Options) (*Rendered, error) {
 	}
 	r, ok := c.entries[string(key)]
 	c.mu.Unlock()
-	if ok {
-		return r, nil
+	if !ok {
+		if r, err = Render(cfg, shared); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.cfg == cfg {
+			c.entries[string(key)] = r
+		}
+		c.mu.Unlock()
 	}
-	r, err = Render(cfg, o)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if c.cfg == cfg {
-		c.entries[string(key)] = r
-	}
-	c.mu.Unlock()
-	return r, nil
+	return r.forWorkload(cfg, o), nil
 }

@@ -23,13 +23,30 @@ func TestRenderCache(t *testing.T) {
 	require.Equal(t, want, first, "the cache returns what Render returns")
 	again, err := c.Render(cfg, o)
 	require.NoError(t, err)
-	require.Same(t, first, again, "same configuration and options: rendered once")
+	require.Equal(t, first, again)
+	require.Same(t, &first.InitContainers[0], &again.InitContainers[0], "same configuration and options: rendered once")
+
+	// Another workload with the same options: the sidecars rendered for the first, the parts named
+	// after the workload its own (every workload has its own name: a cache keyed by it served nobody).
+	sibling, err := inject.ParseOptions("sibling-agent", map[string]string{inject.LabelSpiffe: "enabled"}, nil)
+	require.NoError(t, err)
+	sibling.ServiceAccount = "sibling"
+	r, err := c.Render(cfg, sibling)
+	require.NoError(t, err)
+	want, err = inject.Render(cfg, sibling)
+	require.NoError(t, err)
+	require.Equal(t, want, r, "the cache returns what Render returns, for every workload")
+	require.Same(t, &first.InitContainers[0], &r.InitContainers[0], "the sidecars are rendered once for both")
+	require.NotEqual(t, first.Hash, r.Hash)
+	require.Contains(t, r.IdentityDefaults, "KAGENTI_WORKLOAD=sibling-agent\nKAGENTI_SERVICE_ACCOUNT=sibling\n")
+	require.Equal(t, "sibling-agent-trace", r.Volumes[len(r.Volumes)-1].ConfigMap.Name)
+	require.Equal(t, "weather-agent-trace", first.Volumes[len(first.Volumes)-1].ConfigMap.Name, "the cached rendering is left as it was")
 
 	other, err := inject.ParseOptions("other-agent", nil, nil)
 	require.NoError(t, err)
-	r, err := c.Render(cfg, other)
+	r, err = c.Render(cfg, other)
 	require.NoError(t, err)
-	require.NotSame(t, first, r)
+	require.NotSame(t, &first.InitContainers[0], &r.InitContainers[0])
 	require.Contains(t, r.IdentityDefaults, "KAGENTI_WORKLOAD=other-agent\n")
 
 	next := config.Default()

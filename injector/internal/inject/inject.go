@@ -104,18 +104,24 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 			st.Kept = append(st.Kept, n)
 		}
 	}
-	var inits []corev1.Container
+	// Each list grows once, to its final length at most: the elements are large (a Container is
+	// about a kilobyte) and growing by appending copied them several times per admission.
+	inits := make([]corev1.Container, 0, len(r.InitContainers)+len(spec.InitContainers))
 	for _, c := range r.InitContainers {
 		if !taken[c.Name] {
 			inits = append(inits, c)
 		}
 	}
-	spec.InitContainers = append(inits, spec.InitContainers...)
+	if spec.InitContainers = append(inits, spec.InitContainers...); len(spec.InitContainers) == 0 {
+		spec.InitContainers = nil
+	}
+	spec.Containers = slices.Grow(spec.Containers, len(r.Containers))
 	for _, c := range r.Containers {
 		if !taken[c.Name] {
 			spec.Containers = append(spec.Containers, c)
 		}
 	}
+	spec.Volumes = slices.Grow(spec.Volumes, len(r.Volumes))
 	for _, v := range r.Volumes {
 		if !slices.ContainsFunc(spec.Volumes, func(u corev1.Volume) bool { return u.Name == v.Name }) {
 			spec.Volumes = append(spec.Volumes, v)
@@ -135,11 +141,13 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 		if r.isComponent(c.Name) {
 			continue // an injected sidecar, or the user's own version of one (kept as written)
 		}
+		c.VolumeMounts = slices.Grow(c.VolumeMounts, len(r.UserMounts))
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {
 				c.VolumeMounts = append(c.VolumeMounts, m)
 			}
 		}
+		c.Env = slices.Grow(c.Env, len(r.UserEnv))
 		for _, e := range r.UserEnv {
 			if !slices.ContainsFunc(c.Env, func(u corev1.EnvVar) bool { return u.Name == e.Name }) {
 				c.Env = append(c.Env, e)

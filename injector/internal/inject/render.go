@@ -63,6 +63,9 @@ type Rendered struct {
 	Listeners []Listener
 	// Hash identifies what is added (renderHash): equal hashes, equal injections.
 	Hash string
+
+	// encoded is the JSON of each element above (AppendEncoded), encoded once per rendering.
+	encoded encoded
 }
 
 // Listener is a port an injected container listens on, and what sets it.
@@ -169,6 +172,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	// bytes to every stored template.
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
 	r.UserEnv = []corev1.EnvVar{{Name: EnvTraceDir, Value: PathTrace}}
+	r.encodeAll()
 	r.Hash = renderHash(r)
 	return r, nil
 }
@@ -177,16 +181,68 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 // configuration and options it came from, so that an injector upgrade that renders differently
 // (probes added, a field dropped) re-injects a workload on its next update like a configuration
 // change does, instead of leaving it with the old sidecars because its inputs look the same.
+//
+// It is the SHA-256 of what encoding/json writes for struct{InitContainers, Containers, Volumes,
+// UserMounts, UserEnv, IdentityDefaults} (the hashes in every stored status annotation), assembled
+// from r's encoded elements (encodeAll first) rather than encoded again: a workload's rendering is
+// hashed per admission (forWorkload). TestRenderHashIsTheEncodingOfTheRendering holds the two equal.
 func renderHash(r *Rendered) string {
-	b, _ := json.Marshal(struct {
-		InitContainers, Containers []corev1.Container
-		Volumes                    []corev1.Volume
-		UserMounts                 []corev1.VolumeMount
-		UserEnv                    []corev1.EnvVar
-		IdentityDefaults           string
-	}{r.InitContainers, r.Containers, r.Volumes, r.UserMounts, r.UserEnv, r.IdentityDefaults})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	h := sha256.New() // written piece by piece: the document is never assembled
+	list := func(key string, isNil bool, items [][]byte) {
+		h.Write([]byte(key))
+		if isNil {
+			h.Write([]byte("null"))
+			return
+		}
+		h.Write([]byte{'['})
+		for i, e := range items {
+			if i > 0 {
+				h.Write([]byte{','})
+			}
+			h.Write(e)
+		}
+		h.Write([]byte{']'})
+	}
+	list(`{"InitContainers":`, r.InitContainers == nil, r.encoded.initContainers)
+	list(`,"Containers":`, r.Containers == nil, r.encoded.containers)
+	list(`,"Volumes":`, r.Volumes == nil, r.encoded.volumes)
+	list(`,"UserMounts":`, r.UserMounts == nil, r.encoded.userMounts)
+	list(`,"UserEnv":`, r.UserEnv == nil, r.encoded.userEnv)
+	defaults, _ := json.Marshal(r.IdentityDefaults)
+	h.Write([]byte(`,"IdentityDefaults":`))
+	h.Write(defaults)
+	h.Write([]byte{'}'})
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+}
+
+// forWorkload returns r, rendered for options equal to o but for Workload and ServiceAccount (the
+// cache's key leaves them out), as Render(cfg, o) renders it: the two ConfigMap volumes named after
+// the workload, the identity defaults and the hash are o's; the containers are r's, shared. Every
+// workload has its own name, so a rendering cached with the name in its key served no other
+// admission: each one rendered and encoded the sidecars again.
+func (r *Rendered) forWorkload(cfg *config.Config, o Options) *Rendered {
+	out := *r
+	out.Volumes = slices.Clone(r.Volumes)
+	out.encoded.volumes = slices.Clone(r.encoded.volumes)
+	for i := range out.Volumes {
+		var configMap string
+		switch out.Volumes[i].Name {
+		case VolumeTokenExchange:
+			configMap = configmap.TokenExchangeName(o.Workload)
+		case VolumeTrace:
+			configMap = configmap.TraceName(o.Workload)
+		default:
+			continue
+		}
+		out.Volumes[i] = configMapVolume(out.Volumes[i].Name, configMap)
+		out.encoded.volumes[i], _ = json.Marshal(&out.Volumes[i])
+	}
+	if r.IdentityDefaults != "" {
+		out.IdentityDefaults = identityDefaults(cfg, o)
+	}
+	out.Hash = renderHash(&out)
+	return &out
 }
 
 // renderContainer returns component name: kagenti-authbridge running the component's role, or

@@ -55,8 +55,15 @@ var _ admission.Handler = (*Handler)(nil)
 
 // Handle implements admission.Handler.
 func (h *Handler) Handle(_ context.Context, req admission.Request) admission.Response {
+	return h.handleInto(req, nil)
+}
+
+// handleInto is Handle with the patch encoded into patch (when not nil) instead of a slice of its
+// own: resp.Patch is then valid until patch is reused. ReviewHandler passes a pooled buffer that it
+// reuses once the answer is written: the patch is the largest allocation of an admission.
+func (h *Handler) handleInto(req admission.Request, patch *bytes.Buffer) admission.Response {
 	start := time.Now()
-	resp, result := h.handle(req)
+	resp, result := h.handle(req, patch)
 	if h.Metrics != nil {
 		h.Metrics.Duration.Observe(time.Since(start).Seconds())
 		h.Metrics.Requests.WithLabelValues(req.Kind.Kind, string(req.Operation), result).Inc()
@@ -64,7 +71,7 @@ func (h *Handler) Handle(_ context.Context, req admission.Request) admission.Res
 	return resp
 }
 
-func (h *Handler) handle(req admission.Request) (admission.Response, string) {
+func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.Response, string) {
 	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 	if !served(gk) {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("kagenti-injector serves Deployment, StatefulSet, DaemonSet (apps) and Job, CronJob (batch), not %s", gk)), ResultError
@@ -113,6 +120,8 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		result   = ResultMutated
 		// fresh: an injection into a template that carries none, which only adds.
 		fresh bool
+		// rendered: what was injected, if anything; its elements come pre-encoded.
+		rendered *inject.Rendered
 	)
 	if mode == inject.InjectDisabled {
 		out, changed, err = inject.Remove(tmpl)
@@ -142,9 +151,8 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 		opts, err = inject.ParseOptions(name, obj.Metadata.Labels, obj.Metadata.Annotations)
 		opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
 		if err == nil {
-			var r *inject.Rendered
-			if r, err = h.renders.Render(h.Config(), opts); err == nil {
-				out, changed, err = inject.Inject(tmpl, r)
+			if rendered, err = h.renders.Render(h.Config(), opts); err == nil {
+				out, changed, err = inject.Inject(tmpl, rendered)
 			}
 		}
 	}
@@ -168,11 +176,11 @@ func (h *Handler) handle(req admission.Request) (admission.Response, string) {
 	var resp admission.Response
 	if fresh {
 		if ops, ok := appendPatch("/"+strings.Join(path, "/"), hasMetadata, tmpl, out); ok {
-			resp, err = patchResponse(ops)
+			resp, err = patchResponse(ops, rendered, patch)
 		}
 	}
 	if resp.Patch == nil && err == nil {
-		resp, err = templatePatch(path, before, out)
+		resp, err = templatePatch(path, before, out, patch)
 	}
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), ResultError
@@ -235,7 +243,7 @@ func kagentiKeys(m map[string]string) map[string]string {
 // the operations' paths rooted at the object. Only the template is diffed: nothing else of the object
 // (metadata.managedFields included) can ever be part of the patch, and the diff does not pay for the
 // rest of the object.
-func templatePatch(path []string, before json.RawMessage, after *corev1.PodTemplateSpec) (admission.Response, error) {
+func templatePatch(path []string, before json.RawMessage, after *corev1.PodTemplateSpec, patch *bytes.Buffer) (admission.Response, error) {
 	b, err := json.Marshal(after)
 	if err != nil {
 		return admission.Response{}, err
@@ -248,19 +256,20 @@ func templatePatch(path []string, before json.RawMessage, after *corev1.PodTempl
 	for i := range ops {
 		ops[i].Path = prefix + ops[i].Path
 	}
-	return patchResponse(ops)
+	return patchResponse(ops, nil, patch)
 }
 
 // patchResponse allows with ops, encoded here (resp.Patch) rather than left to controller-runtime
 // (resp.Patches, encoded by Response.Complete after Handle returned): there encoding/json validates
 // and compacts again what each operation's MarshalJSON wrote, which was 41 % of the CPU of the whole
 // HTTP path, and that time fell outside the handler's histogram.
-func patchResponse(ops []jsonpatch.Operation) (admission.Response, error) {
+// The patch is encoded into dst when not nil (see handleInto), into a slice of its own otherwise.
+func patchResponse(ops []jsonpatch.Operation, r *inject.Rendered, dst *bytes.Buffer) (admission.Response, error) {
 	resp := admission.Allowed("")
 	if len(ops) == 0 {
 		return resp, nil
 	}
-	patch, err := encodePatch(ops)
+	patch, err := encodePatch(ops, r, dst)
 	if err != nil {
 		return admission.Response{}, err
 	}

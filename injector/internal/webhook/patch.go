@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"gomodules.xyz/jsonpatch/v2"
+
+	"github.com/kagenti/platform/injector/internal/inject"
 )
 
 // appendPatch returns the JSON Patch operations that turn the template before (raw, as in the
@@ -24,6 +26,9 @@ func appendPatch(prefix string, hasMetadata bool, before, after *corev1.PodTempl
 	if len(a.InitContainers) < len(b.InitContainers) || len(a.Containers) < len(b.Containers) || len(a.Volumes) < len(b.Volumes) {
 		return nil, false
 	}
+	// At most: the annotations, each init container, two per user container, the sidecars, the volumes.
+	ops = make([]jsonpatch.Operation, 0, len(after.Annotations)+len(a.InitContainers)-len(b.InitContainers)+
+		2*len(b.Containers)+len(a.Containers)-len(b.Containers)+len(a.Volumes)-len(b.Volumes))
 	add := func(path string, v any) { ops = append(ops, jsonpatch.NewOperation("add", prefix+path, v)) }
 
 	// Annotations: the injector's keys are new in a fresh injection.
@@ -56,7 +61,7 @@ func appendPatch(prefix string, hasMetadata bool, before, after *corev1.PodTempl
 		add("/spec/initContainers", a.InitContainers)
 	default:
 		for i := range injected {
-			add("/spec/initContainers/"+strconv.Itoa(i), a.InitContainers[i])
+			add("/spec/initContainers/"+strconv.Itoa(i), &a.InitContainers[i])
 		}
 	}
 	// Mounts and variables at the end of the user's containers; sidecars after them.
@@ -78,8 +83,8 @@ func appendList[T any](add func(string, any), path string, before, after []T) {
 	case before == nil:
 		add(path, after)
 	default:
-		for _, v := range after[len(before):] {
-			add(path+"/-", v)
+		for i := len(before); i < len(after); i++ {
+			add(path+"/-", &after[i]) // a pointer: boxing the element would copy it
 		}
 	}
 }
@@ -97,14 +102,20 @@ var patchBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // encodePatch encodes ops as a JSON Patch document, byte for byte as encoding/json encodes the
 // []jsonpatch.Operation (held by TestPatchBytes): "value" is omitted only for an operation other
-// than add and replace without one. Each value is encoded once, into one pooled buffer.
-func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
-	buf := patchBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledPatch { // an unusually large patch does not stay pinned in the pool
-			patchBuffers.Put(buf)
-		}
-	}()
+// than add and replace without one. Each value is encoded once, into one buffer; a value that is an
+// element (or list) of the rendering r (nil: none) is copied from r's encoding of it, which is made
+// once per rendering. The document is written into dst (emptied first) and returned from there when
+// dst is not nil; otherwise into a pooled buffer and returned as a copy.
+func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered, dst *bytes.Buffer) ([]byte, error) {
+	buf := dst
+	if buf == nil {
+		buf = patchBuffers.Get().(*bytes.Buffer)
+		defer func() {
+			if buf.Cap() <= maxPooledPatch { // an unusually large patch does not stay pinned in the pool
+				patchBuffers.Put(buf)
+			}
+		}()
+	}
 	buf.Reset()
 	enc := json.NewEncoder(buf) // escapes HTML like json.Marshal; ends each value with a newline
 	encode := func(v any) error {
@@ -130,6 +141,13 @@ func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
 		}
 		if op.Value != nil || op.Operation == "add" || op.Operation == "replace" {
 			buf.WriteString(`,"value":`)
+			if r != nil {
+				if b, ok := r.AppendEncoded(buf.AvailableBuffer(), op.Value); ok {
+					buf.Write(b)
+					buf.WriteByte('}')
+					continue
+				}
+			}
 			if err := encode(op.Value); err != nil {
 				return nil, fmt.Errorf("encoding the value of %s %s: %w", op.Operation, op.Path, err)
 			}
@@ -137,5 +155,8 @@ func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
 		buf.WriteByte('}')
 	}
 	buf.WriteByte(']')
+	if dst != nil {
+		return buf.Bytes(), nil
+	}
 	return bytes.Clone(buf.Bytes()), nil
 }

@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 
@@ -129,10 +127,3 @@ func loadConfig(mgr manager.Manager, path string, m *Metrics, log logr.Logger) (
 }
 
 func staticConfig(c *config.Config) func() *config.Config { return func() *config.Config { return c } }
-
-func ptrTrue() *bool { t := true; return &t }
-
-// HTTPHandler wraps an admission handler as the http.Handler served at Path.
-func HTTPHandler(h admission.Handler) *webhook.Admission {
-	return &webhook.Admission{Handler: h, RecoverPanic: ptrTrue()}
-}
