@@ -93,7 +93,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	ctx := context.Background()
-	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentCard{}); err != nil {
+	// Namespaced only: every lookup (duck.EnqueueReferrers, userCardFor) names the workload's namespace.
+	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
 	podClient, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
