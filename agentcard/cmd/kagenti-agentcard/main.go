@@ -4,7 +4,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,6 +108,9 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 	if err != nil {
 		return err
 	}
+	// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
+	watched := namespaceSet(namespaces)
+	opts.Namespaces = slices.Sorted(maps.Keys(watched))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metrics,
@@ -114,7 +119,7 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              name + ".kagenti.io",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(namespaceSet(namespaces)),
+		Cache:                         controller.CacheOptions(watched),
 		Client:                        controller.ClientOptions(),
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -42,8 +41,8 @@ const DefaultSyncPeriod = 30 * time.Second
 // CardReconciler syncs AgentCards: resolve pods, fetch each one's card, verify, write status.
 type CardReconciler struct {
 	Client client.Client
-	// PodIndex looks pods up by label (IndexPodLabels); nil: through Client's field index.
-	PodIndex PodIndex
+	// Pods are the cached pods (podInformers); agentcard reads pods nowhere else.
+	Pods     *podInformers
 	Resolver *duck.Resolver
 	Fetcher  *fetch.Fetcher
 	Trust    *TrustStore
@@ -94,8 +93,8 @@ func (r *CardReconciler) forget(ctx context.Context, key types.NamespacedName) {
 		s.reset(r.cards)
 	}
 	r.Verified.forgetCard(key)
-	for _, pod := range r.Verified.grantedBy(key) {
-		r.revokePod(ctx, pod)
+	for _, p := range r.Verified.grantedBy(key) {
+		r.revokePod(ctx, p)
 	}
 }
 
@@ -240,16 +239,16 @@ func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard
 		return nil, nil, nil, err
 	}
 	r.rememberSelector(key, sel)
-	pods, err := r.selectedPods(ctx, c.Namespace, sel)
+	pods, err := r.selectedPods(c.Namespace, sel)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	selected := make(map[string]bool, len(pods))
-	var serving []corev1.Pod
-	for i := range pods {
-		selected[pods[i].Name] = true
-		if isServing(&pods[i]) {
-			serving = append(serving, pods[i])
+	var serving []*pod
+	for _, p := range pods {
+		selected[p.Name] = true
+		if p.Serving {
+			serving = append(serving, p)
 		}
 	}
 	return r.syncPods(ctx, c, serving, requireSig), selected, nil, nil
@@ -257,7 +256,7 @@ func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard
 
 // syncPods fetches every ready pod in parallel (the fetcher bounds global concurrency) and drops
 // the state of pods that are gone.
-func (r *CardReconciler) syncPods(ctx context.Context, c *v1alpha1.AgentCard, pods []corev1.Pod, requireSig bool) []servedPod {
+func (r *CardReconciler) syncPods(ctx context.Context, c *v1alpha1.AgentCard, pods []*pod, requireSig bool) []servedPod {
 	cs := r.stateFor(client.ObjectKeyFromObject(c))
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -271,8 +270,7 @@ func (r *CardReconciler) syncPods(ctx context.Context, c *v1alpha1.AgentCard, po
 	keep := make(map[string]bool, len(pods))
 	out := make([]servedPod, len(pods))
 	var wg sync.WaitGroup
-	for i := range pods {
-		p := &pods[i]
+	for i, p := range pods {
 		keep[p.Name] = true
 		st, ok := cs.pods[p.Name]
 		if !ok {

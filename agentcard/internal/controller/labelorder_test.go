@@ -16,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -44,7 +46,7 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 	require.NoError(t, err)
 
 	labels := map[string]string{"app": "order"}
-	pod := func(name string, extra map[string]string) *corev1.Pod {
+	fullPod := func(name string, extra map[string]string) *corev1.Pod {
 		l := map[string]string{"app": "order"}
 		for k, v := range extra {
 			l[k] = v
@@ -61,6 +63,9 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 			Endpoint: &v1alpha1.Endpoint{Port: int32(port)}},
 	}
 
+	unlabelled, labelledTrue := fullPod("unlabelled", nil), fullPod("labelled-true", map[string]string{v1alpha1.LabelSignatureVerified: "true"})
+	pods := startedPodInformers(t, unlabelled.DeepCopy(), labelledTrue.DeepCopy())
+
 	var mu sync.Mutex
 	var order []string
 	record := func(s string) {
@@ -75,9 +80,8 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
 	c := fake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(pod("unlabelled", nil), pod("labelled-true", map[string]string{v1alpha1.LabelSignatureVerified: "true"}), card).
+		WithObjects(unlabelled, labelledTrue, card).
 		WithStatusSubresource(&v1alpha1.AgentCard{}).
-		WithIndex(&corev1.Pod{}, PodLabelIndex, podIndexValues).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				if obj.GetName() == "unlabelled" {
@@ -102,6 +106,7 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 		}).Build()
 	r := &CardReconciler{
 		Client:   c,
+		Pods:     pods,
 		Fetcher:  fetch.New(4, 5*time.Second),
 		Trust:    &TrustStore{},
 		Status:   &duck.StatusApplier{Client: c, FieldOwner: FieldManager, Conditions: resources.CardConditions},
@@ -131,4 +136,21 @@ func indexOf(list []string, s string) int {
 		}
 	}
 	return -1
+}
+
+// startedPodInformers are podInformers over a fake clientset holding pods, started and synced for
+// the test (a unit test of Reconcile: the envtest suite runs them on a real API server).
+func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *podInformers {
+	t.Helper()
+	objs := make([]runtime.Object, len(pods))
+	for i, p := range pods {
+		objs[i] = p
+	}
+	pi, err := newPodInformers(k8sfake.NewClientset(objs...), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	go func() { _ = pi.Start(ctx) }()
+	require.True(t, toolscache.WaitForCacheSync(ctx.Done(), pi.byNamespace[metav1.NamespaceAll].HasSynced))
+	return pi
 }

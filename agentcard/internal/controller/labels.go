@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,10 +37,10 @@ func newVerifiedPods() *verifiedPods {
 	return &verifiedPods{pods: map[types.NamespacedName]verifiedPod{}, synced: map[types.NamespacedName]bool{}}
 }
 
-func (v *verifiedPods) grant(pod *corev1.Pod, card types.NamespacedName) {
+func (v *verifiedPods) grant(p *pod, card types.NamespacedName) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.pods[client.ObjectKeyFromObject(pod)] = verifiedPod{uid: pod.UID, card: card}
+	v.pods[p.key()] = verifiedPod{uid: p.UID, card: card}
 }
 
 func (v *verifiedPods) revoke(pod types.NamespacedName) {
@@ -106,12 +107,12 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 			revoke = append(revoke, sp)
 		default:
 			// Forgets a verdict given to an earlier pod of the same name (another UID).
-			r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
+			r.Verified.revoke(sp.pod.key())
 			unlabelled = append(unlabelled, sp)
 		}
 	}
 	inParallel(revoke, func(sp servedPod) {
-		r.Verified.revoke(client.ObjectKeyFromObject(sp.pod))
+		r.Verified.revoke(sp.pod.key())
 		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
 		}
@@ -126,8 +127,8 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 
 // mayCarryTrue says whether a pod may be labelled true: it is in the cache, or this process
 // granted it (the cache may not show our own patch yet).
-func (r *CardReconciler) mayCarryTrue(p *corev1.Pod) bool {
-	return p.Labels[v1alpha1.LabelSignatureVerified] == "true" || r.Verified.has(client.ObjectKeyFromObject(p), p.UID)
+func (r *CardReconciler) mayCarryTrue(p *pod) bool {
+	return p.Labels[v1alpha1.LabelSignatureVerified] == "true" || r.Verified.has(p.key(), p.UID)
 }
 
 // labelUnverified sets the label to false on served pods with a negative verdict that carry no
@@ -188,12 +189,12 @@ func inParallel(served []servedPod, f func(servedPod)) {
 // revokePod forgets a pod's verdict and sets its label to false if it says true.
 func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName) {
 	r.Verified.revoke(key)
-	var p corev1.Pod
-	if err := r.Client.Get(ctx, key, &p); err != nil {
+	p, ok := r.Pods.get(key)
+	if !ok {
 		return // gone (or not cached): nothing to correct
 	}
 	if p.Labels[v1alpha1.LabelSignatureVerified] == "true" {
-		if err := r.patchVerifiedLabel(ctx, &p, false); err != nil {
+		if err := r.patchVerifiedLabel(ctx, p, false); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", key.String())
 		}
 	}
@@ -205,7 +206,9 @@ func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName
 // until every AgentCard of the pod's namespace has been synced once, so a restart does not flip
 // verified pods off and on.
 type LabelGuard struct {
-	Client   client.Client
+	Client client.Client
+	// Pods are the cached pods, shared with the CardReconciler.
+	Pods     *podInformers
 	Verified *verifiedPods
 	Recorder events.EventRecorder
 	// Retry is how soon a pod is looked at again while its namespace's AgentCards are not synced.
@@ -216,9 +219,9 @@ type LabelGuard struct {
 
 // Reconcile implements reconcile.Reconciler for pods.
 func (g *LabelGuard) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var p corev1.Pod
-	if err := g.Client.Get(ctx, req.NamespacedName, &p); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	p, ok := g.Pods.get(req.NamespacedName)
+	if !ok {
+		return ctrl.Result{}, nil // gone
 	}
 	if p.Labels[v1alpha1.LabelSignatureVerified] != "true" || g.Verified.has(req.NamespacedName, p.UID) {
 		return ctrl.Result{}, nil
@@ -233,17 +236,18 @@ func (g *LabelGuard) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if g.Verified.has(req.NamespacedName, p.UID) {
 		return ctrl.Result{}, nil
 	}
-	// Optimistic lock: if a sync labels the pod meanwhile, this patch conflicts and is retried.
-	patched := p.DeepCopy()
-	patched.Labels[v1alpha1.LabelSignatureVerified] = "false"
-	if err := g.Client.Patch(ctx, patched, client.MergeFromWithOptions(&p, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Optimistic lock (the resourceVersion the guard judged): if a sync labels the pod meanwhile,
+	// this patch conflicts and is retried.
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"labels":{%q:"false"}}}`, p.ResourceVersion, v1alpha1.LabelSignatureVerified)
+	ref := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}}
+	if err := g.Client.Patch(ctx, ref.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{Requeue: true}, nil
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if g.Recorder != nil {
-		g.Recorder.Eventf(&p, nil, corev1.EventTypeWarning, "UnverifiedLabelReset", "ResetLabel",
+		g.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "UnverifiedLabelReset", "ResetLabel",
 			"%s=true was set on this pod, but agentcard did not verify a card for it: set to false", v1alpha1.LabelSignatureVerified)
 	}
 	log.FromContext(ctx).Info(fmt.Sprintf("reset %s on a pod agentcard did not verify", v1alpha1.LabelSignatureVerified), "pod", req.String())

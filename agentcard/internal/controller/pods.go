@@ -3,15 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
@@ -77,45 +74,6 @@ var unindexedPodLabels = map[string]bool{
 	"batch.kubernetes.io/job-completion-index": true,
 }
 
-// PodIndex looks the cached pods up by PodLabelIndex.
-type PodIndex interface {
-	ByIndex(indexName, indexedValue string) ([]any, error)
-}
-
-// IndexPodLabels registers PodLabelIndex on the pod informer of c and returns the index to look
-// pods up by, keyed "namespace/key=value". It is registered on the informer itself rather than
-// through the manager's field indexer, which stores every value twice (once per namespace and
-// once more under a cluster-wide key no sync asks for): a third of the controller's index entries
-// at 1,000 AgentCards × 3 pods. A cache that is not one informer per kind (a manager watching a
-// list of namespaces) gets the field index instead, and a nil PodIndex.
-func IndexPodLabels(ctx context.Context, c cache.Cache) (PodIndex, error) {
-	inf, err := c.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return nil, err
-	}
-	if si, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
-		if err := inf.AddIndexers(toolscache.Indexers{PodLabelIndex: namespacedPodIndexValues}); err != nil {
-			return nil, err
-		}
-		return si.GetIndexer(), nil
-	}
-	return nil, c.IndexField(ctx, &corev1.Pod{}, PodLabelIndex, podIndexValues)
-}
-
-// namespacedPodIndexValues are a pod's entries in the informer's PodLabelIndex:
-// "namespace/key=value".
-func namespacedPodIndexValues(obj any) ([]string, error) {
-	o, ok := obj.(client.Object)
-	if !ok {
-		return nil, fmt.Errorf("pod index: %T is not an object", obj)
-	}
-	vals := podIndexValues(o)
-	for i, v := range vals {
-		vals[i] = o.GetNamespace() + "/" + v
-	}
-	return vals, nil
-}
-
 // podIndexValues are a pod's labels as PodLabelIndex keeps them ("key=value").
 func podIndexValues(o client.Object) []string {
 	out := make([]string, 0, len(o.GetLabels()))
@@ -146,55 +104,11 @@ func indexedRequirement(sel labels.Selector) (string, bool) {
 	return "", false
 }
 
-// selectedPods lists the selected pods by name. Only those isServing are fetched; the others
+// selectedPods lists the selected pods by name. Only those serving are fetched; the others
 // keep a verdict given while they served (same pod, same IP), so a readiness blip does not take
-// the label away. The pods are shallow copies of the cache's own (no deep copy per pod and
-// sync): read-only, their labels above all.
-func (r *CardReconciler) selectedPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
-	label, indexed := indexedRequirement(sel)
-	if indexed && r.PodIndex != nil {
-		return r.indexedPods(namespace+"/"+label, sel)
-	}
-	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
-	if indexed {
-		opts = append(opts, client.MatchingFields{PodLabelIndex: label})
-	}
-	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, opts...); err != nil {
-		return nil, err
-	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	return list.Items, nil
-}
-
-// indexedPods lists the pods of PodIndex's entry key that sel matches, sorted by name.
-func (r *CardReconciler) indexedPods(key string, sel labels.Selector) ([]corev1.Pod, error) {
-	objs, err := r.PodIndex.ByIndex(PodLabelIndex, key)
-	if err != nil {
-		return nil, err
-	}
-	pods := make([]corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		p, ok := o.(*corev1.Pod)
-		if ok && sel.Matches(labels.Set(p.Labels)) {
-			pods = append(pods, *p)
-		}
-	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-	return pods, nil
-}
-
-// isServing: Ready, with an IP, running and not terminating.
-func isServing(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+// the label away. The pods are the cache's own: read-only, their labels above all.
+func (r *CardReconciler) selectedPods(namespace string, sel labels.Selector) ([]*pod, error) {
+	return r.Pods.selected(namespace, sel)
 }
 
 // defaultPaths are the card paths tried when spec.endpoint names none; shared by every pod's sync
@@ -202,7 +116,7 @@ func isServing(p *corev1.Pod) bool {
 var defaultPaths = []string{fetch.PathAgentCard, fetch.PathLegacy}
 
 // endpointFor resolves scheme, port and paths for a pod from spec.endpoint and the pod's ports.
-func endpointFor(c *v1alpha1.AgentCard, p *corev1.Pod) (scheme string, port int32, paths []string) {
+func endpointFor(c *v1alpha1.AgentCard, p *pod) (scheme string, port int32, paths []string) {
 	scheme, paths = "http", defaultPaths
 	if e := c.Spec.Endpoint; e != nil {
 		if e.Scheme != "" {
@@ -214,36 +128,17 @@ func endpointFor(c *v1alpha1.AgentCard, p *corev1.Pod) (scheme string, port int3
 		port = e.Port
 	}
 	if port == 0 {
-		port = namedPort(p)
+		port = p.CardPort
+	}
+	if port == 0 {
+		port = DefaultPort
 	}
 	return scheme, port, paths
 }
 
-func namedPort(p *corev1.Pod) int32 {
-	if cp, ok := cardPort(p); ok {
-		return cp.ContainerPort
-	}
-	return DefaultPort
-}
-
-// cardPort is the container port a pod serves its card on when spec.endpoint names none: the
-// first named "a2a" in any container, else the first named "http".
-func cardPort(p *corev1.Pod) (corev1.ContainerPort, bool) {
-	for _, want := range []string{"a2a", "http"} {
-		for _, ctr := range p.Spec.Containers {
-			for _, cp := range ctr.Ports {
-				if cp.Name == want {
-					return cp, true
-				}
-			}
-		}
-	}
-	return corev1.ContainerPort{}, false
-}
-
 // patchVerifiedLabel sets kagenti.io/signature-verified on the pod itself (a metadata-only merge
 // patch: no restart, never the workload's template) when it differs.
-func (r *CardReconciler) patchVerifiedLabel(ctx context.Context, p *corev1.Pod, verified bool) error {
+func (r *CardReconciler) patchVerifiedLabel(ctx context.Context, p *pod, verified bool) error {
 	want := fmt.Sprint(verified)
 	if p.Labels[v1alpha1.LabelSignatureVerified] == want {
 		return nil

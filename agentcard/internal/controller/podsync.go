@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
@@ -96,7 +95,7 @@ type cardState struct {
 // syncInput is what one pod fetch needs.
 type syncInput struct {
 	card           *v1alpha1.AgentCard
-	pod            *corev1.Pod
+	pod            *pod
 	trustDomain    string
 	requireSig     bool
 	expectedIDSpec string
@@ -107,9 +106,9 @@ type syncInput struct {
 func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput) {
 	p := in.pod
 	scheme, port, paths := endpointFor(in.card, p)
-	if st.uid != p.UID || st.ip != p.Status.PodIP || st.scheme != scheme || st.port != port || !slices.Equal(st.paths, paths) {
+	if st.uid != p.UID || st.ip != p.IP || st.scheme != scheme || st.port != port || !slices.Equal(st.paths, paths) {
 		r.dropCard(st)
-		*st = podState{uid: p.UID, ip: p.Status.PodIP, scheme: scheme, port: port, paths: paths, createdAt: p.CreationTimestamp.Time}
+		*st = podState{uid: p.UID, ip: p.IP, scheme: scheme, port: port, paths: paths, createdAt: p.CreationTimestamp.Time}
 	}
 	prevStatus, prevErr, prevHash := st.fetchStatus, st.errMsg, hashOf(st.card)
 	defer func() {
@@ -119,7 +118,7 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 	}()
 
 	start := time.Now()
-	resp, err := r.Fetcher.Fetch(ctx, fetch.Request{Scheme: scheme, PodIP: p.Status.PodIP, Port: port, Paths: paths, ETag: st.etag, ETagPath: st.path})
+	resp, err := r.Fetcher.Fetch(ctx, fetch.Request{Scheme: scheme, PodIP: p.IP, Port: port, Paths: paths, ETag: st.etag, ETagPath: st.path})
 	if err != nil {
 		metrics.ObserveFetch(fetch.KindOf(err), time.Since(start))
 		if st.card != nil && fetch.NoAnswer(err) && st.misses+1 < failureThreshold {
@@ -253,7 +252,7 @@ func (st *podState) releaseTransient() {
 // verifyPod verifies the pod's card unless the same card was verified for the same identity and
 // bundle. parsed is the card when this sync fetched it, nil after a 304.
 func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card) {
-	expected, idErr := r.Identities.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, in.pod.Namespace, in.pod.Spec.ServiceAccountName)
+	expected, idErr := r.Identities.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, in.pod.Namespace, in.pod.ServiceAccount)
 	bundle, _ := r.Trust.Get()
 	bundleHash := ""
 	if bundle != nil {

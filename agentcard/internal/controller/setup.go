@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +51,9 @@ type Options struct {
 	CrossNamespaceIdentities []string
 	// MaxCachedCardBytes bounds the cards kept between syncs (cardStore).
 	MaxCachedCardBytes int
+	// Namespaces are the namespaces whose pods are watched, as the manager's cache watches them;
+	// empty: all.
+	Namespaces []string
 }
 
 // Validate reports bad values by flag name.
@@ -90,11 +93,19 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	ctx := context.Background()
-	if err := duck.IndexTargetRef(ctx, mgr.GetFieldIndexer(), &v1alpha1.AgentCard{}); err != nil {
+	// Namespaced only: every lookup (duck.EnqueueReferrers, userCardFor) names the workload's namespace.
+	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
-	podIndex, err := IndexPodLabels(ctx, mgr.GetCache())
+	podClient, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
+		return err
+	}
+	pods, err := newPodInformers(podClient, opts.Namespaces)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(pods); err != nil {
 		return err
 	}
 	trust := &TrustStore{}
@@ -102,7 +113,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	verified := newVerifiedPods()
 	r := &CardReconciler{
 		Client:   mgr.GetClient(),
-		PodIndex: podIndex,
+		Pods:     pods,
 		Resolver: duck.NewManagerResolver(mgr),
 		Fetcher:  fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
 		Trust:    trust,
@@ -135,15 +146,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("agentcard").
 		For(&v1alpha1.AgentCard{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			var reqs []reconcile.Request
-			for _, k := range r.cardsSelecting(o.GetNamespace(), o.GetLabels()) {
-				reqs = append(reqs, reconcile.Request{NamespacedName: k})
-			}
-			return reqs
-		}), builder.WithPredicates(podChanged())).
 		WatchesRawSource(source.Channel(rotations, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
+	cardsOfPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, k := range r.cardsSelecting(o.GetNamespace(), o.GetLabels()) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: k})
+		}
+		return reqs
+	})
+	for _, src := range pods.sources(cardsOfPod, podChanged()) {
+		b = b.WatchesRawSource(src)
+	}
 	for _, gvk := range AutoCreateKinds {
 		// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
 		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentCardList{} }),
@@ -152,11 +166,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := b.Complete(r); err != nil {
 		return err
 	}
-	guard := &LabelGuard{Client: mgr.GetClient(), Verified: verified, Recorder: mgr.GetEventRecorder(FieldManager), Retry: 2 * time.Second}
-	if err := ctrl.NewControllerManagedBy(mgr).
-		Named("agentcard-label-guard").
-		For(&corev1.Pod{}, builder.WithPredicates(labelledVerified())).
-		Complete(guard); err != nil {
+	guard := &LabelGuard{Client: mgr.GetClient(), Pods: pods, Verified: verified, Recorder: mgr.GetEventRecorder(FieldManager), Retry: 2 * time.Second}
+	gb := ctrl.NewControllerManagedBy(mgr).Named("agentcard-label-guard")
+	for _, src := range pods.sources(&handler.EnqueueRequestForObject{}, labelledVerified()) {
+		gb = gb.WatchesRawSource(src)
+	}
+	if err := gb.Complete(guard); err != nil {
 		return err
 	}
 
@@ -195,12 +210,12 @@ func setupSync(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
 // labels other than the one this controller writes (so labelling a pod does not trigger a sync).
 func podChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*corev1.Pod)
-		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		o, ok1 := e.ObjectOld.(*pod)
+		n, ok2 := e.ObjectNew.(*pod)
 		if !ok1 || !ok2 {
 			return true
 		}
-		return isServing(o) != isServing(n) || o.Status.PodIP != n.Status.PodIP ||
+		return o.Serving != n.Serving || o.IP != n.IP ||
 			!n.DeletionTimestamp.Equal(o.DeletionTimestamp) || !sameLabelsExceptOurs(o.Labels, n.Labels)
 	}}
 }

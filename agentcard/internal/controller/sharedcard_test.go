@@ -12,7 +12,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -51,9 +50,8 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 
 	states := make([]*podState, 3)
 	for i := range states {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
-			Spec:   corev1.PodSpec{ServiceAccountName: "agent"},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host}}
+		p := &pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+			ServiceAccount: "agent", IP: host, Serving: true}
 		states[i] = &podState{}
 		r.syncPod(context.Background(), states[i], syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
 		require.Equal(t, v1alpha1.FetchSuccess, states[i].fetchStatus, states[i].errMsg)
@@ -72,9 +70,8 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 	other.Hash = "rotated"
 	trust.Set(other, nil)
 	for i, st := range states {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
-			Spec:   corev1.PodSpec{ServiceAccountName: "agent"},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host}}
+		p := &pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+			ServiceAccount: "agent", IP: host, Serving: true}
 		r.syncPod(context.Background(), st, syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
 		assert.True(t, st.verified())
 	}
@@ -106,11 +103,10 @@ func BenchmarkFirstSyncOfPodsServingOneCard(b *testing.B) {
 	trust.Set(bundle, nil)
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent"},
 		Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: int32(port), Path: "/card"}}}
-	podList := make([]*corev1.Pod, pods)
+	podList := make([]*pod, pods)
 	for i := range podList {
-		podList[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
-			Spec:   corev1.PodSpec{ServiceAccountName: "agent"},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host}}
+		podList[i] = &pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+			ServiceAccount: "agent", IP: host, Serving: true}
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,14 +1,12 @@
 package controller
 
 import (
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/kagenti/platform/agentcard/internal/resources"
 )
 
 // servedPod pairs a ready pod with its sync state.
 type servedPod struct {
-	pod   *corev1.Pod
+	pod   *pod
 	state *podState
 }
 
@@ -18,7 +16,7 @@ func results(served []servedPod) []resources.PodResult {
 	for i, sp := range served {
 		s := sp.state
 		out[i] = resources.PodResult{
-			Pod: sp.pod, URL: s.url, FetchStatus: s.fetchStatus, Reason: s.reason, Error: s.errMsg,
+			PodName: sp.pod.Name, PodIP: sp.pod.IP, URL: s.url, FetchStatus: s.fetchStatus, Reason: s.reason, Error: s.errMsg,
 			Verify: s.verify, Binding: s.binding, ChangedAt: s.changedAt, CreatedAt: s.createdAt,
 		}
 		if c := s.card; c != nil {

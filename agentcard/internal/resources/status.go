@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +39,8 @@ const (
 
 // PodResult is one ready pod and the result of its last sync.
 type PodResult struct {
-	Pod *corev1.Pod
+	// PodName and PodIP name the pod.
+	PodName, PodIP string
 	// URL is the card's address on the pod.
 	URL string
 	// FetchStatus is v1alpha1.FetchSuccess, FetchFailed, FetchInvalid or FetchUnverified.
@@ -114,7 +114,7 @@ func BuildStatus(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError,
 	var withCard, failed []PodResult
 	for _, sp := range pods {
 		s := sp
-		e := v1alpha1.PodCard{PodName: sp.Pod.Name, PodIP: sp.Pod.Status.PodIP, URL: s.URL, FetchStatus: s.FetchStatus, Error: CutEncoded(s.Error, MaxEntryErrorBytes), CardHash: s.Card.hash()}
+		e := v1alpha1.PodCard{PodName: sp.PodName, PodIP: sp.PodIP, URL: s.URL, FetchStatus: s.FetchStatus, Error: CutEncoded(s.Error, MaxEntryErrorBytes), CardHash: s.Card.hash()}
 		t := metav1.NewTime(s.ChangedAt.Truncate(time.Second))
 		if prev, ok := oldEntries[e.PodName]; ok && prev.LastFetchTime != nil && samePodEntry(prev, e) {
 			t = *prev.LastFetchTime
@@ -179,13 +179,13 @@ func BuildStatus(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError,
 	var differ []string
 	for _, sp := range withCard[1:] {
 		if sp.Card.Hash != chosen.Card.Hash {
-			differ = append(differ, sp.Pod.Name)
+			differ = append(differ, sp.PodName)
 		}
 	}
 	if len(differ) > 0 {
 		sort.Strings(differ)
 		set(v1alpha1.ConditionCardConsistent, metav1.ConditionFalse, v1alpha1.ReasonCardsDiffer,
-			fmt.Sprintf("pods %s serve a different card than the newest pod %s, whose card is shown", strings.Join(differ, ", "), withCard[0].Pod.Name))
+			fmt.Sprintf("pods %s serve a different card than the newest pod %s, whose card is shown", strings.Join(differ, ", "), withCard[0].PodName))
 	} else {
 		set(v1alpha1.ConditionCardConsistent, metav1.ConditionTrue, v1alpha1.ReasonConsistent, fmt.Sprintf("%d pod(s) serve the same card", len(withCard)))
 	}
@@ -255,7 +255,7 @@ func podErrors(failed []PodResult) string {
 			parts = append(parts, fmt.Sprintf("and %d more", len(failed)-3))
 			break
 		}
-		parts = append(parts, sp.Pod.Name+": "+CutEncoded(sp.Error, 300))
+		parts = append(parts, sp.PodName+": "+CutEncoded(sp.Error, 300))
 	}
 	return CutEncoded(strings.Join(parts, "; "), MaxMessageBytes)
 }

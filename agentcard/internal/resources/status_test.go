@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,7 +24,7 @@ func served(t *testing.T, name string, created time.Time, version string, verifi
 	c, err := card.Parse(testcards.Weather(version))
 	require.NoError(t, err)
 	st := PodResult{
-		Pod:  &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{PodIP: "10.0.0.1"}},
+		PodName: name, PodIP: "10.0.0.1",
 		Card: &Card{Hash: c.Hash, Name: c.Name, Version: c.Version, Status: c.Raw}, FetchStatus: v1alpha1.FetchSuccess, CreatedAt: created, ChangedAt: created,
 	}
 	if verified {

@@ -1,15 +1,20 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -45,9 +50,8 @@ func fullPod(i int) *corev1.Pod {
 	}
 }
 
-// The trimmed pod answers every question agentcard asks of a pod as the full one does, and keeps
-// nothing else.
-func TestTrimPodKeepsWhatAgentcardReads(t *testing.T) {
+// What agentcard keeps of a pod answers every question it asks of a pod as the full one does.
+func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 	full := fullPod(1)
 	deleting := fullPod(2)
 	deleting.DeletionTimestamp = &metav1.Time{Time: deleting.CreationTimestamp.Add(1)}
@@ -57,37 +61,55 @@ func TestTrimPodKeepsWhatAgentcardReads(t *testing.T) {
 	httpOnly.Spec.Containers = httpOnly.Spec.Containers[:1]
 	noPort := fullPod(5)
 	noPort.Spec.Containers = nil
-	for _, p := range []*corev1.Pod{full, deleting, notReady, httpOnly, noPort} {
-		o, err := TrimPod(p.DeepCopy())
-		assert.NoError(t, err)
-		slim := o.(*corev1.Pod)
-		assert.Equal(t, isServing(p), isServing(slim), p.Name)
-		card := &v1alpha1.AgentCard{}
-		s1, port1, paths1 := endpointFor(card, p)
-		s2, port2, paths2 := endpointFor(card, slim)
-		assert.Equal(t, []any{s1, port1, paths1}, []any{s2, port2, paths2}, p.Name)
-		assert.Equal(t, p.Labels, slim.Labels)
+	pending := fullPod(6)
+	pending.Status.Phase = corev1.PodPending
+	noIP := fullPod(7)
+	noIP.Status.PodIP = ""
+	wantServing := map[string]bool{full.Name: true, httpOnly.Name: true, noPort.Name: true}
+	wantPort := map[string]int32{full.Name: 8000, httpOnly.Name: 8080, noPort.Name: DefaultPort}
+	for _, p := range []*corev1.Pod{full, deleting, notReady, httpOnly, noPort, pending, noIP} {
+		o, err := transformPod(p.DeepCopy())
+		require.NoError(t, err)
+		small := o.(*pod)
+		assert.Equal(t, wantServing[p.Name], small.Serving, p.Name)
+		if port, ok := wantPort[p.Name]; ok {
+			_, got, _ := endpointFor(&v1alpha1.AgentCard{}, small)
+			assert.Equal(t, port, got, "%s: a2a wins over http, in any container; else the default", p.Name)
+		}
+		assert.Equal(t, p.Labels, small.Labels)
 		assert.Equal(t, []any{p.Name, p.Namespace, p.UID, p.ResourceVersion, p.CreationTimestamp, p.DeletionTimestamp, p.Spec.ServiceAccountName, p.Status.PodIP},
-			[]any{slim.Name, slim.Namespace, slim.UID, slim.ResourceVersion, slim.CreationTimestamp, slim.DeletionTimestamp, slim.Spec.ServiceAccountName, slim.Status.PodIP})
-		assert.Empty(t, slim.Annotations)
-		assert.Empty(t, slim.OwnerReferences)
-		assert.Empty(t, slim.ManagedFields)
-		assert.Empty(t, slim.GenerateName)
-		assert.Empty(t, slim.Spec.NodeName)
-		assert.LessOrEqual(t, len(slim.Spec.Containers), 1, "one container: the card port's")
-		assert.Empty(t, slim.Status.ContainerStatuses)
-		assert.Empty(t, slim.Status.PodIPs)
+			[]any{small.Name, small.Namespace, small.UID, small.ResourceVersion, small.CreationTimestamp, small.DeletionTimestamp, small.ServiceAccount, small.IP})
+		assert.Empty(t, small.Annotations)
+		assert.Empty(t, small.OwnerReferences)
+		assert.Empty(t, small.ManagedFields)
+		assert.Empty(t, small.GenerateName)
 	}
-	assert.Equal(t, int32(8000), namedPort(full), "a2a wins over http, in any container")
-	assert.Equal(t, int32(8080), namedPort(httpOnly))
-	assert.Equal(t, int32(DefaultPort), namedPort(noPort))
+	// spec.endpoint.port wins over the pod's own ports.
+	small := podFrom(full)
+	_, port, _ := endpointFor(&v1alpha1.AgentCard{Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: 9999}}}, small)
+	assert.Equal(t, int32(9999), port)
+	// The informer's store keys it like any object; a deep copy shares no labels.
+	key, err := toolscache.MetaNamespaceKeyFunc(small)
+	require.NoError(t, err)
+	assert.Equal(t, full.Namespace+"/"+full.Name, key)
+	cp := small.DeepCopyObject().(*pod)
+	cp.Labels["app"] = "other"
+	assert.Equal(t, "weather", small.Labels["app"])
 }
 
-// BenchmarkTrimmedPodFootprint reports the heap a cached pod holds: each pod decoded from its JSON
-// as the informer decodes it, trimmed, and only the trimmed object kept (what it shares with the
+// The label index keys each label of a pod under the pod's namespace only, leaving out the labels
+// no sync looks pods up by.
+func TestPodLabelIndexKeys(t *testing.T) {
+	keys, err := podLabelIndexKeys(podFrom(fullPod(1)))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"agents/app=weather"}, keys)
+}
+
+// BenchmarkPodFootprint reports the heap a cached pod holds: each pod decoded from its JSON
+// as the informer decodes it, transformed (transformPod), and only the result kept (what it shares with the
 // decoded one, such as the name and UID strings, counts; the rest is garbage). retained-B/pod is
 // the number behind the controller's memory at 1,000 AgentCards × 3 pods.
-func BenchmarkTrimmedPodFootprint(b *testing.B) {
+func BenchmarkPodFootprint(b *testing.B) {
 	const n = 3000
 	docs := make([][]byte, n)
 	for i := range docs {
@@ -104,7 +126,7 @@ func BenchmarkTrimmedPodFootprint(b *testing.B) {
 			if err := json.Unmarshal(doc, &p); err != nil {
 				b.Fatal(err)
 			}
-			kept[i], _ = TrimPod(&p)
+			kept[i], _ = transformPod(&p)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -116,20 +138,19 @@ func BenchmarkTrimmedPodFootprint(b *testing.B) {
 
 // BenchmarkPodLabelIndexFootprint reports the heap PodLabelIndex holds for 3,000 cached pods of
 // 1,000 AgentCards (3 pods each, labels app=<card>, tier=agent and a pod-template-hash), as the
-// informer's indexer keeps it: "namespaced" is namespacedPodIndexValues (IndexPodLabels),
+// informer's indexer keeps it: "namespaced" is podLabelIndexKeys (podInformers),
 // "field-indexer" the same values as the manager's field indexer stores them, each a second time
 // under its cluster-wide "__all_namespaces/" key.
 func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 	const n = 3000
-	pods := make([]*corev1.Pod, n)
+	pods := make([]*pod, n)
 	for i := range pods {
-		p, _ := TrimPod(fullPod(i))
-		pods[i] = p.(*corev1.Pod)
+		pods[i] = podFrom(fullPod(i))
 		pods[i].Labels = internLabels(map[string]string{"app": fmt.Sprintf("agent-%04d", i/3), "tier": "agent", "pod-template-hash": "7b6c8747f"})
 	}
 	fieldIndexer := func(obj any) ([]string, error) {
-		vals, err := namespacedPodIndexValues(obj)
-		for _, v := range podIndexValues(obj.(*corev1.Pod)) {
+		vals, err := podLabelIndexKeys(obj)
+		for _, v := range podIndexValues(obj.(*pod)) {
 			vals = append(vals, "__all_namespaces/"+v)
 		}
 		return vals, err
@@ -137,7 +158,7 @@ func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		index toolscache.IndexFunc
-	}{{"namespaced", namespacedPodIndexValues}, {"field-indexer", fieldIndexer}} {
+	}{{"namespaced", podLabelIndexKeys}, {"field-indexer", fieldIndexer}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var retained uint64
 			for range b.N {
@@ -158,4 +179,42 @@ func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 			b.ReportMetric(float64(retained)/n, "retained-B/pod")
 		})
 	}
+}
+
+// With --namespaces the pods are watched per namespace, each informer with its own indexes: a
+// sync finds the pods of its namespace (through the label index and by scanning), a pod of a
+// namespace not watched is not cached, and get answers for watched namespaces only.
+func TestPodInformersPerNamespace(t *testing.T) {
+	mk := func(ns, name string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+	}
+	cs := k8sfake.NewClientset(mk("a", "a-1", map[string]string{"app": "x"}), mk("b", "b-1", map[string]string{"app": "x"}),
+		mk("c", "c-1", map[string]string{"app": "x"}))
+	pi, err := newPodInformers(cs, []string{"a", "b"})
+	require.NoError(t, err)
+	require.Len(t, pi.byNamespace, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	go func() { _ = pi.Start(ctx) }()
+	for _, inf := range pi.byNamespace {
+		require.True(t, toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
+	}
+	indexed := labels.SelectorFromSet(labels.Set{"app": "x"})
+	scanned, err := labels.Parse("app in (x,y)")
+	require.NoError(t, err)
+	for _, ns := range []string{"a", "b"} {
+		for _, sel := range []labels.Selector{indexed, scanned} {
+			got, err := pi.selected(ns, sel)
+			require.NoError(t, err)
+			require.Len(t, got, 1, "%s %s", ns, sel)
+			assert.Equal(t, ns+"-1", got[0].Name)
+		}
+		_, ok := pi.get(types.NamespacedName{Namespace: ns, Name: ns + "-1"})
+		assert.True(t, ok, ns)
+	}
+	got, err := pi.selected("c", indexed)
+	require.NoError(t, err)
+	assert.Empty(t, got, "a namespace not watched")
+	_, ok := pi.get(types.NamespacedName{Namespace: "c", Name: "c-1"})
+	assert.False(t, ok)
 }
