@@ -12,11 +12,11 @@ import (
 
 // CacheByObject restricts what the manager caches for this controller: only its own ConfigMaps
 // (not every ConfigMap in the cluster), as metadata and a hash of their content
-// (configmap.DigestTransform), and trimmed views of pods and of the built-in workloads.
+// (configmap.DigestTransform), and trimmed views of the built-in workloads. Pods are not in it:
+// they are kept as cachedPods in an informer of their own (duck.SlimPods, Setup).
 func CacheByObject() map[client.Object]cache.ByObject {
 	by := duck.TrimmedWorkloads(slimTemplate)
 	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform}
-	by[&corev1.Pod{}] = cache.ByObject{Transform: TrimPod}
 	return by
 }
 

@@ -65,7 +65,7 @@ func TestPodEventEnqueuesItsTokenExchange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.ElementsMatch(t, tt.want, r.podReferrers(context.Background(), tt.pod))
+			assert.ElementsMatch(t, tt.want, r.podReferrers(context.Background(), newCachedPod(tt.pod)))
 		})
 	}
 }

@@ -39,17 +39,11 @@ type Options struct {
 // podTokenExchangeIndex indexes pods by the ConfigMap behind their token-exchange volume.
 const podTokenExchangeIndex = "tokenexchange.podConfigMap"
 
-func podTokenExchangeConfigMap(o client.Object) []string {
-	p, ok := o.(*corev1.Pod)
-	if !ok {
+func podTokenExchangeConfigMap(p *cachedPod) []string {
+	if p.configMap == "" {
 		return nil
 	}
-	for _, v := range p.Spec.Volumes {
-		if v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil {
-			return []string{v.ConfigMap.Name}
-		}
-	}
-	return nil
+	return []string{p.configMap}
 }
 
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.
@@ -60,9 +54,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}); err != nil {
 		return err
 	}
-	// Pods by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods,
-	// not every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
-	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
+	// Pods are kept as cachedPods in an informer of their own, not in the manager's cache, indexed
+	// by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods, not
+	// every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
+	pods, err := duck.NewSlimPods(mgr, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
+	if err != nil {
 		return err
 	}
 	// TokenExchanges by the ConfigMap they render: a pod event finds its TokenExchange through the
@@ -80,6 +76,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
 		Recorder: events,
 		Pods:     NewPodStatusProber(opts.PodStatusClient),
+		PodCache: pods,
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4
@@ -103,7 +100,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return duck.ReferrerRequests(ctx, mgr.GetClient(), gvk.GroupKind(), target, newList())
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
+		WatchesRawSource(pods.Source(handler.TypedEnqueueRequestsFromMapFunc(r.podReferrers))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	c, err := b.Build(r)
 	if err != nil {
