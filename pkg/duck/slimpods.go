@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -32,7 +33,8 @@ import (
 // its own informers (a tombstone is told from an object by that interface); the slim function
 // fills only the metadata the controller reads. Objects in the store are shared: never change one.
 type SlimPods[T client.Object] struct {
-	informer toolscache.SharedIndexInformer
+	// informers holds one informer per watched namespace, or one under "" for all namespaces.
+	informers map[string]toolscache.SharedIndexInformer
 }
 
 // SlimPodIndexer returns the values a pod is indexed under; SlimPods keeps each under the pod's
@@ -40,21 +42,29 @@ type SlimPods[T client.Object] struct {
 type SlimPodIndexer[T client.Object] func(T) []string
 
 // NewSlimPods creates the informer and adds it to mgr, which runs it (in every replica, leader or
-// not, like its cache) before starting the controllers. slim turns each pod from the API server
-// into T; indexes are the named indexes List looks up.
-func NewSlimPods[T client.Object](mgr manager.Manager, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) (*SlimPods[T], error) {
+// not, like its cache) before starting the controllers. namespaces are those to watch, as the
+// manager's cache.Options.DefaultNamespaces (a controller may be granted pods in those only);
+// none watches all. slim turns each pod from the API server into T; indexes are the named indexes
+// List looks up.
+func NewSlimPods[T client.Object](mgr manager.Manager, namespaces []string, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) (*SlimPods[T], error) {
 	core, err := corev1client.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return nil, fmt.Errorf("pods informer: %w", err)
 	}
-	p := newSlimPods(toolscache.NewListWatchFromClient(core.RESTClient(), "pods", corev1.NamespaceAll, fields.Everything()), slim, indexes)
+	if len(namespaces) == 0 {
+		namespaces = []string{corev1.NamespaceAll}
+	}
+	p := &SlimPods[T]{informers: map[string]toolscache.SharedIndexInformer{}}
+	for _, ns := range namespaces {
+		p.informers[ns] = newSlimPodInformer(toolscache.NewListWatchFromClient(core.RESTClient(), "pods", ns, fields.Everything()), slim, indexes)
+	}
 	if err := mgr.Add(p); err != nil {
 		return nil, fmt.Errorf("pods informer: %w", err)
 	}
 	return p, nil
 }
 
-func newSlimPods[T client.Object](lw toolscache.ListerWatcher, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) *SlimPods[T] {
+func newSlimPodInformer[T client.Object](lw toolscache.ListerWatcher, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) toolscache.SharedIndexInformer {
 	indexers := toolscache.Indexers{}
 	for name, values := range indexes {
 		indexers[name] = func(obj any) ([]string, error) {
@@ -82,22 +92,32 @@ func newSlimPods[T client.Object](lw toolscache.ListerWatcher, slim func(*corev1
 	}); err != nil {
 		panic(err) // only returned once the informer has started
 	}
-	return &SlimPods[T]{informer: informer}
+	return informer
 }
 
 // Start runs the informer until ctx ends (manager.Runnable).
 func (p *SlimPods[T]) Start(ctx context.Context) error {
-	p.informer.RunWithContext(ctx)
+	var wg sync.WaitGroup
+	for _, informer := range p.informers {
+		wg.Go(func() { informer.RunWithContext(ctx) })
+	}
+	wg.Wait()
 	return nil
 }
 
 // NeedLeaderElection is false: every replica keeps its pods current, as it keeps its cache.
 func (p *SlimPods[T]) NeedLeaderElection() bool { return false }
 
-// List returns the pods of namespace that index holds under value. The pods are the store's own:
-// read them, never change them.
+// List returns the pods of namespace that index holds under value; none for a namespace not
+// watched. The pods are the store's own: read them, never change them.
 func (p *SlimPods[T]) List(index, namespace, value string) ([]T, error) {
-	objs, err := p.informer.GetIndexer().ByIndex(index, namespace+"/"+value)
+	informer, ok := p.informers[namespace]
+	if !ok {
+		if informer, ok = p.informers[corev1.NamespaceAll]; !ok {
+			return nil, nil
+		}
+	}
+	objs, err := informer.GetIndexer().ByIndex(index, namespace+"/"+value)
 	if err != nil {
 		return nil, err
 	}
@@ -114,20 +134,29 @@ func (p *SlimPods[T]) List(index, namespace, value string) ([]T, error) {
 // requests, as handler.TypedEnqueueRequestsFromMapFunc does. The controller starts its workers once
 // the informer has synced, as it does for the manager's own informers.
 func (p *SlimPods[T]) Source(h handler.TypedEventHandler[T, reconcile.Request]) source.SyncingSource {
-	return &slimPodsSource[T]{informer: p.informer, handler: h}
+	return &slimPodsSource[T]{pods: p, handler: h}
 }
 
 type slimPodsSource[T client.Object] struct {
-	informer toolscache.SharedIndexInformer
-	handler  handler.TypedEventHandler[T, reconcile.Request]
+	pods    *SlimPods[T]
+	handler handler.TypedEventHandler[T, reconcile.Request]
 }
 
 func (s *slimPodsSource[T]) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	return (&source.TypedInformer[T, reconcile.Request]{Informer: s.informer, Handler: s.handler}).Start(ctx, q)
+	for _, informer := range s.pods.informers {
+		if err := (&source.TypedInformer[T, reconcile.Request]{Informer: informer, Handler: s.handler}).Start(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *slimPodsSource[T]) WaitForSync(ctx context.Context) error {
-	if !toolscache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+	var synced []toolscache.InformerSynced
+	for _, informer := range s.pods.informers {
+		synced = append(synced, informer.HasSynced)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
 		return errors.New("pods (slim) informer did not sync")
 	}
 	return nil

@@ -70,13 +70,17 @@ func TestSlimPodsOnAPIServer(t *testing.T) {
 	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	require.NoError(t, err)
-	pods, err := NewSlimPods(mgr, newTestSlimPod, map[string]SlimPodIndexer[*testSlimPod]{
+	byConfigMap := map[string]SlimPodIndexer[*testSlimPod]{
 		"configMap": func(p *testSlimPod) []string {
 			if p.configMap == "" {
 				return nil
 			}
 			return []string{p.configMap}
-		}})
+		}}
+	pods, err := NewSlimPods(mgr, nil, newTestSlimPod, byConfigMap)
+	require.NoError(t, err)
+	// A controller restricted to namespaces (--namespaces) watches pods there only.
+	scoped, err := NewSlimPods(mgr, []string{ns}, newTestSlimPod, byConfigMap)
 	require.NoError(t, err)
 
 	events := make(chan string, 100)
@@ -119,6 +123,16 @@ func TestSlimPodsOnAPIServer(t *testing.T) {
 	require.Len(t, got, 1, "the pod of the other namespace is not listed")
 	assert.Equal(t, "early", got[0].Name)
 	assert.IsType(t, &testSlimPod{}, got[0], "the store holds the small type")
+	got, err = pods.List("configMap", other, "cm-a")
+	require.NoError(t, err)
+	assert.Len(t, got, 1, "watching all namespaces, the other one's pod is there")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got, err := scoped.List("configMap", ns, "cm-a")
+		return len(got) == 1, err
+	}), "the namespaced informer holds its namespace's pod")
+	got, err = scoped.List("configMap", other, "cm-a")
+	require.NoError(t, err)
+	assert.Empty(t, got, "a namespace not watched lists nothing")
 
 	late := pod(ns, "late", "cm-b")
 	require.NoError(t, c.Create(ctx, late))

@@ -33,6 +33,10 @@ const podConfigMapIndex = "agenttrace.podConfigMaps"
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
+	// Namespaces are those watched (the manager's cache.Options.DefaultNamespaces, the
+	// --namespaces flag); none: all. The pod informer (duck.SlimPods) runs beside the cache and
+	// is told them here.
+	Namespaces []string
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// NotOwnedRetry is how soon a ConfigMap held by someone else is checked again.
@@ -76,7 +80,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentTrace{}); err != nil {
 		return err
 	}
-	pods, err := duck.NewSlimPods(mgr, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podConfigMapIndex: podConfigMaps})
+	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podConfigMapIndex: podConfigMaps})
 	if err != nil {
 		return err
 	}

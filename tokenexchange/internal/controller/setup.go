@@ -27,6 +27,10 @@ const Name = "kagenti-tokenexchange"
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
+	// Namespaces are those watched (the manager's cache.Options.DefaultNamespaces, the
+	// --namespaces flag); none: all. The pod informer (duck.SlimPods) runs beside the cache and
+	// is told them here.
+	Namespaces []string
 	// Webhook, when set, serves the validating webhook on the manager's webhook server.
 	Webhook *webhook.Options
 	// MaxConcurrentReconciles is the number of TokenExchanges reconciled in parallel.
@@ -57,7 +61,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// Pods are kept as cachedPods in an informer of their own, not in the manager's cache, indexed
 	// by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods, not
 	// every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
-	pods, err := duck.NewSlimPods(mgr, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
+	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
 	if err != nil {
 		return err
 	}
