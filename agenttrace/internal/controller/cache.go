@@ -10,16 +10,21 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
+	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // stripAgentTrace drops what the controller never reads of an AgentTrace: managedFields and
 // kubectl's last-applied copy of the whole object (client-side apply, Argo CD's default), which
-// would double the cached spec. The status is written by server-side apply of the status alone.
+// would double the cached spec. The status is written by server-side apply of the status alone;
+// its conditions are compacted (duck.Status.Compact: exact-size slice, shared type and reason
+// strings).
 func stripAgentTrace(obj any) (any, error) {
 	if at, ok := obj.(*v1alpha1.AgentTrace); ok {
 		// Fresh from the watch decoder and not shared yet: changed in place.
 		at.ManagedFields = nil
 		delete(at.Annotations, corev1.LastAppliedConfigAnnotation)
+		at.Status.Compact()
 	}
 	return obj, nil
 }
@@ -98,8 +103,9 @@ func slimPodSpec(spec *corev1.PodSpec) corev1.PodSpec {
 	return out
 }
 
-// slimTemplate keeps of a workload's pod template what templateWired reads: its metadata (the
-// injection-status annotation, the labels), the ConfigMap volumes and the containers' mounts.
+// slimTemplate keeps of a workload's pod template what templateWired and the selector read: the
+// labels, whether the injection-status annotation is set (not its value:
+// duck.TemplateMetaPresence), the ConfigMap volumes and the containers' mounts.
 func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{ObjectMeta: t.ObjectMeta, Spec: slimPodSpec(&t.Spec)}
+	return corev1.PodTemplateSpec{ObjectMeta: duck.TemplateMetaPresence(t.ObjectMeta, configmap.InjectionStatusAnnotation), Spec: slimPodSpec(&t.Spec)}
 }

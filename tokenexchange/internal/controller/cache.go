@@ -8,6 +8,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
 // CacheByObject restricts what the manager caches for this controller: only its own ConfigMaps
@@ -17,11 +18,29 @@ import (
 func CacheByObject() map[client.Object]cache.ByObject {
 	by := duck.TrimmedWorkloads(slimTemplate)
 	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform}
+	by[&v1alpha1.TokenExchange{}] = cache.ByObject{Transform: compactTokenExchange}
 	return by
 }
 
-// slimTemplate keeps of a workload's pod template what the reconciler reads: its metadata (the
-// injection-status annotation, the labels) and the service account.
+// compactTokenExchange drops what the controller never reads of a TokenExchange (managedFields,
+// kubectl's last-applied copy of the whole object) and compacts its conditions (duck.Status.Compact:
+// five conditions decoded into a slice with room for eight, their types and reasons copied on every
+// object). The status itself stays: the status applier compares with it so that an unchanged
+// status costs no write.
+func compactTokenExchange(obj any) (any, error) {
+	if te, ok := obj.(*v1alpha1.TokenExchange); ok {
+		// Fresh from the watch decoder and not shared yet: changed in place.
+		te.ManagedFields = nil
+		delete(te.Annotations, corev1.LastAppliedConfigAnnotation)
+		te.Status.Compact()
+	}
+	return obj, nil
+}
+
+// slimTemplate keeps of a workload's pod template what the reconciler reads: the labels, whether
+// the injection-status annotation is set (not its value: duck.TemplateMetaPresence), and the
+// service account.
 func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{ObjectMeta: t.ObjectMeta, Spec: corev1.PodSpec{ServiceAccountName: t.Spec.ServiceAccountName}}
+	return corev1.PodTemplateSpec{ObjectMeta: duck.TemplateMetaPresence(t.ObjectMeta, configmap.InjectionStatusAnnotation),
+		Spec: corev1.PodSpec{ServiceAccountName: t.Spec.ServiceAccountName}}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
 func podTemplate() corev1.PodTemplateSpec {
@@ -114,4 +116,31 @@ func TestCachedPod(t *testing.T) {
 	c.Labels["app"], c.roles[0] = "x", "x"
 	assert.Equal(t, "agent", got.Labels["app"])
 	assert.Equal(t, configmap.ComponentAuthProxy, got.roles[0])
+}
+
+// TestCompactTokenExchange: the TokenExchange cache keeps neither managedFields nor kubectl's
+// last-applied copy, and holds the conditions in a slice of exactly their number, unchanged.
+func TestCompactTokenExchange(t *testing.T) {
+	te := &v1alpha1.TokenExchange{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "n",
+		Annotations:   map[string]string{corev1.LastAppliedConfigAnnotation: `{"spec":"copy"}`, "keep": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	te.Status.Conditions = make([]metav1.Condition, 0, 8)
+	for _, c := range []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady, duck.ConditionReady} {
+		te.Status.Conditions = append(te.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "R", Message: c})
+	}
+	want := slices.Clone(te.Status.Conditions)
+	var transform func(any) (any, error)
+	for obj, by := range CacheByObject() {
+		if _, ok := obj.(*v1alpha1.TokenExchange); ok {
+			transform = by.Transform
+		}
+	}
+	require.NotNil(t, transform, "the TokenExchange cache has its own transform")
+	out, err := transform(te)
+	require.NoError(t, err)
+	got := out.(*v1alpha1.TokenExchange)
+	assert.Equal(t, map[string]string{"keep": "me"}, got.Annotations)
+	assert.Nil(t, got.ManagedFields)
+	assert.Equal(t, want, got.Status.Conditions)
+	assert.Equal(t, len(want), cap(got.Status.Conditions))
 }
