@@ -53,7 +53,7 @@ func podTokenExchangeConfigMap(p *cachedPod) []string {
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
-	// Every lookup through the three indexes names a namespace: they are kept namespaced only
+	// Every lookup through the target index names a namespace: it is kept namespaced only
 	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}); err != nil {
 		return err
@@ -63,11 +63,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
 	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
 	if err != nil {
-		return err
-	}
-	// TokenExchanges by the ConfigMap they render: a pod event finds its TokenExchange through the
-	// ConfigMap its token-exchange volume mounts (podReferrers).
-	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}, tokenExchangeConfigMapIndex, tokenExchangeConfigMap); err != nil {
 		return err
 	}
 	events := mgr.GetEventRecorder(Name)
