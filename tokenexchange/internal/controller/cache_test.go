@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"maps"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -143,4 +145,29 @@ func TestCompactTokenExchange(t *testing.T) {
 	assert.Nil(t, got.ManagedFields)
 	assert.Equal(t, want, got.Status.Conditions)
 	assert.Equal(t, len(want), cap(got.Status.Conditions))
+}
+
+// TestCompactConfigMap: a ConfigMap carrying exactly the labels the controller writes holds the
+// one shared map; any other keeps its own; content is dropped for its hash either way.
+func TestCompactConfigMap(t *testing.T) {
+	var transform func(any) (any, error)
+	for obj, by := range CacheByObject() {
+		if _, ok := obj.(*corev1.ConfigMap); ok {
+			transform = by.Transform
+		}
+	}
+	require.NotNil(t, transform)
+	written := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a-token-exchange", Labels: maps.Clone(configMapLabels)}, Data: map[string]string{"k": "v"}}
+	out, err := transform(written)
+	require.NoError(t, err)
+	got := out.(*corev1.ConfigMap)
+	assert.Equal(t, reflect.ValueOf(configMapLabels).UnsafePointer(), reflect.ValueOf(got.Labels).UnsafePointer(), "the shared map")
+	assert.Nil(t, got.Data, "metadata and a hash of the content only")
+
+	extra := maps.Clone(configMapLabels)
+	extra["team"] = "a"
+	out, err = transform(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b-token-exchange", Labels: extra}})
+	require.NoError(t, err)
+	assert.Equal(t, extra, out.(*corev1.ConfigMap).Labels, "labels someone added are kept")
+	assert.Len(t, configMapLabels, 3, "the shared map is never changed")
 }
