@@ -7,4 +7,7 @@
 // in a small table. Unknown shapes are reported as UnsupportedKind, never guessed. A controller's
 // cache holds the built-in kinds typed and trimmed (TrimmedWorkloads: a typed object costs less
 // than the same fields as nested maps); NewManagerResolver views them as unstructured per read.
+// Pods, the most numerous objects a controller watches, are kept outside the manager's cache as a
+// small type of the controller's own (SlimPods: informer, namespaced index, controller source);
+// TemplateMetaPresence and Status.Compact trim what the cache keeps of templates and conditions.
 package duck

@@ -1,6 +1,8 @@
 package duck
 
 import (
+	"unique"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -96,4 +98,23 @@ func (s *Status) IsTrue(condType string) bool {
 func (s *Status) IsReady() bool {
 	c := s.Condition(ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// Compact rewrites s for a cache that holds it as long as its object exists: the conditions in a
+// slice of exactly their number (the JSON decoder grows one by doubling, so five conditions held
+// room for eight) and their type, status and reason strings shared with every other object's
+// (unique.Make: the same few values on each). Call it on a freshly decoded object only (a cache
+// transform): the conditions are rewritten in place.
+func (s *Status) Compact() {
+	if len(s.Conditions) == 0 {
+		return
+	}
+	conds := make([]metav1.Condition, len(s.Conditions))
+	for i, c := range s.Conditions {
+		c.Type = unique.Make(c.Type).Value()
+		c.Status = metav1.ConditionStatus(unique.Make(string(c.Status)).Value())
+		c.Reason = unique.Make(c.Reason).Value()
+		conds[i] = c
+	}
+	s.Conditions = conds
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -372,4 +373,31 @@ func (e *eventLog) lines() []string {
 	out := e.events
 	e.events = nil
 	return out
+}
+
+// TestStatusCompact: decoded from JSON, five conditions sit in a slice with room for eight, each
+// with its own copy of the type, status and reason; compacted, the slice holds exactly them and
+// the strings are shared, with every value unchanged.
+func TestStatusCompact(t *testing.T) {
+	conds := `[{"type":"A","status":"True","reason":"Ok","message":"m1","lastTransitionTime":"2026-01-01T00:00:00Z"},` +
+		`{"type":"B","status":"True","reason":"Ok","message":"m2","lastTransitionTime":"2026-01-01T00:00:00Z"},` +
+		`{"type":"C","status":"False","reason":"No","message":"m3","lastTransitionTime":"2026-01-01T00:00:00Z"},` +
+		`{"type":"D","status":"True","reason":"Ok","message":"m4","lastTransitionTime":"2026-01-01T00:00:00Z"},` +
+		`{"type":"Ready","status":"True","reason":"Ok","message":"m5","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":3}]`
+	var a, b Status
+	require.NoError(t, json.Unmarshal([]byte(`{"conditions":`+conds+`}`), &a))
+	require.NoError(t, json.Unmarshal([]byte(`{"conditions":`+conds+`}`), &b))
+	require.Greater(t, cap(a.Conditions), len(a.Conditions), "the decoder leaves spare room (what Compact removes)")
+	want := slices.Clone(a.Conditions)
+
+	a.Compact()
+	b.Compact()
+	assert.Equal(t, want, a.Conditions)
+	assert.Equal(t, len(a.Conditions), cap(a.Conditions))
+	assert.Equal(t, unsafe.StringData(a.Conditions[0].Reason), unsafe.StringData(b.Conditions[1].Reason), "one copy of each reason")
+	assert.Equal(t, unsafe.StringData(string(a.Conditions[0].Status)), unsafe.StringData(string(b.Conditions[3].Status)))
+
+	var empty Status
+	empty.Compact()
+	assert.Nil(t, empty.Conditions)
 }

@@ -1,6 +1,8 @@
 package duck
 
 import (
+	"sync"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -147,3 +149,21 @@ func trimUnstructured(u *unstructured.Unstructured, slim func(corev1.PodTemplate
 	}
 	return trimmed
 }
+
+// TemplateMetaPresence returns a pod template's metadata as a cache keeps it for a controller that
+// reads of it the labels (a kind without spec.selector selects its pods by them) and only whether
+// annotation is set (e.g. the injector's status annotation): the labels, and annotation with an
+// empty value when the template carries it, in one map shared by every such template. The
+// template's other metadata and the annotation's value (the injector's is ≈ 110 bytes) are
+// dropped. Sharing the map is safe because a cache hands its objects out as deep copies only.
+func TemplateMetaPresence(m metav1.ObjectMeta, annotation string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Labels: m.Labels}
+	if _, ok := m.Annotations[annotation]; ok {
+		marker, _ := presenceMarkers.LoadOrStore(annotation, map[string]string{annotation: ""})
+		out.Annotations = marker.(map[string]string)
+	}
+	return out
+}
+
+// presenceMarkers holds TemplateMetaPresence's shared annotation maps, one per annotation name.
+var presenceMarkers sync.Map

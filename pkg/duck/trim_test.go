@@ -126,3 +126,23 @@ func TestNewBuiltinObject(t *testing.T) {
 	assert.Nil(t, NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "AgentSet"}))
 	assert.Nil(t, NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"}))
 }
+
+// TestTemplateMetaPresence: the labels stay, the annotation read for its presence stays present
+// (with no value, in a map shared by every template), everything else of the metadata goes.
+func TestTemplateMetaPresence(t *testing.T) {
+	const marker = "kagenti.io/status"
+	injected := metav1.ObjectMeta{Name: "n", Labels: map[string]string{"app": "a"},
+		Annotations: map[string]string{marker: `{"version":"v1","injected":["envoy-proxy"]}`, "other": "x"}}
+	got := TemplateMetaPresence(injected, marker)
+	assert.Equal(t, metav1.ObjectMeta{Labels: map[string]string{"app": "a"}, Annotations: map[string]string{marker: ""}}, got)
+	_, present := got.Annotations[marker]
+	assert.True(t, present)
+
+	other := TemplateMetaPresence(metav1.ObjectMeta{Annotations: map[string]string{marker: "y"}}, marker)
+	assert.Equal(t, reflect.ValueOf(got.Annotations).UnsafePointer(), reflect.ValueOf(other.Annotations).UnsafePointer(),
+		"one map for every template that carries it")
+
+	plain := TemplateMetaPresence(metav1.ObjectMeta{Labels: map[string]string{"app": "b"}, Annotations: map[string]string{"other": "x"}}, marker)
+	assert.Nil(t, plain.Annotations, "a template without it has no annotations")
+	assert.Equal(t, map[string]string{"app": "b"}, plain.Labels)
+}

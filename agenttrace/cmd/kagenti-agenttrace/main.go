@@ -4,7 +4,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +74,7 @@ func newRootCommand() *cobra.Command {
 }
 
 func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options) error {
+	opts.Namespaces = slices.Sorted(maps.Keys(namespaceSet(namespaces)))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

@@ -88,10 +88,10 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 	}
 }
 
-// The informers hold an index entry per object and value (twice: per namespace and across
-// namespaces), so Setup indexes only what a lookup reads: AgentTraces by target, pods by the
-// ConfigMaps they mount. A pod maps to its AgentTrace through the owner of the ConfigMap it
-// mounts, which the ConfigMap cache already holds.
+// The informers hold an index entry per object and value, so Setup indexes only what a lookup
+// reads: AgentTraces by target (and pods, in their own informer, by the ConfigMaps they mount:
+// TestCachedPod). A pod maps to its AgentTrace through the owner of the ConfigMap it mounts,
+// which the ConfigMap cache already holds.
 func TestCacheIndexesOnlyWhatIsLookedUp(t *testing.T) {
 	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: CacheOptions(), Client: ClientOptions(),
@@ -100,7 +100,6 @@ func TestCacheIndexesOnlyWhatIsLookedUp(t *testing.T) {
 	require.NoError(t, Setup(mgr, Options{}))
 	for obj, want := range map[client.Object][]string{
 		&v1alpha1.AgentTrace{}: {toolscache.NamespaceIndex, "field:" + duck.TargetRefIndex},
-		&corev1.Pod{}:          {toolscache.NamespaceIndex, "field:" + podConfigMapIndex},
 	} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 		require.NoError(t, err)

@@ -37,8 +37,8 @@ func TestMountsConfigMap(t *testing.T) {
 	}
 }
 
-// The pod cache keeps exactly what configuredPods and the pod index read.
-func TestStripPod(t *testing.T) {
+// The pod informer keeps exactly what configuredPods, podReferrers and the pod index read.
+func TestCachedPod(t *testing.T) {
 	deleted := metav1.Now()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n", Labels: map[string]string{"app": "a"}, ResourceVersion: "9",
@@ -56,18 +56,17 @@ func TestStripPod(t *testing.T) {
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
 	}
-	out, err := stripPod(pod)
-	assert.NoError(t, err)
-	slim := out.(*corev1.Pod)
+	slim := newCachedPod(pod)
 	assert.Equal(t, metav1.ObjectMeta{Name: "p", Namespace: "n", Labels: map[string]string{"app": "a"}, ResourceVersion: "9", DeletionTimestamp: &deleted},
 		slim.ObjectMeta, "only what identifies, selects and counts the pod")
-	assert.Equal(t, corev1.PodStatus{Phase: corev1.PodRunning}, slim.Status)
-	assert.Equal(t, corev1.PodSpec{
-		Volumes:    []corev1.Volume{traceVolume("a-trace")},
-		Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace}}}},
-	}, slim.Spec, "the ConfigMap volumes, and the containers that mount one with those mounts only")
-	assert.True(t, mountsConfigMap(&slim.Spec, "a-trace"))
-	assert.Equal(t, []string{"a-trace"}, podConfigMaps(slim), "the stripped pod indexes as the original")
+	assert.True(t, slim.running)
+	assert.Equal(t, []string{"a-trace"}, podConfigMaps(slim), "the ConfigMaps a container mounts")
+	assert.Equal(t, len(slim.configMaps), cap(slim.configMaps), "held for the pod's lifetime: no spare capacity")
+
+	c := slim.DeepCopyObject().(*cachedPod)
+	c.Labels["app"], c.configMaps[0] = "x", "x"
+	assert.Equal(t, "a", slim.Labels["app"], "a copy shares nothing with the store's pod")
+	assert.Equal(t, "a-trace", slim.configMaps[0])
 }
 
 // Pods are indexed only by the ConfigMaps a container of theirs mounts: that is what
@@ -78,9 +77,9 @@ func TestPodConfigMapsIndexesMountedConfigMapsOnly(t *testing.T) {
 		LocalObjectReference: corev1.LocalObjectReference{Name: "b-config"}}}}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{traceVolume("a-trace"), unmounted},
 		Containers: []corev1.Container{{Name: "c", VolumeMounts: mount}}}}
-	assert.Equal(t, []string{"a-trace"}, podConfigMaps(pod))
+	assert.Equal(t, []string{"a-trace"}, podConfigMaps(newCachedPod(pod)))
 	pod.Spec.Containers[0].VolumeMounts = nil
-	assert.Empty(t, podConfigMaps(pod), "a ConfigMap volume no container mounts")
+	assert.Empty(t, podConfigMaps(newCachedPod(pod)), "a ConfigMap volume no container mounts")
 }
 
 // The AgentTrace cache keeps neither managedFields nor kubectl's last-applied copy.

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -40,6 +41,8 @@ type Reconciler struct {
 	Status   *duck.StatusApplier
 	Recorder recorder.EventRecorder
 	Options  Options
+	// PodCache holds the cluster's pods as cachedPods, indexed by podConfigMapIndex.
+	PodCache *duck.SlimPods[*cachedPod]
 	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
 	// Reconciler without a manager.
 	Workloads *duck.WorkloadWatches
@@ -114,7 +117,7 @@ func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s s
 	}
 	s.configMapApplied(desired.Name)
 
-	pods, err := r.configuredPods(ctx, w, desired.Name)
+	pods, err := r.configuredPods(w, desired.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -170,21 +173,19 @@ func (r *Reconciler) referrerInEffect(ctx context.Context, at *v1alpha1.AgentTra
 }
 
 // configuredPods counts the workload's running pods that mount the trace ConfigMap in a container.
-func (r *Reconciler) configuredPods(ctx context.Context, w *duck.Workload, cmName string) (int32, error) {
+func (r *Reconciler) configuredPods(w *duck.Workload, cmName string) (int32, error) {
 	sel, err := w.Selector()
 	if err != nil {
 		return 0, nil // a workload we cannot select pods of has none we can count
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(w.Namespace()), client.MatchingLabelsSelector{Selector: sel},
-		client.MatchingFields{podConfigMapIndex: cmName}); err != nil {
+	pods, err := r.PodCache.List(podConfigMapIndex, w.Namespace(), cmName)
+	if err != nil {
 		return 0, fmt.Errorf("listing pods of %s %q: %w", w.Kind(), w.Name(), err)
 	}
 	var n int32
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp.IsZero() && mountsConfigMap(&p.Spec, cmName) {
-			n++
+	for _, p := range pods {
+		if p.running && p.DeletionTimestamp.IsZero() && sel.Matches(labels.Set(p.Labels)) {
+			n++ // the index holds it under cmName: a container of it mounts the ConfigMap
 		}
 	}
 	return n, nil

@@ -33,6 +33,10 @@ const podConfigMapIndex = "agenttrace.podConfigMaps"
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
+	// Namespaces are those watched (the manager's cache.Options.DefaultNamespaces, the
+	// --namespaces flag); none: all. The pod informer (duck.SlimPods) runs beside the cache and
+	// is told them here.
+	Namespaces []string
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// NotOwnedRetry is how soon a ConfigMap held by someone else is checked again.
@@ -40,15 +44,14 @@ type Options struct {
 }
 
 // CacheOptions restricts what the manager caches to what this controller reads: only its own
-// ConfigMaps, as metadata and a hash of their content (configmap.DigestTransform), pods stripped to
-// the fields configuredPods needs, and the built-in workloads stripped to what templateWired and
-// the pod selector need. main and the tests use it.
+// ConfigMaps, as metadata and a hash of their content (configmap.DigestTransform), and the built-in
+// workloads stripped to what templateWired and the pod selector need. Pods are not in it: they are
+// kept as cachedPods in an informer of their own (duck.SlimPods, Setup). main and the tests use it.
 func CacheOptions() cache.Options {
 	o := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}:    {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform},
-			&corev1.Pod{}:          {Transform: stripPod},
 			&v1alpha1.AgentTrace{}: {Transform: stripAgentTrace},
 		},
 	}
@@ -77,7 +80,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentTrace{}); err != nil {
 		return err
 	}
-	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &corev1.Pod{}, podConfigMapIndex, podConfigMaps); err != nil {
+	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podConfigMapIndex: podConfigMaps})
+	if err != nil {
 		return err
 	}
 	events := mgr.GetEventRecorder(Name)
@@ -89,6 +93,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady}},
 		Recorder: events,
 		Options:  opts,
+		PodCache: pods,
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("agenttrace").
@@ -97,7 +102,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&v1alpha1.AgentTrace{}, handler.EnqueueRequestsFromMapFunc(r.sameTarget),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
+		WatchesRawSource(pods.Source(handler.TypedEnqueueRequestsFromMapFunc(r.podReferrers))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Build(r)
 	if err != nil {
@@ -108,22 +113,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	return nil
 }
 
-// podConfigMaps returns the names of the ConfigMaps a container of the pod mounts: a volume no
-// container mounts configures nothing, and every index entry costs memory for each pod in the
-// cluster.
-func podConfigMaps(o client.Object) []string {
-	p, ok := o.(*corev1.Pod)
-	if !ok {
-		return nil
-	}
-	var names []string
-	for _, v := range p.Spec.Volumes {
-		if v.ConfigMap != nil && mountsConfigMap(&p.Spec, v.ConfigMap.Name) {
-			names = append(names, v.ConfigMap.Name)
-		}
-	}
-	return names
-}
+// podConfigMaps returns the names of the ConfigMaps a container of the pod mounts (newCachedPod):
+// a volume no container mounts configures nothing, and every index entry costs memory for each
+// pod in the cluster.
+func podConfigMaps(p *cachedPod) []string { return p.configMaps }
 
 // sameTarget enqueues the other AgentTraces of an AgentTrace's target, so a conflict resolves as
 // soon as the winner goes away or moves to another target.
@@ -154,11 +147,7 @@ func (r *Reconciler) sameTarget(ctx context.Context, o client.Object) []reconcil
 // ConfigMap in the cache, which holds only this controller's ConfigMaps. A ConfigMap not written
 // yet needs no mapping: the reconcile that writes it counts the pods afterwards, and its arrival in
 // the cache (Owns) runs that reconcile again.
-func (r *Reconciler) podReferrers(ctx context.Context, o client.Object) []reconcile.Request {
-	pod, ok := o.(*corev1.Pod)
-	if !ok {
-		return nil
-	}
+func (r *Reconciler) podReferrers(ctx context.Context, pod *cachedPod) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, name := range podConfigMaps(pod) {
 		var cm corev1.ConfigMap

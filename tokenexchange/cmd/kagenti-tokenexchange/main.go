@@ -4,7 +4,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -133,6 +135,7 @@ func run(fl flags) error {
 	if fl.webhook {
 		fl.opts.Webhook = &fl.wh
 	}
+	fl.opts.Namespaces = slices.Sorted(maps.Keys(namespaceSet(fl.namespaces)))
 	if err := controller.Setup(mgr, fl.opts); err != nil {
 		return err
 	}

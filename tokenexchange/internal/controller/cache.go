@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -8,20 +10,56 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/resources"
 )
 
 // CacheByObject restricts what the manager caches for this controller: only its own ConfigMaps
 // (not every ConfigMap in the cluster), as metadata and a hash of their content
-// (configmap.DigestTransform), and trimmed views of pods and of the built-in workloads.
+// (configmap.DigestTransform), and trimmed views of the built-in workloads. Pods are not in it:
+// they are kept as cachedPods in an informer of their own (duck.SlimPods, Setup).
 func CacheByObject() map[client.Object]cache.ByObject {
 	by := duck.TrimmedWorkloads(slimTemplate)
-	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform}
-	by[&corev1.Pod{}] = cache.ByObject{Transform: TrimPod}
+	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: compactConfigMap}
+	by[&v1alpha1.TokenExchange{}] = cache.ByObject{Transform: compactTokenExchange}
 	return by
 }
 
-// slimTemplate keeps of a workload's pod template what the reconciler reads: its metadata (the
-// injection-status annotation, the labels) and the service account.
+// configMapLabels are the labels of every ConfigMap this controller writes (resources.MakeConfigMap's
+// and the applier's managed-by). The cache never hands out its objects (its readers get deep
+// copies), so it holds this one map for every ConfigMap that carries exactly these labels.
+var configMapLabels = map[string]string{configmap.PartOfLabel: configmap.PartOf, configmap.ComponentLabel: resources.Component, configmap.ManagedByLabel: Name}
+
+// compactConfigMap is configmap.DigestTransform (metadata and a hash of the content), with the
+// labels shared when they are configMapLabels: a map of three labels and their strings cost
+// ≈ 450 bytes a ConfigMap.
+func compactConfigMap(obj any) (any, error) {
+	obj, err := configmap.DigestTransform(obj)
+	if cm, ok := obj.(*corev1.ConfigMap); ok && maps.Equal(cm.Labels, configMapLabels) {
+		cm.Labels = configMapLabels
+	}
+	return obj, err
+}
+
+// compactTokenExchange drops what the controller never reads of a TokenExchange (managedFields,
+// kubectl's last-applied copy of the whole object) and compacts its conditions (duck.Status.Compact:
+// five conditions decoded into a slice with room for eight, their types and reasons copied on every
+// object). The status itself stays: the status applier compares with it so that an unchanged
+// status costs no write.
+func compactTokenExchange(obj any) (any, error) {
+	if te, ok := obj.(*v1alpha1.TokenExchange); ok {
+		// Fresh from the watch decoder and not shared yet: changed in place.
+		te.ManagedFields = nil
+		delete(te.Annotations, corev1.LastAppliedConfigAnnotation)
+		te.Status.Compact()
+	}
+	return obj, nil
+}
+
+// slimTemplate keeps of a workload's pod template what the reconciler reads: the labels, whether
+// the injection-status annotation is set (not its value: duck.TemplateMetaPresence), and the
+// service account.
 func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{ObjectMeta: t.ObjectMeta, Spec: corev1.PodSpec{ServiceAccountName: t.Spec.ServiceAccountName}}
+	return corev1.PodTemplateSpec{ObjectMeta: duck.TemplateMetaPresence(t.ObjectMeta, configmap.InjectionStatusAnnotation),
+		Spec: corev1.PodSpec{ServiceAccountName: t.Spec.ServiceAccountName}}
 }

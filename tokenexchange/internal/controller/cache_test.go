@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"maps"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
 func podTemplate() corev1.PodTemplateSpec {
@@ -71,49 +75,99 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 	}
 }
 
-func TestTrimPod(t *testing.T) {
+// TestCachedPod: the pod informer keeps what the reconciler, the prober and the index read, and
+// nothing of the rest.
+func TestCachedPod(t *testing.T) {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{"a": "b"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team", UID: "u1", Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{"a": "b"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "agent-1"}}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
 		Spec: corev1.PodSpec{
-			Containers:     []corev1.Container{{Name: "agent", Image: "x"}},
+			Containers:     []corev1.Container{{Name: "agent", Image: "x"}, {Name: configmap.ComponentAuthProxy, Image: "x"}},
 			InitContainers: []corev1.Container{{Name: configmap.ComponentSpiffeHelper, Image: "x"}, {Name: configmap.ComponentEnvoyProxy, Image: "x"}},
 			Volumes: []corev1.Volume{
-				{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
 			},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", InitContainerStatuses: []corev1.ContainerStatus{{Name: configmap.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", Ready: true}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7",
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: configmap.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}, {Name: configmap.ComponentEnvoyProxy}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "agent", Ready: true}, {Name: configmap.ComponentAuthProxy, Ready: true}}},
 	}
-	out, err := TrimPod(p)
-	require.NoError(t, err)
-	got := out.(*corev1.Pod)
-	assert.True(t, mountsTokenExchange(got, "agent-token-exchange"))
-	assert.Len(t, got.Spec.Volumes, 1)
-	assert.Empty(t, got.Spec.Containers, "the agent's containers are never read")
-	assert.Equal(t, []corev1.Container{{Name: configmap.ComponentEnvoyProxy}}, got.Spec.InitContainers,
-		"names only, of the roles with a status port (spiffe-helper has none): the status prober looks for them")
-	assert.Equal(t, []string{configmap.ComponentEnvoyProxy}, roleContainers(got))
-	assert.Empty(t, got.Status.ContainerStatuses, "only the identity components' readiness is read")
-	assert.Empty(t, got.Annotations)
-	assert.Equal(t, map[string]string{"app": "agent"}, got.Labels)
-	assert.True(t, allReady([]*corev1.Pod{got}, configmap.ComponentSpiffeHelper))
-	assert.Equal(t, "10.0.0.7", got.Status.PodIP)
+	got := newCachedPod(p)
+	assert.Equal(t, metav1.ObjectMeta{Name: "p", Namespace: "team", UID: "u1", Labels: map[string]string{"app": "agent"}}, got.ObjectMeta,
+		"no annotations, owners or managedFields: nothing reads them")
+	assert.Equal(t, "agent-token-exchange", got.configMap)
+	assert.Equal(t, []string{"agent-token-exchange"}, podTokenExchangeConfigMap(got))
+	assert.True(t, got.running)
+	assert.Equal(t, "10.0.0.7", got.ip)
+	assert.Equal(t, []string{configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}, got.roles,
+		"the roles with a status port (spiffe-helper has none), from init and classic containers: the status prober asks them")
+	assert.Equal(t, len(got.roles), cap(got.roles), "held for the pod's lifetime: no spare capacity")
+	pods := []*cachedPod{got}
+	assert.True(t, allReady(pods, configmap.ComponentSpiffeHelper), "ready as a native sidecar")
+	assert.True(t, allReady(pods, configmap.ComponentAuthProxy), "ready as a classic container")
+	assert.False(t, allReady(pods, configmap.ComponentEnvoyProxy), "not ready")
+	assert.False(t, allReady(pods, configmap.ComponentClientRegistration), "absent")
+
+	ps := summarizePods(pods, "agent-token-exchange")
+	assert.Len(t, ps.pods, 1)
+	assert.Empty(t, summarizePods(pods, "other-token-exchange").pods, "counted only for the ConfigMap it mounts")
+
+	// A copy shares nothing the store's pod holds.
+	c := got.DeepCopyObject().(*cachedPod)
+	c.Labels["app"], c.roles[0] = "x", "x"
+	assert.Equal(t, "agent", got.Labels["app"])
+	assert.Equal(t, configmap.ComponentAuthProxy, got.roles[0])
 }
 
-// TestTrimPodKeepsNoSpareCapacity: the kept containers and statuses are held as long as the pod
-// exists; a slice grown by append would hold room for a fourth container of three kept.
-func TestTrimPodKeepsNoSpareCapacity(t *testing.T) {
-	p := &corev1.Pod{Spec: corev1.PodSpec{}, Status: corev1.PodStatus{}}
-	for _, c := range []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy} {
-		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c, Image: "x"})
-		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: c, Ready: true})
+// TestCompactTokenExchange: the TokenExchange cache keeps neither managedFields nor kubectl's
+// last-applied copy, and holds the conditions in a slice of exactly their number, unchanged.
+func TestCompactTokenExchange(t *testing.T) {
+	te := &v1alpha1.TokenExchange{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "n",
+		Annotations:   map[string]string{corev1.LastAppliedConfigAnnotation: `{"spec":"copy"}`, "keep": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	te.Status.Conditions = make([]metav1.Condition, 0, 8)
+	for _, c := range []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady, duck.ConditionReady} {
+		te.Status.Conditions = append(te.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "R", Message: c})
 	}
-	out, err := TrimPod(p)
+	want := slices.Clone(te.Status.Conditions)
+	var transform func(any) (any, error)
+	for obj, by := range CacheByObject() {
+		if _, ok := obj.(*v1alpha1.TokenExchange); ok {
+			transform = by.Transform
+		}
+	}
+	require.NotNil(t, transform, "the TokenExchange cache has its own transform")
+	out, err := transform(te)
 	require.NoError(t, err)
-	got := out.(*corev1.Pod)
-	assert.Len(t, got.Spec.InitContainers, 3, "the roles with a status port")
-	assert.Equal(t, len(got.Spec.InitContainers), cap(got.Spec.InitContainers))
-	assert.Len(t, got.Status.InitContainerStatuses, 4, "the identity components")
-	assert.Equal(t, len(got.Status.InitContainerStatuses), cap(got.Status.InitContainerStatuses))
+	got := out.(*v1alpha1.TokenExchange)
+	assert.Equal(t, map[string]string{"keep": "me"}, got.Annotations)
+	assert.Nil(t, got.ManagedFields)
+	assert.Equal(t, want, got.Status.Conditions)
+	assert.Equal(t, len(want), cap(got.Status.Conditions))
+}
+
+// TestCompactConfigMap: a ConfigMap carrying exactly the labels the controller writes holds the
+// one shared map; any other keeps its own; content is dropped for its hash either way.
+func TestCompactConfigMap(t *testing.T) {
+	var transform func(any) (any, error)
+	for obj, by := range CacheByObject() {
+		if _, ok := obj.(*corev1.ConfigMap); ok {
+			transform = by.Transform
+		}
+	}
+	require.NotNil(t, transform)
+	written := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a-token-exchange", Labels: maps.Clone(configMapLabels)}, Data: map[string]string{"k": "v"}}
+	out, err := transform(written)
+	require.NoError(t, err)
+	got := out.(*corev1.ConfigMap)
+	assert.Equal(t, reflect.ValueOf(configMapLabels).UnsafePointer(), reflect.ValueOf(got.Labels).UnsafePointer(), "the shared map")
+	assert.Nil(t, got.Data, "metadata and a hash of the content only")
+
+	extra := maps.Clone(configMapLabels)
+	extra["team"] = "a"
+	out, err = transform(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b-token-exchange", Labels: extra}})
+	require.NoError(t, err)
+	assert.Equal(t, extra, out.(*corev1.ConfigMap).Labels, "labels someone added are kept")
+	assert.Len(t, configMapLabels, 3, "the shared map is never changed")
 }

@@ -15,30 +15,36 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kagenti/platform/pkg/configmap"
-	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
-// TestPodEventEnqueuesItsTokenExchange: a pod event wakes exactly the TokenExchange whose ConfigMap
-// the pod's token-exchange volume mounts; not the TokenExchanges of other workloads whose
-// selectors match the pod too, nor those of the same workload name in another namespace. A pod
-// that mounts no token-exchange volume wakes none.
+// TestPodEventEnqueuesItsTokenExchange: a pod event wakes exactly the TokenExchange that owns the
+// ConfigMap the pod's token-exchange volume mounts; not the TokenExchanges of other workloads
+// whose selectors match the pod too, nor those of the same workload name in another namespace. A
+// pod that mounts no token-exchange volume, or a ConfigMap no TokenExchange owns (not written yet,
+// or someone else's), wakes none.
 func TestPodEventEnqueuesItsTokenExchange(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
 	require.NoError(t, corev1.AddToScheme(scheme))
-	te := func(ns, name, kind, target string) client.Object {
-		return &v1alpha1.TokenExchange{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1alpha1.TokenExchangeSpec{TargetRef: duck.TargetRef{Kind: kind, Name: target}}}
+	owned := func(ns, name string, owner *metav1.OwnerReference) client.Object {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if owner != nil {
+			cm.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		return cm
+	}
+	te := func(name string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TokenExchange", Name: name, UID: "u-" + types.UID(name), Controller: new(true)}
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).
-		WithIndex(&v1alpha1.TokenExchange{}, tokenExchangeConfigMapIndex, tokenExchangeConfigMap).
 		WithObjects(
-			te("team", "web", "Deployment", "web"),
+			owned("team", "web-token-exchange", te("web")),
 			// Another workload of the namespace whose selector (app=web) matches the same pods.
-			te("team", "web-canary", "Deployment", "web-canary"),
-			te("team", "api", "StatefulSet", "api"),
-			te("other", "web", "Deployment", "web"),
+			owned("team", "web-canary-token-exchange", te("web-canary")),
+			owned("other", "web-token-exchange", te("web-other")),
+			owned("team", "theirs-token-exchange", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "theirs", UID: "d", Controller: new(true)}),
+			owned("team", "loose-token-exchange", nil),
 		).Build()
 	r := &Reconciler{Client: c}
 
@@ -59,13 +65,15 @@ func TestPodEventEnqueuesItsTokenExchange(t *testing.T) {
 			[]reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "web"}}}},
 		{"mounts the canary's ConfigMap", pod(configmap.VolumeTokenExchange, "web-canary-token-exchange"),
 			[]reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "web-canary"}}}},
-		{"mounts a ConfigMap no TokenExchange renders", pod(configmap.VolumeTokenExchange, "gone-token-exchange"), nil},
+		{"mounts a ConfigMap not written yet", pod(configmap.VolumeTokenExchange, "gone-token-exchange"), nil},
+		{"mounts a ConfigMap a Deployment controls", pod(configmap.VolumeTokenExchange, "theirs-token-exchange"), nil},
+		{"mounts a ConfigMap without owner", pod(configmap.VolumeTokenExchange, "loose-token-exchange"), nil},
 		{"the ConfigMap under another volume name", pod("config", "web-token-exchange"), nil},
 		{"not injected", pod("", ""), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.ElementsMatch(t, tt.want, r.podReferrers(context.Background(), tt.pod))
+			assert.ElementsMatch(t, tt.want, r.podReferrers(context.Background(), newCachedPod(tt.pod)))
 		})
 	}
 }

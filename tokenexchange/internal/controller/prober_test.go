@@ -57,7 +57,7 @@ func rolePod(name string) *corev1.Pod {
 func TestProberAsksOnlyPodsNotKnownOnTheContent(t *testing.T) {
 	f := newProberFixture(t)
 	key := types.NamespacedName{Namespace: "ns", Name: "tx"}
-	pods := []*corev1.Pod{rolePod("a"), rolePod("b")}
+	pods := []*cachedPod{newCachedPod(rolePod("a")), newCachedPod(rolePod("b"))}
 
 	prop := f.prober.Probe(context.Background(), key, pods, "h1")
 	assert.Empty(t, prop.Current)

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
@@ -130,7 +129,7 @@ func (p *PodStatusProber) Forget(key types.NamespacedName) {
 }
 
 // Probe reads the status of pods' roles and compares it with want.
-func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, pods []*corev1.Pod, want string) Propagation {
+func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, pods []*cachedPod, want string) Propagation {
 	p.mu.Lock()
 	before := p.known[key]
 	p.mu.Unlock()
@@ -182,23 +181,23 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 }
 
 // observe asks every role container of pod for its status.
-func (p *PodStatusProber) observe(ctx context.Context, pod *corev1.Pod, want string) podObservation {
+func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want string) podObservation {
 	o := podObservation{name: pod.Name}
-	containers := roleContainers(pod)
+	containers := pod.roles
 	if len(containers) == 0 {
 		// Nothing in the pod follows the file at run time (spiffe-helper alone): the content it
 		// mounts is all there is to run.
 		o.hash = want
 		return o
 	}
-	if pod.Status.PodIP == "" {
+	if pod.ip == "" {
 		o.unreachable = "no pod IP yet"
 		return o
 	}
 	hashes := map[string][]string{} // hash → containers
 	var rejected, unreachable []string
 	for _, c := range containers {
-		st, err := p.status(ctx, pod.Status.PodIP, statusPorts[c])
+		st, err := p.status(ctx, pod.ip, statusPorts[c])
 		if err != nil {
 			unreachable = append(unreachable, fmt.Sprintf("%s: %v", c, err))
 			continue
@@ -232,20 +231,6 @@ func (p *PodStatusProber) observe(ctx context.Context, pod *corev1.Pod, want str
 	sort.Strings(runs)
 	o.runs = strings.Join(runs, "; ")
 	return o
-}
-
-// roleContainers lists the containers of pod that run a role with a status port.
-func roleContainers(pod *corev1.Pod) []string {
-	var out []string
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			if _, ok := statusPorts[c.Name]; ok && !slices.Contains(out, c.Name) {
-				out = append(out, c.Name)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (p *PodStatusProber) status(ctx context.Context, ip string, port int32) (*sidecar.Status, error) {

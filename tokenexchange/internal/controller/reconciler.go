@@ -35,6 +35,8 @@ type Reconciler struct {
 	// Status writes the status and records an Event when Ready changes, through Recorder.
 	Status   *duck.StatusApplier
 	Recorder recorder.EventRecorder
+	// PodCache holds the cluster's pods as cachedPods, indexed by podTokenExchangeIndex.
+	PodCache *duck.SlimPods[*cachedPod]
 	// Pods reads which configuration the pods' identity sidecars run (propagation.go).
 	Pods *PodStatusProber
 	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
@@ -139,7 +141,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	}
 	s.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
 
-	pods, err := r.pods(ctx, te.Namespace, selector, desired.Name)
+	pods, err := r.pods(te.Namespace, selector, desired.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

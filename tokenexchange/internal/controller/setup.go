@@ -27,6 +27,10 @@ const Name = "kagenti-tokenexchange"
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
+	// Namespaces are those watched (the manager's cache.Options.DefaultNamespaces, the
+	// --namespaces flag); none: all. The pod informer (duck.SlimPods) runs beside the cache and
+	// is told them here.
+	Namespaces []string
 	// Webhook, when set, serves the validating webhook on the manager's webhook server.
 	Webhook *webhook.Options
 	// MaxConcurrentReconciles is the number of TokenExchanges reconciled in parallel.
@@ -39,35 +43,26 @@ type Options struct {
 // podTokenExchangeIndex indexes pods by the ConfigMap behind their token-exchange volume.
 const podTokenExchangeIndex = "tokenexchange.podConfigMap"
 
-func podTokenExchangeConfigMap(o client.Object) []string {
-	p, ok := o.(*corev1.Pod)
-	if !ok {
+func podTokenExchangeConfigMap(p *cachedPod) []string {
+	if p.configMap == "" {
 		return nil
 	}
-	for _, v := range p.Spec.Volumes {
-		if v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil {
-			return []string{v.ConfigMap.Name}
-		}
-	}
-	return nil
+	return []string{p.configMap}
 }
 
 // Setup registers the reconciler, its index and watches (and the webhook) with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
-	// Every lookup through the three indexes names a namespace: they are kept namespaced only
+	// Every lookup through the target index names a namespace: it is kept namespaced only
 	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}); err != nil {
 		return err
 	}
-	// Pods by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods,
-	// not every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
-	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &corev1.Pod{}, podTokenExchangeIndex, podTokenExchangeConfigMap); err != nil {
-		return err
-	}
-	// TokenExchanges by the ConfigMap they render: a pod event finds its TokenExchange through the
-	// ConfigMap its token-exchange volume mounts (podReferrers).
-	if err := duck.IndexFieldInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}, tokenExchangeConfigMapIndex, tokenExchangeConfigMap); err != nil {
+	// Pods are kept as cachedPods in an informer of their own, not in the manager's cache, indexed
+	// by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods, not
+	// every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
+	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
+	if err != nil {
 		return err
 	}
 	events := mgr.GetEventRecorder(Name)
@@ -80,6 +75,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
 		Recorder: events,
 		Pods:     NewPodStatusProber(opts.PodStatusClient),
+		PodCache: pods,
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4
@@ -103,7 +99,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return duck.ReferrerRequests(ctx, mgr.GetClient(), gvk.GroupKind(), target, newList())
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podReferrers)).
+		WatchesRawSource(pods.Source(handler.TypedEnqueueRequestsFromMapFunc(r.podReferrers))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	c, err := b.Build(r)
 	if err != nil {
