@@ -7,13 +7,16 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
@@ -47,25 +50,40 @@ type SlimPodIndexer[T client.Object] func(T) []string
 // none watches all. slim turns each pod from the API server into T; indexes are the named indexes
 // List looks up.
 func NewSlimPods[T client.Object](mgr manager.Manager, namespaces []string, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) (*SlimPods[T], error) {
-	core, err := corev1client.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return nil, fmt.Errorf("pods informer: %w", err)
 	}
-	if len(namespaces) == 0 {
-		namespaces = []string{corev1.NamespaceAll}
-	}
-	p := &SlimPods[T]{informers: map[string]toolscache.SharedIndexInformer{}}
-	for _, ns := range namespaces {
-		p.informers[ns] = newSlimPodInformer(toolscache.NewListWatchFromClient(core.RESTClient(), "pods", ns, fields.Everything()), slim, indexes)
-	}
+	p := NewSlimPodsFor(cs, namespaces, slim, indexes)
 	if err := mgr.Add(p); err != nil {
 		return nil, fmt.Errorf("pods informer: %w", err)
 	}
 	return p, nil
 }
 
+// NewSlimPodsFor creates the informer over cs without adding it to a manager: the caller starts it
+// (Start) and waits for it (WaitForSync). NewSlimPods is this for a manager's client.
+func NewSlimPodsFor[T client.Object](cs kubernetes.Interface, namespaces []string, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) *SlimPods[T] {
+	if len(namespaces) == 0 {
+		namespaces = []string{corev1.NamespaceAll}
+	}
+	pods := cs.CoreV1()
+	p := &SlimPods[T]{informers: map[string]toolscache.SharedIndexInformer{}}
+	for _, ns := range namespaces {
+		lw := &toolscache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return pods.Pods(ns).List(ctx, o)
+			},
+			WatchFuncWithContext: pods.Pods(ns).Watch,
+		}
+		// A client that cannot stream a list (client-go's fake clientset) is listed the old way.
+		p.informers[ns] = newSlimPodInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, cs), slim, indexes)
+	}
+	return p
+}
+
 func newSlimPodInformer[T client.Object](lw toolscache.ListerWatcher, slim func(*corev1.Pod) T, indexes map[string]SlimPodIndexer[T]) toolscache.SharedIndexInformer {
-	indexers := toolscache.Indexers{}
+	indexers := toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}
 	for name, values := range indexes {
 		indexers[name] = func(obj any) ([]string, error) {
 			o, ok := obj.(T)
@@ -111,13 +129,60 @@ func (p *SlimPods[T]) NeedLeaderElection() bool { return false }
 // List returns the pods of namespace that index holds under value; none for a namespace not
 // watched. The pods are the store's own: read them, never change them.
 func (p *SlimPods[T]) List(index, namespace, value string) ([]T, error) {
-	informer, ok := p.informers[namespace]
-	if !ok {
-		if informer, ok = p.informers[corev1.NamespaceAll]; !ok {
-			return nil, nil
-		}
+	informer := p.informerOf(namespace)
+	if informer == nil {
+		return nil, nil
 	}
-	objs, err := informer.GetIndexer().ByIndex(index, namespace+"/"+value)
+	return slimPodsOf[T](informer.GetIndexer().ByIndex(index, namespace+"/"+value))
+}
+
+// Get returns the pod key; false when it is not in the store (or its namespace is not watched).
+// The pod is the store's own: read it, never change it.
+func (p *SlimPods[T]) Get(key types.NamespacedName) (T, bool) {
+	var zero T
+	informer := p.informerOf(key.Namespace)
+	if informer == nil {
+		return zero, false
+	}
+	obj, ok, err := informer.GetStore().GetByKey(key.Namespace + "/" + key.Name)
+	if err != nil || !ok {
+		return zero, false
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
+// InNamespace returns every pod of namespace; none for a namespace not watched. The pods are the
+// store's own: read them, never change them.
+func (p *SlimPods[T]) InNamespace(namespace string) ([]T, error) {
+	informer := p.informerOf(namespace)
+	if informer == nil {
+		return nil, nil
+	}
+	return slimPodsOf[T](informer.GetIndexer().ByIndex(toolscache.NamespaceIndex, namespace))
+}
+
+// WaitForSync waits until every informer has listed its pods, or ctx ends.
+func (p *SlimPods[T]) WaitForSync(ctx context.Context) error {
+	var synced []toolscache.InformerSynced
+	for _, informer := range p.informers {
+		synced = append(synced, informer.HasSynced)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		return errors.New("pods (slim) informer did not sync")
+	}
+	return nil
+}
+
+// informerOf returns the informer holding namespace's pods; nil when namespace is not watched.
+func (p *SlimPods[T]) informerOf(namespace string) toolscache.SharedIndexInformer {
+	if informer, ok := p.informers[namespace]; ok {
+		return informer
+	}
+	return p.informers[corev1.NamespaceAll]
+}
+
+func slimPodsOf[T client.Object](objs []any, err error) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -130,36 +195,29 @@ func (p *SlimPods[T]) List(index, namespace, value string) ([]T, error) {
 	return out, nil
 }
 
-// Source is the informer as a controller's watch (WatchesRawSource): h maps each pod event to
-// requests, as handler.TypedEnqueueRequestsFromMapFunc does. The controller starts its workers once
-// the informer has synced, as it does for the manager's own informers.
-func (p *SlimPods[T]) Source(h handler.TypedEventHandler[T, reconcile.Request]) source.SyncingSource {
-	return &slimPodsSource[T]{pods: p, handler: h}
+// Source is the informer as a controller's watch (WatchesRawSource): h maps each pod event that
+// passes every predicate to requests. The controller starts its workers once the informer has
+// synced, as it does for the manager's own informers.
+func (p *SlimPods[T]) Source(h handler.TypedEventHandler[T, reconcile.Request], predicates ...predicate.TypedPredicate[T]) source.SyncingSource {
+	return &slimPodsSource[T]{pods: p, handler: h, predicates: predicates}
 }
 
 type slimPodsSource[T client.Object] struct {
-	pods    *SlimPods[T]
-	handler handler.TypedEventHandler[T, reconcile.Request]
+	pods       *SlimPods[T]
+	handler    handler.TypedEventHandler[T, reconcile.Request]
+	predicates []predicate.TypedPredicate[T]
 }
 
 func (s *slimPodsSource[T]) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	for _, informer := range s.pods.informers {
-		if err := (&source.TypedInformer[T, reconcile.Request]{Informer: informer, Handler: s.handler}).Start(ctx, q); err != nil {
+		src := &source.TypedInformer[T, reconcile.Request]{Informer: informer, Handler: s.handler, Predicates: s.predicates}
+		if err := src.Start(ctx, q); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *slimPodsSource[T]) WaitForSync(ctx context.Context) error {
-	var synced []toolscache.InformerSynced
-	for _, informer := range s.pods.informers {
-		synced = append(synced, informer.HasSynced)
-	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
-		return errors.New("pods (slim) informer did not sync")
-	}
-	return nil
-}
+func (s *slimPodsSource[T]) WaitForSync(ctx context.Context) error { return s.pods.WaitForSync(ctx) }
 
 func (s *slimPodsSource[T]) String() string { return "slim pods" }

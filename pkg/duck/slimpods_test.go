@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -114,6 +115,15 @@ func TestSlimPodsOnAPIServer(t *testing.T) {
 			requests <- req.Name
 			return reconcile.Result{}, nil
 		})))
+	// A source's predicates filter its events: this one passes running pods only.
+	running := make(chan string, 100)
+	require.NoError(t, builder.ControllerManagedBy(mgr).Named("slimpods-running-"+ns).
+		WatchesRawSource(pods.Source(&handler.TypedEnqueueRequestForObject[*testSlimPod]{},
+			predicate.NewTypedPredicateFuncs(func(p *testSlimPod) bool { return p.running }))).
+		Complete(reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+			running <- req.Name
+			return reconcile.Result{}, nil
+		})))
 	go func() { _ = mgr.Start(ctx) }()
 
 	assert.Equal(t, "create early", next(t, events), "a pod from before the start is replayed")
@@ -123,6 +133,15 @@ func TestSlimPodsOnAPIServer(t *testing.T) {
 	require.Len(t, got, 1, "the pod of the other namespace is not listed")
 	assert.Equal(t, "early", got[0].Name)
 	assert.IsType(t, &testSlimPod{}, got[0], "the store holds the small type")
+	byName, ok := pods.Get(types.NamespacedName{Namespace: ns, Name: "early"})
+	require.True(t, ok)
+	assert.Equal(t, "cm-a", byName.configMap)
+	_, ok = pods.Get(types.NamespacedName{Namespace: ns, Name: "absent"})
+	assert.False(t, ok)
+	all, err := pods.InNamespace(other)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	assert.Equal(t, "elsewhere", all[0].Name)
 	got, err = pods.List("configMap", other, "cm-a")
 	require.NoError(t, err)
 	assert.Len(t, got, 1, "watching all namespaces, the other one's pod is there")
@@ -133,6 +152,11 @@ func TestSlimPodsOnAPIServer(t *testing.T) {
 	got, err = scoped.List("configMap", other, "cm-a")
 	require.NoError(t, err)
 	assert.Empty(t, got, "a namespace not watched lists nothing")
+	all, err = scoped.InNamespace(other)
+	require.NoError(t, err)
+	assert.Empty(t, all)
+	_, ok = scoped.Get(types.NamespacedName{Namespace: other, Name: "elsewhere"})
+	assert.False(t, ok)
 
 	late := pod(ns, "late", "cm-b")
 	require.NoError(t, c.Create(ctx, late))
@@ -142,6 +166,7 @@ func TestSlimPodsOnAPIServer(t *testing.T) {
 	late.Status.Phase = corev1.PodRunning
 	require.NoError(t, c.Status().Update(ctx, late))
 	assert.Equal(t, "running late", next(t, events), "a status change reaches the handler")
+	assert.Equal(t, "late", next(t, running), "the first pod the predicate passes is the one that runs")
 	assert.Equal(t, "for-cm-b", next(t, requests))
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		got, err := pods.List("configMap", ns, "cm-b")

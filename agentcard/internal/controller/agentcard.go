@@ -41,8 +41,8 @@ const DefaultSyncPeriod = 30 * time.Second
 // CardReconciler syncs AgentCards: resolve pods, fetch each one's card, verify, write status.
 type CardReconciler struct {
 	Client client.Client
-	// Pods are the cached pods (podInformers); agentcard reads pods nowhere else.
-	Pods     *podInformers
+	// Pods are the cached pods (duck.SlimPods); agentcard reads pods nowhere else.
+	Pods     *duck.SlimPods[*pod]
 	Resolver *duck.Resolver
 	Fetcher  *fetch.Fetcher
 	Trust    *TrustStore

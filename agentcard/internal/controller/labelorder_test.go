@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -138,19 +137,18 @@ func indexOf(list []string, s string) int {
 	return -1
 }
 
-// startedPodInformers are podInformers over a fake clientset holding pods, started and synced for
+// startedPodInformers are agentcard's pod informers over a fake clientset holding pods, started and synced for
 // the test (a unit test of Reconcile: the envtest suite runs them on a real API server).
-func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *podInformers {
+func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *duck.SlimPods[*pod] {
 	t.Helper()
 	objs := make([]runtime.Object, len(pods))
 	for i, p := range pods {
 		objs[i] = p
 	}
-	pi, err := newPodInformers(k8sfake.NewClientset(objs...), nil)
-	require.NoError(t, err)
+	pi := newPodCache(k8sfake.NewClientset(objs...), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	go func() { _ = pi.Start(ctx) }()
-	require.True(t, toolscache.WaitForCacheSync(ctx.Done(), pi.byNamespace[metav1.NamespaceAll].HasSynced))
+	require.NoError(t, pi.WaitForSync(ctx))
 	return pi
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // verifiedPods is the controller's memory of its own verdicts: the pods it labelled
@@ -189,7 +190,7 @@ func inParallel(served []servedPod, f func(servedPod)) {
 // revokePod forgets a pod's verdict and sets its label to false if it says true.
 func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName) {
 	r.Verified.revoke(key)
-	p, ok := r.Pods.get(key)
+	p, ok := r.Pods.Get(key)
 	if !ok {
 		return // gone (or not cached): nothing to correct
 	}
@@ -208,7 +209,7 @@ func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName
 type LabelGuard struct {
 	Client client.Client
 	// Pods are the cached pods, shared with the CardReconciler.
-	Pods     *podInformers
+	Pods     *duck.SlimPods[*pod]
 	Verified *verifiedPods
 	Recorder events.EventRecorder
 	// Retry is how soon a pod is looked at again while its namespace's AgentCards are not synced.
@@ -219,7 +220,7 @@ type LabelGuard struct {
 
 // Reconcile implements reconcile.Reconciler for pods.
 func (g *LabelGuard) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	p, ok := g.Pods.get(req.NamespacedName)
+	p, ok := g.Pods.Get(req.NamespacedName)
 	if !ok {
 		return ctrl.Result{}, nil // gone
 	}

@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"context"
-	"fmt"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,11 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // pod is what agentcard keeps of a pod: what a sync, the pod watch's predicate and the LabelGuard
@@ -103,157 +98,37 @@ func cardPort(p *corev1.Pod) (corev1.ContainerPort, bool) {
 	return corev1.ContainerPort{}, false
 }
 
-// transformPod is the informers' transform: the decoded corev1.Pod becomes a pod before it is
-// stored or handed to an event handler. A tombstone of a deleted pod is passed on as it is: its
-// object was transformed when it was stored.
-func transformPod(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		return podFrom(o), nil
-	case *pod, toolscache.DeletedFinalStateUnknown:
-		return obj, nil
-	default:
-		return nil, fmt.Errorf("pod informer: unexpected %T", obj)
-	}
+// podIndexes are the indexes of agentcard's pod informers, besides the namespace.
+var podIndexes = map[string]duck.SlimPodIndexer[*pod]{PodLabelIndex: func(p *pod) []string { return podIndexValues(p) }}
+
+// newPodCache is agentcard's pod informers over cs, for the namespaces the controller watches (all
+// when empty), not started: the unit tests' way in (Setup uses duck.NewSlimPods, which the manager
+// starts). Nothing in agentcard reads a pod through the manager's client (which would start
+// controller-runtime's typed pod cache again), only through these informers.
+func newPodCache(cs kubernetes.Interface, namespaces []string) *duck.SlimPods[*pod] {
+	return duck.NewSlimPodsFor(cs, namespaces, podFrom, podIndexes)
 }
 
-// podInformers watch the pods of the namespaces the controller watches (one informer for all of
-// them, or one per namespace) and keep them as pod, indexed by namespace and by PodLabelIndex.
-// They replace controller-runtime's typed pod cache: nothing in agentcard reads a pod through the
-// manager's client (which would start that cache again), only through podInformers.
-type podInformers struct {
-	// byNamespace holds the informer of each watched namespace, or of all under "".
-	byNamespace map[string]toolscache.SharedIndexInformer
-}
-
-// newPodInformers builds the informers for namespaces (all when empty), listing and watching
-// through cs.
-func newPodInformers(cs kubernetes.Interface, namespaces []string) (*podInformers, error) {
-	pods := cs.CoreV1()
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	pi := &podInformers{byNamespace: map[string]toolscache.SharedIndexInformer{}}
-	for _, ns := range namespaces {
-		lw := &toolscache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return pods.Pods(ns).List(ctx, o)
-			},
-			WatchFuncWithContext: pods.Pods(ns).Watch,
-		}
-		// A client that cannot stream a list (a fake clientset) is listed the old way.
-		inf := toolscache.NewSharedIndexInformerWithOptions(toolscache.ToListWatcherWithWatchListSemantics(lw, cs), &corev1.Pod{}, toolscache.SharedIndexInformerOptions{
-			ObjectDescription: "agentcard pods",
-			Indexers: toolscache.Indexers{
-				toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc,
-				PodLabelIndex:             podLabelIndexKeys,
-			},
-		})
-		if err := inf.SetTransform(transformPod); err != nil {
-			return nil, err
-		}
-		pi.byNamespace[ns] = inf
-	}
-	return pi, nil
-}
-
-// Start runs the informers until ctx is done (manager.Runnable).
-func (pi *podInformers) Start(ctx context.Context) error {
-	for _, inf := range pi.byNamespace {
-		go inf.RunWithContext(ctx)
-	}
-	<-ctx.Done()
-	return nil
-}
-
-// NeedLeaderElection: the informers run in every replica, as the manager's caches do.
-func (pi *podInformers) NeedLeaderElection() bool { return false }
-
-// informerFor returns the informer holding namespace's pods; nil when it is not watched.
-func (pi *podInformers) informerFor(namespace string) toolscache.SharedIndexInformer {
-	if inf, ok := pi.byNamespace[metav1.NamespaceAll]; ok {
-		return inf
-	}
-	return pi.byNamespace[namespace]
-}
-
-// get returns the cached pod key; false when it is not cached.
-func (pi *podInformers) get(key types.NamespacedName) (*pod, bool) {
-	inf := pi.informerFor(key.Namespace)
-	if inf == nil {
-		return nil, false
-	}
-	obj, ok, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
-	if err != nil || !ok {
-		return nil, false
-	}
-	p, ok := obj.(*pod)
-	return p, ok
-}
-
-// selected lists the pods of namespace that sel matches, sorted by name, through PodLabelIndex
-// when sel has an indexed requirement, else through the namespace index. The pods are the
-// cache's own: read-only.
-func (pi *podInformers) selected(namespace string, sel labels.Selector) ([]*pod, error) {
-	inf := pi.informerFor(namespace)
-	if inf == nil {
-		return nil, nil
-	}
-	var objs []any
+// selectedPods lists the pods of namespace that sel matches, sorted by name, through PodLabelIndex
+// when sel has an indexed requirement, else every pod of the namespace. The pods are the cache's
+// own: read-only, their labels above all.
+func selectedPods(pods *duck.SlimPods[*pod], namespace string, sel labels.Selector) ([]*pod, error) {
+	var candidates []*pod
 	var err error
 	if label, ok := indexedRequirement(sel); ok {
-		objs, err = inf.GetIndexer().ByIndex(PodLabelIndex, namespace+"/"+label)
+		candidates, err = pods.List(PodLabelIndex, namespace, label)
 	} else {
-		objs, err = inf.GetIndexer().ByIndex(toolscache.NamespaceIndex, namespace)
+		candidates, err = pods.InNamespace(namespace)
 	}
 	if err != nil {
 		return nil, err
 	}
-	pods := make([]*pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*pod); ok && sel.Matches(labels.Set(p.Labels)) {
-			pods = append(pods, p)
+	selected := candidates[:0]
+	for _, p := range candidates {
+		if sel.Matches(labels.Set(p.Labels)) {
+			selected = append(selected, p)
 		}
 	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-	return pods, nil
-}
-
-// sources are the controller sources of the pod events, one per informer, each waited on
-// before the controller's workers start.
-func (pi *podInformers) sources(h handler.EventHandler, preds ...predicate.Predicate) []source.Source {
-	var out []source.Source
-	for _, inf := range pi.byNamespace {
-		out = append(out, &syncedInformer{Informer: source.Informer{Informer: inf, Handler: h, Predicates: preds}, synced: inf.HasSynced})
-	}
-	return out
-}
-
-// syncedInformer is a source.Informer that the controller waits for (source.SyncingSource), as it
-// waits for the manager's own caches: no sync may see an empty pod list because the informer has
-// not listed yet.
-type syncedInformer struct {
-	source.Informer
-	synced toolscache.InformerSynced
-}
-
-// WaitForSync implements source.SyncingSource.
-func (s *syncedInformer) WaitForSync(ctx context.Context) error {
-	if !toolscache.WaitForCacheSync(ctx.Done(), s.synced) {
-		return fmt.Errorf("pod informer not synced: %w", ctx.Err())
-	}
-	return nil
-}
-
-// podLabelIndexKeys are a pod's entries in PodLabelIndex: "namespace/key=value".
-func podLabelIndexKeys(obj any) ([]string, error) {
-	o, ok := obj.(client.Object)
-	if !ok {
-		return nil, fmt.Errorf("pod index: %T is not an object", obj)
-	}
-	vals := podIndexValues(o)
-	for i, v := range vals {
-		vals[i] = o.GetNamespace() + "/" + v
-	}
-	return vals, nil
+	sort.Slice(selected, func(i, j int) bool { return selected[i].Name < selected[j].Name })
+	return selected, nil
 }

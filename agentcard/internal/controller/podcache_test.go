@@ -68,9 +68,7 @@ func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 	wantServing := map[string]bool{full.Name: true, httpOnly.Name: true, noPort.Name: true}
 	wantPort := map[string]int32{full.Name: 8000, httpOnly.Name: 8080, noPort.Name: DefaultPort}
 	for _, p := range []*corev1.Pod{full, deleting, notReady, httpOnly, noPort, pending, noIP} {
-		o, err := transformPod(p.DeepCopy())
-		require.NoError(t, err)
-		small := o.(*pod)
+		small := podFrom(p.DeepCopy())
 		assert.Equal(t, wantServing[p.Name], small.Serving, p.Name)
 		if port, ok := wantPort[p.Name]; ok {
 			_, got, _ := endpointFor(&v1alpha1.AgentCard{}, small)
@@ -97,16 +95,24 @@ func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 	assert.Equal(t, "weather", small.Labels["app"])
 }
 
-// The label index keys each label of a pod under the pod's namespace only, leaving out the labels
-// no sync looks pods up by.
-func TestPodLabelIndexKeys(t *testing.T) {
-	keys, err := podLabelIndexKeys(podFrom(fullPod(1)))
-	require.NoError(t, err)
-	assert.Equal(t, []string{"agents/app=weather"}, keys)
+// The label index holds each label of a pod (duck.SlimPods keys it under the pod's namespace),
+// leaving out the labels no sync looks pods up by.
+func TestPodLabelIndexValues(t *testing.T) {
+	assert.Equal(t, []string{"app=weather"}, podIndexes[PodLabelIndex](podFrom(fullPod(1))))
+}
+
+// namespacedLabelKeys are a pod's entries in PodLabelIndex as duck.SlimPods' indexer stores them.
+func namespacedLabelKeys(obj any) ([]string, error) {
+	p := obj.(*pod)
+	vals := podIndexValues(p)
+	for i, v := range vals {
+		vals[i] = p.Namespace + "/" + v
+	}
+	return vals, nil
 }
 
 // BenchmarkPodFootprint reports the heap a cached pod holds: each pod decoded from its JSON
-// as the informer decodes it, transformed (transformPod), and only the result kept (what it shares with the
+// as the informer decodes it, transformed (podFrom), and only the result kept (what it shares with the
 // decoded one, such as the name and UID strings, counts; the rest is garbage). retained-B/pod is
 // the number behind the controller's memory at 1,000 AgentCards × 3 pods.
 func BenchmarkPodFootprint(b *testing.B) {
@@ -126,7 +132,7 @@ func BenchmarkPodFootprint(b *testing.B) {
 			if err := json.Unmarshal(doc, &p); err != nil {
 				b.Fatal(err)
 			}
-			kept[i], _ = transformPod(&p)
+			kept[i] = podFrom(&p)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -138,7 +144,7 @@ func BenchmarkPodFootprint(b *testing.B) {
 
 // BenchmarkPodLabelIndexFootprint reports the heap PodLabelIndex holds for 3,000 cached pods of
 // 1,000 AgentCards (3 pods each, labels app=<card>, tier=agent and a pod-template-hash), as the
-// informer's indexer keeps it: "namespaced" is podLabelIndexKeys (podInformers),
+// informer's indexer keeps it: "namespaced" is how duck.SlimPods keeps it,
 // "field-indexer" the same values as the manager's field indexer stores them, each a second time
 // under its cluster-wide "__all_namespaces/" key.
 func BenchmarkPodLabelIndexFootprint(b *testing.B) {
@@ -149,7 +155,7 @@ func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 		pods[i].Labels = internLabels(map[string]string{"app": fmt.Sprintf("agent-%04d", i/3), "tier": "agent", "pod-template-hash": "7b6c8747f"})
 	}
 	fieldIndexer := func(obj any) ([]string, error) {
-		vals, err := podLabelIndexKeys(obj)
+		vals, err := namespacedLabelKeys(obj)
 		for _, v := range podIndexValues(obj.(*pod)) {
 			vals = append(vals, "__all_namespaces/"+v)
 		}
@@ -158,7 +164,7 @@ func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		index toolscache.IndexFunc
-	}{{"namespaced", podLabelIndexKeys}, {"field-indexer", fieldIndexer}} {
+	}{{"namespaced", namespacedLabelKeys}, {"field-indexer", fieldIndexer}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var retained uint64
 			for range b.N {
@@ -190,31 +196,27 @@ func TestPodInformersPerNamespace(t *testing.T) {
 	}
 	cs := k8sfake.NewClientset(mk("a", "a-1", map[string]string{"app": "x"}), mk("b", "b-1", map[string]string{"app": "x"}),
 		mk("c", "c-1", map[string]string{"app": "x"}))
-	pi, err := newPodInformers(cs, []string{"a", "b"})
-	require.NoError(t, err)
-	require.Len(t, pi.byNamespace, 2)
+	pi := newPodCache(cs, []string{"a", "b"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	go func() { _ = pi.Start(ctx) }()
-	for _, inf := range pi.byNamespace {
-		require.True(t, toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
-	}
+	require.NoError(t, pi.WaitForSync(ctx))
 	indexed := labels.SelectorFromSet(labels.Set{"app": "x"})
 	scanned, err := labels.Parse("app in (x,y)")
 	require.NoError(t, err)
 	for _, ns := range []string{"a", "b"} {
 		for _, sel := range []labels.Selector{indexed, scanned} {
-			got, err := pi.selected(ns, sel)
+			got, err := selectedPods(pi, ns, sel)
 			require.NoError(t, err)
 			require.Len(t, got, 1, "%s %s", ns, sel)
 			assert.Equal(t, ns+"-1", got[0].Name)
 		}
-		_, ok := pi.get(types.NamespacedName{Namespace: ns, Name: ns + "-1"})
+		_, ok := pi.Get(types.NamespacedName{Namespace: ns, Name: ns + "-1"})
 		assert.True(t, ok, ns)
 	}
-	got, err := pi.selected("c", indexed)
+	got, err := selectedPods(pi, "c", indexed)
 	require.NoError(t, err)
 	assert.Empty(t, got, "a namespace not watched")
-	_, ok := pi.get(types.NamespacedName{Namespace: "c", Name: "c-1"})
+	_, ok := pi.Get(types.NamespacedName{Namespace: "c", Name: "c-1"})
 	assert.False(t, ok)
 }

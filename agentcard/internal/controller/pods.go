@@ -108,7 +108,7 @@ func indexedRequirement(sel labels.Selector) (string, bool) {
 // keep a verdict given while they served (same pod, same IP), so a readiness blip does not take
 // the label away. The pods are the cache's own: read-only, their labels above all.
 func (r *CardReconciler) selectedPods(namespace string, sel labels.Selector) ([]*pod, error) {
-	return r.Pods.selected(namespace, sel)
+	return selectedPods(r.Pods, namespace, sel)
 }
 
 // defaultPaths are the card paths tried when spec.endpoint names none; shared by every pod's sync

@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,15 +96,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
-	podClient, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, podFrom, podIndexes)
 	if err != nil {
-		return err
-	}
-	pods, err := newPodInformers(podClient, opts.Namespaces)
-	if err != nil {
-		return err
-	}
-	if err := mgr.Add(pods); err != nil {
 		return err
 	}
 	trust := &TrustStore{}
@@ -148,16 +140,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		For(&v1alpha1.AgentCard{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		WatchesRawSource(source.Channel(rotations, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
-	cardsOfPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	cardsOfPod := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o *pod) []reconcile.Request {
 		var reqs []reconcile.Request
 		for _, k := range r.cardsSelecting(o.GetNamespace(), o.GetLabels()) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: k})
 		}
 		return reqs
 	})
-	for _, src := range pods.sources(cardsOfPod, podChanged()) {
-		b = b.WatchesRawSource(src)
-	}
+	b = b.WatchesRawSource(pods.Source(cardsOfPod, podChanged()))
 	for _, gvk := range AutoCreateKinds {
 		// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
 		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentCardList{} }),
@@ -168,9 +158,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	guard := &LabelGuard{Client: mgr.GetClient(), Pods: pods, Verified: verified, Recorder: mgr.GetEventRecorder(FieldManager), Retry: 2 * time.Second}
 	gb := ctrl.NewControllerManagedBy(mgr).Named("agentcard-label-guard")
-	for _, src := range pods.sources(&handler.EnqueueRequestForObject{}, labelledVerified()) {
-		gb = gb.WatchesRawSource(src)
-	}
+	gb = gb.WatchesRawSource(pods.Source(&handler.TypedEnqueueRequestForObject[*pod]{}, labelledVerified()))
 	if err := gb.Complete(guard); err != nil {
 		return err
 	}
@@ -208,22 +196,18 @@ func setupSync(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
 
 // podChanged passes pod events that change what a sync sees: IP, readiness, phase, deletion and
 // labels other than the one this controller writes (so labelling a pod does not trigger a sync).
-func podChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*pod)
-		n, ok2 := e.ObjectNew.(*pod)
-		if !ok1 || !ok2 {
-			return true
-		}
+func podChanged() predicate.TypedPredicate[*pod] {
+	return predicate.TypedFuncs[*pod]{UpdateFunc: func(e event.TypedUpdateEvent[*pod]) bool {
+		o, n := e.ObjectOld, e.ObjectNew
 		return o.Serving != n.Serving || o.IP != n.IP ||
 			!n.DeletionTimestamp.Equal(o.DeletionTimestamp) || !sameLabelsExceptOurs(o.Labels, n.Labels)
 	}}
 }
 
 // labelledVerified passes pods that carry kagenti.io/signature-verified=true (the LabelGuard judges them).
-func labelledVerified() predicate.Predicate {
-	return predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetLabels()[v1alpha1.LabelSignatureVerified] == "true"
+func labelledVerified() predicate.TypedPredicate[*pod] {
+	return predicate.NewTypedPredicateFuncs(func(p *pod) bool {
+		return p.Labels[v1alpha1.LabelSignatureVerified] == "true"
 	})
 }
 
