@@ -14,8 +14,8 @@ import (
 // CacheOptions is what the manager caches for agentcard, watching namespaces (all when empty):
 // every object without managedFields (server-side apply does not need them here) and the built-in
 // workloads trimmed to their metadata, selector and pod template labels (all that target
-// resolution and auto-creation read). Pods are not in it: podInformers keep them as the small
-// pod type. main and the envtest suite use it, so the tests run the controller on the caches the
+// resolution and auto-creation read). Pods are not in it: duck.SlimPods keeps them as the
+// small pod type. main and the envtest suite use it, so the tests run the controller on the caches the
 // binary has.
 func CacheOptions(namespaces map[string]cache.Config) cache.Options {
 	return cache.Options{
