@@ -113,17 +113,39 @@ func newTestbed(t *testing.T) *testbed {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building kagenti-authbridge: %s", out)
-	for _, name := range []string{"spire", "idp", "callee-in", "callee-agent", "echo", "outbound", "helper-health", "callee-status", "caller-status", "register-status"} {
-		tb.ports[name] = freePort(t)
+	names := []string{"spire", "idp", "callee-in", "callee-agent", "echo", "outbound", "helper-health", "callee-status", "caller-status", "register-status"}
+	for i, port := range listenerPorts(t, len(names)) {
+		tb.ports[names[i]] = port
 	}
 	return tb
 }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+// listenerPorts returns n ports for the test bed's listeners, below the network namespace's
+// ephemeral port range. A port picked by binding port 0 comes from that range, and between the
+// pick and the listener's bind, an outgoing connection of another process of the test bed
+// (spire-agent to spire-server, a role to the IdP) may take it as its local port: that failed the
+// register role's status server once with "address already in use". The test bed has its network
+// namespaces to itself, so nothing else listens below the range.
+func listenerPorts(t *testing.T, n int) []int {
+	t.Helper()
+	const base = 20000
+	ephemeral := 32768 // the kernel's default lower bound
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if low, err := strconv.Atoi(f[0]); err == nil {
+				ephemeral = low
+			}
+		}
+	}
+	require.Less(t, base+n, ephemeral, "no room for the test bed's listeners below the ephemeral port range")
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = base + i
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])))
+		require.NoError(t, err, "port %d, below the ephemeral range, is taken in the test bed's network namespace", ports[i])
+		require.NoError(t, ln.Close())
+	}
+	return ports
 }
 
 func (tb *testbed) run() {
