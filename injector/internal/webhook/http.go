@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -154,14 +153,7 @@ type responseTail struct {
 // base64-encoded in place (TestHTTPHandlerAnswersAsControllerRuntime decodes both alike).
 func (s *ReviewHandler) write(w http.ResponseWriter, buf *bytes.Buffer, tm metav1.TypeMeta, resp admission.Response) {
 	buf.Reset()
-	enc := json.NewEncoder(buf) // escapes HTML like json.Marshal; ends each value with a newline
-	encode := func(v any) error {
-		if err := enc.Encode(v); err != nil {
-			return err
-		}
-		buf.Truncate(buf.Len() - 1)
-		return nil
-	}
+	encode := jsonInto(buf)
 	buf.WriteString(`{"kind":`)
 	_ = encode(tm.Kind) // a string: encoding cannot fail
 	buf.WriteString(`,"apiVersion":`)

@@ -289,19 +289,27 @@ func BenchmarkHandler(b *testing.B) {
 	}
 }
 
+// benchObject is a workload a benchmark admits.
+type benchObject struct {
+	name string
+	obj  runtime.Object
+}
+
+// httpBenchObjects are the workloads the HTTP path's benchmarks admit: the realistic three
+// (one container, two with 20 variables each, the seed's sample).
+func httpBenchObjects(b *testing.B) []benchObject {
+	return []benchObject{
+		{"1-container", deployment("agents", 1, 0)},
+		{"2x20-env", deployment("agents", 2, 20)},
+		{"seed-sample", seedSample(b)},
+	}
+}
+
 // BenchmarkServeHTTP is BenchmarkHandler through the HTTP handler served at Path: reading the body,
 // decoding the AdmissionReview, the handler, encoding the patch and writing the response (TLS and
 // the API server excluded).
 func BenchmarkServeHTTP(b *testing.B) {
-	seed := seedSample(b)
-	for _, bc := range []struct {
-		name string
-		obj  runtime.Object
-	}{
-		{"1-container", deployment("agents", 1, 0)},
-		{"2x20-env", deployment("agents", 2, 20)},
-		{"seed-sample", seed},
-	} {
+	for _, bc := range httpBenchObjects(b) {
 		b.Run(bc.name, func(b *testing.B) {
 			h := injectorwebhook.HTTPHandler(newHandler())
 			body := review(b, admissionv1.Create, deploymentGVK, bc.obj)
@@ -324,15 +332,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // from BenchmarkServeHTTP, it leaves what the webhook allocates (net/http's server reuses its
 // readers and writers across requests; httptest allocates them per request).
 func BenchmarkServeHTTPHarness(b *testing.B) {
-	seed := seedSample(b)
-	for _, bc := range []struct {
-		name string
-		obj  runtime.Object
-	}{
-		{"1-container", deployment("agents", 1, 0)},
-		{"2x20-env", deployment("agents", 2, 20)},
-		{"seed-sample", seed},
-	} {
+	for _, bc := range httpBenchObjects(b) {
 		b.Run(bc.name, func(b *testing.B) {
 			body := review(b, admissionv1.Create, deploymentGVK, bc.obj)
 			answer := func() []byte {

@@ -117,14 +117,7 @@ func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered, dst *bytes.Buffe
 		}()
 	}
 	buf.Reset()
-	enc := json.NewEncoder(buf) // escapes HTML like json.Marshal; ends each value with a newline
-	encode := func(v any) error {
-		if err := enc.Encode(v); err != nil {
-			return err
-		}
-		buf.Truncate(buf.Len() - 1)
-		return nil
-	}
+	encode := jsonInto(buf)
 	buf.WriteByte('[')
 	for i := range ops {
 		op := &ops[i]
@@ -159,4 +152,17 @@ func encodePatch(ops []jsonpatch.Operation, r *inject.Rendered, dst *bytes.Buffe
 		return buf.Bytes(), nil
 	}
 	return bytes.Clone(buf.Bytes()), nil
+}
+
+// jsonInto returns a function that appends v's JSON to buf as json.Marshal writes it (HTML
+// escaped), without the newline json.Encoder ends each value with.
+func jsonInto(buf *bytes.Buffer) func(v any) error {
+	enc := json.NewEncoder(buf)
+	return func(v any) error {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1)
+		return nil
+	}
 }
