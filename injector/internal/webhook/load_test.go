@@ -305,6 +305,21 @@ func httpBenchObjects(b *testing.B) []benchObject {
 	}
 }
 
+// serveAdmissions is the loop of the HTTP benchmarks: h answers body, an AdmissionReview, with a
+// patch, through httptest's request and recorder.
+func serveAdmissions(b *testing.B, h http.Handler, body []byte) {
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, injectorwebhook.Path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"patch":`)) {
+			b.Fatalf("unexpected response %d %s", rec.Code, rec.Body)
+		}
+	}
+}
+
 // BenchmarkServeHTTP is BenchmarkHandler through the HTTP handler served at Path: reading the body,
 // decoding the AdmissionReview, the handler, encoding the patch and writing the response (TLS and
 // the API server excluded).
@@ -313,16 +328,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			h := injectorwebhook.HTTPHandler(newHandler())
 			body := review(b, admissionv1.Create, deploymentGVK, bc.obj)
-			b.ReportAllocs()
-			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, injectorwebhook.Path, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"patch":`)) {
-					b.Fatalf("unexpected response %d %s", rec.Code, rec.Body)
-				}
-			}
+			serveAdmissions(b, h, body)
 		})
 	}
 }
@@ -349,16 +355,7 @@ func BenchmarkServeHTTPHarness(b *testing.B) {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write(answer)
 			})
-			b.ReportAllocs()
-			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, injectorwebhook.Path, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"patch":`)) {
-					b.Fatalf("unexpected response %d %s", rec.Code, rec.Body)
-				}
-			}
+			serveAdmissions(b, h, body)
 		})
 	}
 }
