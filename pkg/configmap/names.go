@@ -115,6 +115,9 @@ const (
 	StatusPortInbound      = 15125
 	StatusPortOutbound     = 15126
 	HealthPortSpiffeHelper = 15127
+	// StatusPortAuthbridge is the status server of the one container that runs several roles
+	// (ContainerAuthbridge): /healthz and /readyz answer for every role it runs.
+	StatusPortAuthbridge = 15128
 )
 
 // The data plane's programs as the injector starts them: the kagenti-authbridge subcommand each
@@ -124,4 +127,52 @@ var AuthbridgeRoles = map[string]string{
 	ComponentClientRegistration: "register",
 	ComponentAuthProxy:          "inbound",
 	ComponentEnvoyProxy:         "outbound",
+}
+
+// The long-running roles (client-registration, auth-proxy, envoy-proxy: those a workload does not
+// exclude) run in one container and one process, `kagenti-authbridge sidecar <role>...`, instead
+// of one container each: one Go runtime per pod instead of three, and a third of the bytes in
+// every stored template. proxy-init stays an init container of its own (it needs NET_ADMIN and
+// root), spiffe-helper a sidecar of its own (an upstream program).
+const (
+	ContainerAuthbridge      = "authbridge"
+	AuthbridgeSidecarCommand = "sidecar"
+)
+
+// SidecarRoles are the roles `kagenti-authbridge sidecar` may run, in the order it starts them
+// (registration first: the proxies use the credentials it writes).
+var SidecarRoles = []string{"register", "inbound", "outbound"}
+
+// ComponentsOfContainer returns the components a container of an injected pod runs: its own name
+// for a container named after a component (how injectors before the combined sidecar rendered
+// them, and spiffe-helper), the roles in its arguments for ContainerAuthbridge, nil otherwise.
+func ComponentsOfContainer(name string, args []string) []string {
+	if name == ContainerAuthbridge {
+		if len(args) == 0 || args[0] != AuthbridgeSidecarCommand {
+			return nil
+		}
+		var components []string
+		for _, role := range args[1:] {
+			if c := componentOfRole(role); c != "" {
+				components = append(components, c)
+			}
+		}
+		return components
+	}
+	for _, c := range InjectedComponents {
+		if c == name {
+			return []string{name}
+		}
+	}
+	return nil
+}
+
+// componentOfRole is the component whose kagenti-authbridge subcommand is role, or "".
+func componentOfRole(role string) string {
+	for c, r := range AuthbridgeRoles {
+		if r == role {
+			return c
+		}
+	}
+	return ""
 }

@@ -38,3 +38,21 @@ func TestRecommendedLabelKeys(t *testing.T) {
 		assert.Empty(t, validation.IsQualifiedName(key), key)
 	}
 }
+
+func TestComponentsOfContainer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"auth-proxy", []string{"inbound"}, []string{"auth-proxy"}},
+		{"spiffe-helper", nil, []string{"spiffe-helper"}},
+		{"authbridge", []string{"sidecar", "register", "inbound", "outbound"}, []string{"client-registration", "auth-proxy", "envoy-proxy"}},
+		{"authbridge", []string{"sidecar", "inbound", "outbound"}, []string{"auth-proxy", "envoy-proxy"}},
+		{"authbridge", []string{"inbound"}, nil},
+		{"authbridge", nil, nil},
+		{"agent", []string{"sidecar", "inbound"}, nil},
+	} {
+		assert.Equal(t, tc.want, ComponentsOfContainer(tc.name, tc.args), "%s %v", tc.name, tc.args)
+	}
+}
