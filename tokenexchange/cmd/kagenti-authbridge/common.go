@@ -50,8 +50,17 @@ func (c *commonFlags) register(cmd *cobra.Command) {
 	f.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
-// logger is the process's logger; every line names the role (or roles) it comes from.
+// logger is the process's logger for one role: every line names it.
 func (c *commonFlags) logger(role string) (*zap.Logger, error) {
+	log, err := c.baseLogger()
+	if err != nil {
+		return nil, err
+	}
+	return log.With(zap.String("role", role)), nil
+}
+
+// baseLogger is the process's logger, naming no role.
+func (c *commonFlags) baseLogger() (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(c.logLevel)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -60,11 +69,7 @@ func (c *commonFlags) logger(role string) (*zap.Logger, error) {
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	cfg.Sampling = nil
-	log, err := cfg.Build()
-	if err != nil {
-		return nil, err
-	}
-	return log.With(zap.String("role", role)), nil
+	return cfg.Build()
 }
 
 // config loads the role's configuration (defaults from the environment, config.yaml over them).

@@ -89,12 +89,13 @@ func parseRoles(args []string) ([]string, error) {
 
 // runSidecar runs the roles in one process until ctx ends or one of them fails.
 func runSidecar(ctx context.Context, common *commonFlags, statusAddr string, names []string, prepare map[string]prepareRole) error {
-	log, err := common.logger(strings.Join(names, ","))
+	log, err := common.baseLogger()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	cfg, err := common.config(log)
+	// The configuration's lines are every role's; each role's own lines name it.
+	cfg, err := common.config(log.With(zap.Strings("roles", names)))
 	if err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func runSidecar(ctx context.Context, common *commonFlags, statusAddr string, nam
 }
 
 // runRoles runs the roles on one configuration, register first, with the aggregate status server
-// on statusAddr, until ctx ends or one of them fails.
+// on statusAddr, until ctx ends or one of them fails. log names no role.
 func runRoles(ctx context.Context, common *commonFlags, cfg *sidecar.Config, statusAddr string, states []*roleState,
 	prepare map[string]prepareRole, log *zap.Logger) error {
 	client := idpClient() // one connection pool to the identity provider for all the roles
