@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -25,6 +26,8 @@ const (
 	inboundAdminPort       = sidecar.InboundStatusPort
 	outboundAdminPort      = sidecar.OutboundStatusPort
 	spiffeHelperHealthPort = sidecar.SpiffeHelperHealthPort
+	// sidecarStatusPort is the aggregate status server of `sidecar`, the roles of one container.
+	sidecarStatusPort = configmap.StatusPortAuthbridge
 )
 
 type commonFlags struct {
@@ -47,7 +50,17 @@ func (c *commonFlags) register(cmd *cobra.Command) {
 	f.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
+// logger is the process's logger for one role: every line names it.
 func (c *commonFlags) logger(role string) (*zap.Logger, error) {
+	log, err := c.baseLogger()
+	if err != nil {
+		return nil, err
+	}
+	return log.With(zap.String("role", role)), nil
+}
+
+// baseLogger is the process's logger, naming no role.
+func (c *commonFlags) baseLogger() (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(c.logLevel)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -56,11 +69,7 @@ func (c *commonFlags) logger(role string) (*zap.Logger, error) {
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	cfg.Sampling = nil
-	log, err := cfg.Build()
-	if err != nil {
-		return nil, err
-	}
-	return log.With(zap.String("role", role)), nil
+	return cfg.Build()
 }
 
 // config loads the role's configuration (defaults from the environment, config.yaml over them).
@@ -80,22 +89,64 @@ func idpClient() *http.Client {
 	return &http.Client{Transport: t, Timeout: 15 * time.Second}
 }
 
-// runRole runs the role's long-lived parts: the configuration watch, the status server and the
-// role's own tasks, until ctx ends or one of them fails.
-func runRole(ctx context.Context, role, adminAddr string, cfg *sidecar.Config, poll time.Duration, readiness sidecar.Readiness,
-	log *zap.Logger, tasks ...func(context.Context) error) error {
+// role is one long-running role built on a configuration: what its status server reports and the
+// tasks that do its work.
+type role struct {
+	name       string
+	statusAddr string
+	readiness  sidecar.Readiness
+	tasks      []func(context.Context) error
+}
+
+// prepareRole builds a role on a loaded configuration (each role's options implement it).
+type prepareRole func(common *commonFlags, cfg *sidecar.Config, client *http.Client, log *zap.Logger) (*role, error)
+
+// runSingleRole is a role's own subcommand: it loads the configuration, builds the role and runs
+// it with the configuration watch until ctx ends or one of its parts fails.
+func runSingleRole(ctx context.Context, common *commonFlags, name string, prepare prepareRole) error {
+	log, err := common.logger(name)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	cfg, err := common.config(log)
+	if err != nil {
+		return err
+	}
+	r, err := prepare(common, cfg, idpClient(), log)
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { cfg.Run(ctx, poll); return nil })
+	g.Go(func() error { cfg.Run(ctx, common.poll); return nil })
+	g.Go(func() error { return serveRole(ctx, r, cfg, log) })
+	return g.Wait()
+}
+
+// errTaskEnded is a role's task that returned before the role was stopped.
+var errTaskEnded = errors.New("a task ended on its own")
+
+// serveRole runs a built role: its status server and its tasks, until ctx ends (nil) or one of
+// them fails or ends (that error). The configuration watch is the caller's: roles in one process share it.
+func serveRole(ctx context.Context, r *role, cfg *sidecar.Config, log *zap.Logger) error {
+	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := sidecar.Serve(ctx, adminAddr, sidecar.AdminHandler(role, cfg, readiness), log); err != nil {
-			return fmt.Errorf("status server on %s: %w", adminAddr, err)
+		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness), log); err != nil {
+			return fmt.Errorf("status server on %s: %w", r.statusAddr, err)
 		}
 		return nil
 	})
-	for _, t := range tasks {
-		g.Go(func() error { return t(ctx) })
+	for _, t := range r.tasks {
+		g.Go(func() error {
+			err := t(ctx)
+			if err == nil && ctx.Err() == nil {
+				// Every task runs until ctx ends: one that returns earlier left the role half working.
+				err = errTaskEnded
+			}
+			return err
+		})
 	}
-	log.Info("started", zap.String("version", version), zap.String("status", adminAddr))
+	log.Info("started", zap.String("version", version), zap.String("status", r.statusAddr))
 	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -96,7 +96,7 @@ defaults are applied instead.`,
 	f.StringVar(&helperConf, "helper-conf", filepath.Join(authconfig.SharedDir, authconfig.HelperConfFile), "where to write spiffe-helper's configuration; empty: do not write it")
 	f.Int32Var(&helperHealth, "spiffe-helper-health-port", spiffeHelperHealthPort, "port of spiffe-helper's /live and /ready endpoints; 0: none")
 	f.Uint32Var(&fileMode, "svid-file-mode", authconfig.DefaultHelperFileMode, "file mode of the JWT SVID (readable by the identity sidecars' shared group)")
-	f.StringVar(&alwaysInbound, "always-exclude-inbound", joinPorts(registerAdminPort, inboundAdminPort, outboundAdminPort, spiffeHelperHealthPort),
+	f.StringVar(&alwaysInbound, "always-exclude-inbound", joinPorts(registerAdminPort, inboundAdminPort, outboundAdminPort, spiffeHelperHealthPort, sidecarStatusPort),
 		"inbound ports never redirected: the sidecars' status and health ports")
 	return cmd
 }

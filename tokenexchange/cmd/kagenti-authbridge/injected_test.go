@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,8 +38,11 @@ import (
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
-// injectorGoldens are the injector's golden pod specs, relative to this package.
-const injectorGoldens = "../../../injector/internal/inject/testdata/golden"
+// injectorGoldens are the injector's golden pod specs, relative to this package;
+// $KAGENTI_INJECTOR_GOLDENS points the tests at another directory of them (another worktree's).
+func injectorGoldens() string {
+	return envOr("KAGENTI_INJECTOR_GOLDENS", "../../../injector/internal/inject/testdata/golden")
+}
 
 // A fake pod's downward-API values.
 const (
@@ -74,7 +78,7 @@ func goldenTemplate(t *testing.T, file string) corev1.PodTemplateSpec {
 }
 
 func goldenFiles(t *testing.T) []string {
-	files, err := filepath.Glob(filepath.Join(injectorGoldens, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(injectorGoldens(), "*.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files, "the injector's golden files moved: update injectorGoldens")
 	return files
@@ -164,18 +168,46 @@ func containers(tmpl corev1.PodTemplateSpec) []corev1.Container {
 	return slices.Concat(tmpl.Spec.InitContainers, tmpl.Spec.Containers)
 }
 
+// authbridgeComponents returns the components a kagenti-authbridge container of the injector runs,
+// after checking its arguments name them: a container named after its component runs that
+// component's role (configmap.AuthbridgeRoles); the combined container (configmap.ContainerAuthbridge)
+// runs `sidecar <role>...`, valid roles each once, in the order the sidecar starts them.
+func authbridgeComponents(t *testing.T, c corev1.Container) []string {
+	t.Helper()
+	require.NotEmpty(t, c.Args)
+	if c.Name != configmap.ContainerAuthbridge {
+		require.Equal(t, configmap.AuthbridgeRoles[c.Name], c.Args[0], "the component's role")
+		return []string{c.Name}
+	}
+	require.Equal(t, configmap.AuthbridgeSidecarCommand, c.Args[0], "the combined container runs the sidecar command")
+	var roles []string
+	for _, a := range c.Args[1:] {
+		if strings.HasPrefix(a, "-") {
+			break
+		}
+		roles = append(roles, a)
+	}
+	parsed, err := parseRoles(roles)
+	require.NoError(t, err, "the sidecar's roles")
+	require.Equal(t, parsed, roles, "the roles in the order they start")
+	components := configmap.ComponentsOfContainer(c.Name, c.Args)
+	require.Len(t, components, len(roles), "every role is a component")
+	return components
+}
+
 func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
-	roles := map[string]bool{}
+	components := map[string]bool{}
 	for _, file := range goldenFiles(t) {
 		tmpl := goldenTemplate(t, file)
 		for _, c := range containers(tmpl) {
 			if !isAuthbridge(c) {
 				continue
 			}
-			roles[c.Name] = true
 			t.Run(filepath.Base(file)+"/"+c.Name, func(t *testing.T) {
-				require.NotEmpty(t, c.Args)
-				require.Equal(t, configmap.AuthbridgeRoles[c.Name], c.Args[0], "the component's role")
+				runs := authbridgeComponents(t, c)
+				for _, component := range runs {
+					components[component] = true
+				}
 				require.Empty(t, c.Command, "the image's entrypoint is the binary")
 				setContainerEnv(t, tmpl, c)
 
@@ -184,7 +216,20 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, c.Args[0], cmd.Name())
 				require.NoError(t, cmd.ParseFlags(rest), "the injected arguments parse")
-				require.Empty(t, cmd.Flags().Args(), "no positional arguments")
+				if c.Name == configmap.ContainerAuthbridge {
+					require.NoError(t, cmd.Args(cmd, cmd.Flags().Args()), "the roles")
+					// The kubelet's probes ask the aggregate status server.
+					probes := probesOf(c)
+					require.NotEmpty(t, probes, "the combined container has probes")
+					for kind, p := range probes {
+						require.NotNil(t, p.HTTPGet, kind)
+						assert.Equal(t, configmap.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s probe port", kind)
+						want := map[string]string{"liveness": "/healthz", "readiness": "/readyz", "startup": "/readyz"}[kind]
+						assert.Equal(t, want, p.HTTPGet.Path, "%s probe path", kind)
+					}
+				} else {
+					require.Empty(t, cmd.Flags().Args(), "no positional arguments")
+				}
 
 				// The configuration the environment makes resolves (no ConfigMap mounted yet).
 				src, err := sidecar.SourceFromEnv(t.TempDir(), os.Getenv("KAGENTI_IDENTITY_DIR"))
@@ -200,19 +245,21 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				vol, _ := mountOf(c, authconfig.ConfigDir)
 				assert.Equal(t, configmap.VolumeTokenExchange, vol, "config.yaml")
 				assert.True(t, readOnlyMount(tmpl, c, authconfig.ConfigDir))
-				switch c.Name {
-				case configmap.ComponentProxyInit, configmap.ComponentClientRegistration:
-					vol, _ = mountOf(c, authconfig.SharedDir)
-					assert.Equal(t, configmap.VolumeShared, vol, "it writes the shared volume")
-					assert.False(t, readOnlyMount(tmpl, c, authconfig.SharedDir))
-				case configmap.ComponentEnvoyProxy:
-					vol, _ = mountOf(c, authconfig.SharedDir)
-					assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
-				}
-				if c.Name == configmap.ComponentClientRegistration {
-					vol, _ = mountOf(c, authconfig.IdPCredentialsDir)
-					assert.Equal(t, configmap.VolumeIdPCredentials, vol)
-					assert.True(t, readOnlyMount(tmpl, c, authconfig.IdPCredentialsDir))
+				for _, component := range runs {
+					switch component {
+					case configmap.ComponentProxyInit, configmap.ComponentClientRegistration:
+						vol, _ = mountOf(c, authconfig.SharedDir)
+						assert.Equal(t, configmap.VolumeShared, vol, "%s writes the shared volume", component)
+						assert.False(t, readOnlyMount(tmpl, c, authconfig.SharedDir))
+					case configmap.ComponentEnvoyProxy:
+						vol, _ = mountOf(c, authconfig.SharedDir)
+						assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
+					}
+					if component == configmap.ComponentClientRegistration {
+						vol, _ = mountOf(c, authconfig.IdPCredentialsDir)
+						assert.Equal(t, configmap.VolumeIdPCredentials, vol)
+						assert.True(t, readOnlyMount(tmpl, c, authconfig.IdPCredentialsDir))
+					}
 				}
 				// The proxies' traffic is never redirected to themselves: they run as the proxy UID.
 				if c.Name != configmap.ComponentProxyInit {
@@ -222,7 +269,7 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 			})
 		}
 	}
-	require.Len(t, roles, len(configmap.AuthbridgeRoles), "every role appears in the injector's goldens: %v", roles)
+	require.Len(t, components, len(configmap.AuthbridgeRoles), "every role appears in the injector's goldens: %v", components)
 }
 
 // TestInjectedHelperConfIsReadBySpiffeHelper runs proxy-init as injected (dry run) and parses the
@@ -315,12 +362,26 @@ func TestContractWithTheInjector(t *testing.T) {
 	assert.Equal(t, configmap.PathIdentity, authconfig.IdentityDir)
 	assert.Equal(t, configmap.IdentityDefaultsFile, authconfig.IdentityDefaultsFile)
 	assert.Equal(t, configmap.PathHelperConf, path.Join(authconfig.SharedDir, authconfig.HelperConfFile))
+	assert.Equal(t, configmap.StatusPortAuthbridge, sidecarStatusPort)
 	root := newRootCommand()
+	cmd, _, err := root.Find([]string{configmap.AuthbridgeSidecarCommand})
+	require.NoError(t, err)
+	assert.Equal(t, configmap.AuthbridgeSidecarCommand, cmd.Name())
+	for _, role := range configmap.SidecarRoles {
+		assert.Contains(t, slices.Collect(maps.Values(configmap.AuthbridgeRoles)), role)
+	}
 	for _, role := range configmap.AuthbridgeRoles {
 		cmd, _, err := root.Find([]string{role})
 		require.NoError(t, err)
 		assert.Equal(t, role, cmd.Name())
 	}
+}
+
+// componentStatusPort is each role's own status port, by component.
+var componentStatusPort = map[string]int{
+	configmap.ComponentClientRegistration: registerAdminPort,
+	configmap.ComponentAuthProxy:          inboundAdminPort,
+	configmap.ComponentEnvoyProxy:         outboundAdminPort,
 }
 
 // probesOf returns c's probes by kind.
@@ -426,6 +487,35 @@ func TestInjectedProbesAreServed(t *testing.T) {
 						assert.Equal(t, http.StatusOK, code, "%s probe %s on :%d: %s", kind, p.HTTPGet.Path, port, body)
 						continue
 					}
+					if c.Name == configmap.ContainerAuthbridge {
+						// Startup and readiness: every role's, as each one's /status reports it.
+						roleStatus := func() (allReady bool, why string) {
+							allReady = true
+							for _, component := range configmap.ComponentsOfContainer(c.Name, c.Args) {
+								scode, sbody, err := get(componentStatusPort[component], "/status")
+								var st sidecar.Status
+								if err != nil || scode != http.StatusOK || json.Unmarshal([]byte(sbody), &st) != nil || !st.Ready {
+									allReady, why = false, why+component+" not ready; "
+								}
+							}
+							return allReady, why
+						}
+						var ready bool
+						var why string
+						require.Eventually(t, func() bool {
+							code, body, _ = get(port, p.HTTPGet.Path)
+							ready, why = roleStatus()
+							return (code == http.StatusOK) == ready
+						}, 10*time.Second, 50*time.Millisecond, "%s probe %s on :%d answers %d %q, roles: %s", kind, p.HTTPGet.Path, port, code, body, why)
+						for _, role := range c.Args[1:] {
+							assert.Contains(t, body, role+": ", "the body names each role's state")
+						}
+						if !ready {
+							assert.Equal(t, http.StatusServiceUnavailable, code)
+						}
+						t.Logf("%s probe %s on :%d: %d %s", kind, p.HTTPGet.Path, port, code, strings.TrimSpace(body))
+						continue
+					}
 					// Startup and readiness: the role's readiness, as its /status reports it.
 					scode, sbody, err := get(port, "/status")
 					require.NoError(t, err)
@@ -446,7 +536,13 @@ func TestInjectedProbesAreServed(t *testing.T) {
 					}
 					t.Logf("%s probe %s on :%d: %d %s", kind, p.HTTPGet.Path, port, code, strings.TrimSpace(body))
 				}
-				checked[c.Args[0]] = true
+				if c.Name == configmap.ContainerAuthbridge {
+					for _, role := range c.Args[1:] {
+						checked[role] = true
+					}
+				} else {
+					checked[c.Args[0]] = true
+				}
 			})
 		}
 	}

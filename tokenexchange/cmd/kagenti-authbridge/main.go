@@ -5,6 +5,7 @@
 //	register  client-registration: registers the workload with the identity provider
 //	inbound   auth-proxy: validates incoming bearer tokens in front of the agent
 //	outbound  envoy-proxy: exchanges tokens on outgoing requests (RFC 8693)
+//	sidecar   the long-running roles of one container (register, inbound, outbound) in one process
 //
 // Every role reads the identity defaults from its environment (set by the injector) and
 // config.yaml of the mounted ConfigMap {workload}-token-exchange (set by the tokenexchange
@@ -46,6 +47,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	common.register(root)
-	root.AddCommand(newInitCommand(&common), newRegisterCommand(&common), newInboundCommand(&common), newOutboundCommand(&common))
+	root.AddCommand(newInitCommand(&common), newRegisterCommand(&common), newInboundCommand(&common), newOutboundCommand(&common),
+		newSidecarCommand(&common))
 	return root
 }

@@ -32,11 +32,17 @@ import (
 //
 //	cluster namespace 10.77.0.1: SPIRE server + agent, dev IdP, callee (inbound → echo agent), plain echo server
 //	caller namespace  10.77.0.2: init (rules + helper.conf), spiffe-helper, outbound (UID 1337), the agent (UID 0)
+//	pod namespace     10.77.0.3: init (rules), one `sidecar register inbound outbound` process (UID 1337), the agent
+//
+// The callee's and the caller's roles run as separate processes (the containers injectors before the
+// combined sidecar rendered); the third pod runs the three long-running roles in one process, as
+// the injector's authbridge container does.
 const (
 	testbedEnv   = "KAGENTI_TESTBED_ROLE"
 	trustDomain  = "cluster.local"
 	clusterIP    = "10.77.0.1"
 	callerIP     = "10.77.0.2"
+	podIP        = "10.77.0.3"
 	proxyUID     = 1337
 	callerID     = "spiffe://cluster.local/ns/agents/sa/caller"
 	calleeID     = "spiffe://cluster.local/ns/agents/sa/callee"
@@ -46,7 +52,13 @@ const (
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(testbedEnv) {
-	case "hold": // keeps the caller's namespace alive until its stdin closes
+	case "hold": // keeps a pod's namespace alive until its stdin closes
+		if addr := os.Getenv("HOLD_AGENT_ADDR"); addr != "" {
+			if err := serveAgent(addr); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	case "agent":
@@ -91,14 +103,19 @@ type testbed struct {
 	t      *testing.T
 	bin    string
 	dir    string
-	self   string // kagenti-authbridge, built for this test
-	holder *exec.Cmd
-	issuer string
-	ports  map[string]int
-	callee string // the callee's inbound address, host:port
-	echo   string
-	seen   chan http.Header // what the callee's agent received
-	echoed chan http.Header // what the plain echo server received
+	self   string    // kagenti-authbridge, built for this test
+	holder *exec.Cmd // the caller's namespace
+	pod    *exec.Cmd // the namespace of the pod with the combined sidecar
+	// podSidecar is its `kagenti-authbridge sidecar register inbound outbound` process.
+	podSidecar *exec.Cmd
+	// The separate role processes (for the RSS comparison).
+	calleeRegister, calleeInbound, callerOutbound *exec.Cmd
+	issuer                                        string
+	ports                                         map[string]int
+	callee                                        string // the callee's inbound address, host:port
+	echo                                          string
+	seen                                          chan http.Header // what the callee's agent received
+	echoed                                        chan http.Header // what the plain echo server received
 }
 
 func newTestbed(t *testing.T) *testbed {
@@ -113,7 +130,8 @@ func newTestbed(t *testing.T) *testbed {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building kagenti-authbridge: %s", out)
-	names := []string{"spire", "idp", "callee-in", "callee-agent", "echo", "outbound", "helper-health", "callee-status", "caller-status", "register-status"}
+	names := []string{"spire", "idp", "callee-in", "callee-agent", "echo", "outbound", "helper-health", "callee-status", "caller-status", "register-status",
+		"pod-sidecar-status", "pod-register-status", "pod-inbound-status", "pod-outbound-status"}
 	for i, port := range listenerPorts(t, len(names)) {
 		tb.ports[names[i]] = port
 	}
@@ -155,6 +173,7 @@ func (tb *testbed) run() {
 	tb.idp()
 	tb.calleeSide()
 	tb.callerSide()
+	tb.podSide()
 
 	user := tb.userToken()
 
@@ -185,6 +204,49 @@ func (tb *testbed) run() {
 		status, body := httpGet(t, "http://"+tb.callee+"/tasks", calleeHost, user)
 		assert.Equal(t, http.StatusUnauthorized, status)
 		assert.Contains(t, body, `does not include \"`+calleeID+`\"`)
+	})
+
+	t.Run("one sidecar process: register writes credentials, inbound validates, outbound exchanges", func(t *testing.T) {
+		code, body, err := tb.podGet("pod-sidecar-status", "/readyz")
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "register: ready\ninbound: ready\noutbound: ready", body)
+		code, body, err = tb.podGet("pod-sidecar-status", "/healthz")
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, code, body)
+		for _, port := range []string{"pod-register-status", "pod-inbound-status", "pod-outbound-status"} {
+			st, err := tb.status(port)
+			require.NoError(t, err, port)
+			assert.True(t, st.Ready, "%s: %+v", port, st)
+			assert.Equal(t, contentHash(t, filepath.Join(tb.dir, "pod", "config", "config.yaml")), st.ContentHash, port)
+		}
+
+		shared := filepath.Join(tb.dir, "pod", "shared")
+		id, secret := readFile(t, filepath.Join(shared, "client-id.txt")), readFile(t, filepath.Join(shared, "client-secret.txt"))
+		require.NotEmpty(t, id, "register wrote no client ID")
+		require.NotEmpty(t, secret, "register wrote no client secret")
+
+		inbound := "http://" + net.JoinHostPort(podIP, strconv.Itoa(tb.ports["callee-in"])) + "/tasks"
+		status, body := httpGet(t, inbound, "caller.agents.svc", user)
+		require.Equal(t, http.StatusOK, status, body)
+		assert.Equal(t, "agent: claims "+strings.Split(user, ".")[1], body, "inbound admitted the user's token and passed its claims")
+		status, body = httpGet(t, inbound, "caller.agents.svc", tb.clientToken(id, secret))
+		assert.Equal(t, http.StatusUnauthorized, status, "a token for another audience: %s", body)
+
+		// The agent's token is for the registered client (the IdP exchanges only a token whose
+		// audience includes the client that asks); outbound exchanges it with the client's
+		// credentials for one the callee accepts.
+		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.clientToken(id, secret))
+		require.Equal(t, http.StatusOK, status, body)
+		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
+		assert.Equal(t, []any{calleeID}, c["aud"])
+		assert.Equal(t, map[string]any{"sub": id}, c["act"], "the registered client acts")
+
+		time.Sleep(2 * time.Second) // idle after registration and the first requests
+		t.Logf("RSS idle after registration (load average %s): one sidecar process (register, inbound, outbound) %.1f MiB; "+
+			"separate processes: callee register %.1f MiB + callee inbound %.1f MiB + caller outbound %.1f MiB = %.1f MiB",
+			loadavg(), mib(tb.podSidecar), mib(tb.calleeRegister), mib(tb.calleeInbound), mib(tb.callerOutbound),
+			mib(tb.calleeRegister)+mib(tb.calleeInbound)+mib(tb.callerOutbound))
 	})
 
 	t.Run("a pass-through route leaves the token alone", func(t *testing.T) {
@@ -261,10 +323,11 @@ func (tb *testbed) run() {
 		b, _ := io.ReadAll(resp.Body)
 		assert.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	})
+
 }
 
-// network makes this namespace the cluster (10.77.0.1) and a second one the caller's pod
-// (10.77.0.2), joined by two macvlan devices on a bridge.
+// network makes this namespace the cluster (10.77.0.1), a second one the caller's pod (10.77.0.2)
+// and a third the pod with the combined sidecar (10.77.0.3), joined by macvlan devices on a bridge.
 func (tb *testbed) network() {
 	t := tb.t
 	for _, args := range [][]string{
@@ -278,18 +341,44 @@ func (tb *testbed) network() {
 	} {
 		run(t, "ip", args...)
 	}
-	tb.holder = exec.Command(os.Args[0], "-test.run=^$")
-	tb.holder.Env = append(os.Environ(), testbedEnv+"=hold")
-	tb.holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	stdin, err := tb.holder.StdinPipe()
+	tb.holder = tb.podNamespace("kpod", callerIP, "")
+	run(t, "ip", "link", "add", "kpod3", "link", "kbr", "type", "macvlan", "mode", "bridge")
+	tb.pod = tb.podNamespace("kpod3", podIP, net.JoinHostPort("127.0.0.1", strconv.Itoa(tb.ports["callee-agent"])))
+}
+
+// podNamespace starts a process in a network namespace of its own (a pod), moves the macvlan
+// device dev into it with address ip, and returns the process. With agentAddr, the process also
+// serves the pod's agent there.
+func (tb *testbed) podNamespace(dev, ip, agentAddr string) *exec.Cmd {
+	t := tb.t
+	holder := exec.Command(os.Args[0], "-test.run=^$")
+	holder.Env = append(os.Environ(), testbedEnv+"=hold", "HOLD_AGENT_ADDR="+agentAddr)
+	holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	holder.Stderr = os.Stderr
+	stdin, err := holder.StdinPipe()
 	require.NoError(t, err)
-	require.NoError(t, tb.holder.Start())
-	t.Cleanup(func() { stdin.Close(); _ = tb.holder.Wait() })
-	pid := strconv.Itoa(tb.holder.Process.Pid)
-	run(t, "ip", "link", "set", "kpod", "netns", pid)
-	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", callerIP + "/24", "dev", "kpod"}, {"link", "set", "kpod", "up"}} {
+	require.NoError(t, holder.Start())
+	t.Cleanup(func() { stdin.Close(); _ = holder.Wait() })
+	pid := strconv.Itoa(holder.Process.Pid)
+	run(t, "ip", "link", "set", dev, "netns", pid)
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", ip + "/24", "dev", dev}, {"link", "set", dev, "up"}} {
 		run(t, "nsenter", append([]string{"-t", pid, "-n", "ip"}, args...)...)
 	}
+	return holder
+}
+
+// serveAgent serves a pod's agent on addr (from the holder process, inside the pod's namespace):
+// it answers every request with the claims the inbound proxy passed in X-Kagenti-Claims.
+func serveAgent(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "agent: claims %s", r.Header.Get("X-Kagenti-Claims"))
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return nil
 }
 
 // spire starts a SPIRE server and an agent attested with a join token, and registers the caller
@@ -415,9 +504,9 @@ func (tb *testbed) calleeSide() {
 	require.NoError(t, os.MkdirAll(cfgDir, 0o755))
 	require.NoError(t, os.MkdirAll(shared, 0o755))
 	env := tb.env("callee")
-	tb.startEnv("callee-inbound", env, tb.self, "inbound", "--config-dir", cfgDir, "--shared-dir", shared,
+	tb.calleeInbound = tb.startEnv("callee-inbound", env, tb.self, "inbound", "--config-dir", cfgDir, "--shared-dir", shared,
 		"--status-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(tb.ports["callee-status"])), "--poll-interval", "500ms")
-	tb.startEnv("callee-register", env, tb.self, "register", "--config-dir", cfgDir, "--shared-dir", shared,
+	tb.calleeRegister = tb.startEnv("callee-register", env, tb.self, "register", "--config-dir", cfgDir, "--shared-dir", shared,
 		"--idp-credentials-dir", filepath.Join(tb.dir, "callee", "idp-credentials"),
 		"--status-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(tb.ports["register-status"])))
 	tb.callee = net.JoinHostPort(clusterIP, strconv.Itoa(tb.ports["callee-in"]))
@@ -455,7 +544,7 @@ func (tb *testbed) callerSide() {
 		_, err := os.Stat(filepath.Join(shared, "jwt_svid.token"))
 		return err
 	})
-	tb.startEnv("caller-outbound", env, append([]string{"nsenter"}, inNS(proxyUID, tb.self, "outbound", "--config-dir", cfgDir, "--shared-dir", shared,
+	tb.callerOutbound = tb.startEnv("caller-outbound", env, append([]string{"nsenter"}, inNS(proxyUID, tb.self, "outbound", "--config-dir", cfgDir, "--shared-dir", shared,
 		"--status-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(tb.ports["caller-status"])), "--poll-interval", "500ms")...)...)
 	tb.eventually("caller outbound ready", func() error {
 		out, err := exec.Command("nsenter", inNS(0, "curl", "-sf", fmt.Sprintf("http://127.0.0.1:%d/readyz", tb.ports["caller-status"]))...).CombinedOutput()
@@ -464,6 +553,84 @@ func (tb *testbed) callerSide() {
 		}
 		return nil
 	})
+}
+
+// podSide runs the third pod: init (the rules) and one kagenti-authbridge process with the three
+// long-running roles, as the proxy UID. The pod's workload is named caller (its SPIFFE ID, the
+// audience its inbound expects, is the caller's), registers with the IdP (no SPIFFE) and calls the
+// callee through its outbound with the registered client's credentials.
+func (tb *testbed) podSide() {
+	t := tb.t
+	cfgDir := filepath.Join(tb.dir, "pod", "config")
+	shared := filepath.Join(tb.dir, "pod", "shared")
+	require.NoError(t, os.MkdirAll(cfgDir, 0o755))
+	require.NoError(t, os.MkdirAll(shared, 0o770))
+	require.NoError(t, os.Chown(shared, proxyUID, proxyUID))
+	tb.writeConfig("pod", fmt.Sprintf(`outbound:
+  tokenExchange:
+    destinationRules:
+    - match: {host: "%s:%d"}
+      target: {audience: "%s", scopes: ["agent:invoke"]}
+`, calleeHost, tb.ports["callee-in"], calleeID))
+	env := tb.env("caller", "KAGENTI_SPIFFE_ENABLED=false")
+	pid := strconv.Itoa(tb.pod.Process.Pid)
+	statusPorts := []string{"pod-sidecar-status", "pod-register-status", "pod-inbound-status", "pod-outbound-status"}
+	var exclude []string
+	for _, p := range statusPorts {
+		exclude = append(exclude, strconv.Itoa(tb.ports[p]))
+	}
+	out := runEnv(t, env, "nsenter", "-t", pid, "-n", "--", tb.self, "init", "--config-dir", cfgDir, "--shared-dir", shared,
+		"--helper-conf", "", "--always-exclude-inbound", strings.Join(exclude, ","))
+	t.Logf("pod init:\n%s", out)
+	require.Contains(t, out, "redirect to :"+strconv.Itoa(tb.ports["outbound"]))
+
+	addr := func(port string) string { return net.JoinHostPort("", strconv.Itoa(tb.ports[port])) }
+	tb.podSidecar = tb.startEnv("pod-sidecar", env, "nsenter", "-t", pid, "-n", "--",
+		"setpriv", fmt.Sprintf("--reuid=%d", proxyUID), fmt.Sprintf("--regid=%d", proxyUID), "--clear-groups",
+		tb.self, "sidecar", "register", "inbound", "outbound", "--config-dir", cfgDir, "--shared-dir", shared, "--poll-interval", "500ms",
+		"--idp-credentials-dir", filepath.Join(tb.dir, "pod", "idp-credentials"),
+		"--status-address", addr("pod-sidecar-status"), "--register-status-address", addr("pod-register-status"),
+		"--inbound-status-address", addr("pod-inbound-status"), "--outbound-status-address", addr("pod-outbound-status"))
+	tb.eventually("the pod's sidecar ready", func() error {
+		code, body, err := tb.podGet("pod-sidecar-status", "/readyz")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%d: %s", code, body)
+		}
+		return err
+	})
+}
+
+// podGet sends a GET to a status port of the pod, from inside its namespace.
+func (tb *testbed) podGet(statusPort, path string) (int, string, error) {
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(tb.pod.Process.Pid), "-n", "curl", "-s", "-w", "\n%{http_code}",
+		fmt.Sprintf("http://127.0.0.1:%d%s", tb.ports[statusPort], path)).Output()
+	if err != nil {
+		return 0, "", err
+	}
+	// curl prints the body, then a line with the status code.
+	i := strings.LastIndex(string(out), "\n")
+	if i < 0 {
+		return 0, "", fmt.Errorf("no status code in %q", out)
+	}
+	status, err := strconv.Atoi(strings.TrimSpace(string(out)[i+1:]))
+	return status, strings.TrimSpace(string(out)[:i]), err
+}
+
+// clientToken gets a token with client credentials; its audience is the client's ID.
+func (tb *testbed) clientToken(id, secret string) string {
+	form := url.Values{"grant_type": {"client_credentials"}}
+	req, _ := http.NewRequest(http.MethodPost, tb.issuer+"/oauth/token", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(tb.t, err)
+	defer resp.Body.Close()
+	var tr struct {
+		AccessToken string `json:"access_token"`
+	}
+	require.NoError(tb.t, json.NewDecoder(resp.Body).Decode(&tr))
+	require.NotEmpty(tb.t, tr.AccessToken, "client credentials of %s", id)
+	return tr.AccessToken
 }
 
 func (tb *testbed) writeCallerConfig(audience string) {
@@ -517,8 +684,8 @@ func (tb *testbed) status(statusPort string) (roleStatus, error) {
 	addr := fmt.Sprintf("http://127.0.0.1:%d/status", tb.ports[statusPort])
 	var body []byte
 	var err error
-	if statusPort == "caller-status" { // lives in the caller's namespace
-		body, err = exec.Command("nsenter", "-t", strconv.Itoa(tb.holder.Process.Pid), "-n", "curl", "-sf", addr).Output()
+	if ns := tb.namespaceOf(statusPort); ns != nil {
+		body, err = exec.Command("nsenter", "-t", strconv.Itoa(ns.Process.Pid), "-n", "curl", "-sf", addr).Output()
 	} else {
 		var resp *http.Response
 		if resp, err = http.Get(addr); err == nil {
@@ -530,6 +697,17 @@ func (tb *testbed) status(statusPort string) (roleStatus, error) {
 		return st, err
 	}
 	return st, json.Unmarshal(body, &st)
+}
+
+// namespaceOf is the holder of the pod namespace a status port lives in; nil for the cluster's.
+func (tb *testbed) namespaceOf(statusPort string) *exec.Cmd {
+	switch {
+	case statusPort == "caller-status":
+		return tb.holder
+	case strings.HasPrefix(statusPort, "pod-"):
+		return tb.pod
+	}
+	return nil
 }
 
 func (tb *testbed) waitReady(statusPort string) {
@@ -567,7 +745,12 @@ func (tb *testbed) userToken() string {
 // agentCall makes the caller's agent (UID 0 in the caller's namespace: redirected) send a GET to
 // addr with Host host and the bearer token.
 func (tb *testbed) agentCall(host, addr, token string) (int, string) {
-	cmd := exec.Command("nsenter", "-t", strconv.Itoa(tb.holder.Process.Pid), "-n", "--", os.Args[0], "-test.run=^$")
+	return tb.agentCallFrom(tb.holder, host, addr, token)
+}
+
+// agentCallFrom is agentCall from the agent of the pod whose namespace holder holds.
+func (tb *testbed) agentCallFrom(holder *exec.Cmd, host, addr, token string) (int, string) {
+	cmd := exec.Command("nsenter", "-t", strconv.Itoa(holder.Process.Pid), "-n", "--", os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), testbedEnv+"=agent", "AGENT_URL=http://"+addr+"/tasks", "AGENT_HOST="+host, "AGENT_TOKEN="+token)
 	out, err := cmd.Output()
 	require.NoError(tb.t, err, "agent call: %s", out)
@@ -605,6 +788,21 @@ func doGet(u, host, token string) (int, string) {
 }
 
 // Process and file helpers.
+
+// mib is the resident set of a running process, in MiB.
+func mib(cmd *exec.Cmd) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return float64(kib) / 1024
+		}
+	}
+	return 0
+}
 
 func (tb *testbed) start(name string, args ...string) { tb.startEnv(name, os.Environ(), args...) }
 

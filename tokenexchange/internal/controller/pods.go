@@ -110,11 +110,13 @@ type cachedPod struct {
 	running bool
 	// ip is the pod IP the status prober asks.
 	ip string
-	// roles are the containers that run a role with a status port, sorted (what the prober asks).
+	// roles are the components that run a role with a status port, sorted (the prober asks each
+	// on its port, whether the component has a container of its own or shares the authbridge one).
 	roles []string
 	// ready holds the identity components whose container is ready (identityComponentBit): a
 	// native sidecar (init container, restartPolicy Always) or a classic container, depending on
-	// the injector's configuration; both are looked at.
+	// the injector's configuration; both are looked at. One container may run several components
+	// (configmap.ContainerAuthbridge).
 	ready uint8
 }
 
@@ -126,7 +128,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp, Labels: p.Labels},
 		running: p.Status.Phase == corev1.PodRunning,
 		ip:      p.Status.PodIP,
-		roles:   roleContainers(p),
+		roles:   roleComponents(p),
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil {
@@ -134,9 +136,14 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 			break
 		}
 	}
-	for _, name := range []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy} {
-		if containerReady(p.Status.InitContainerStatuses, name) || containerReady(p.Status.ContainerStatuses, name) {
-			c.ready |= identityComponentBit(name)
+	components := containerComponents(p)
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, st := range statuses {
+			if st.Ready {
+				for _, component := range components[st.Name] {
+					c.ready |= identityComponentBit(component)
+				}
+			}
 		}
 	}
 	return c
@@ -154,28 +161,35 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// roleContainers lists the containers of pod that run a role with a status port, sorted, in a
-// slice of exactly their number (the cache holds it for the pod's lifetime).
-func roleContainers(pod *corev1.Pod) []string {
-	var out []string
+// containerComponents maps the containers of pod that run identity components to those
+// components (configmap.ComponentsOfContainer): a container named after its component, as
+// injectors before the combined sidecar rendered them, or the authbridge container running
+// several roles. A component is ready when the container that runs it is.
+func containerComponents(pod *corev1.Pod) map[string][]string {
+	out := map[string][]string{}
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range list {
-			if _, ok := statusPorts[c.Name]; ok && !slices.Contains(out, c.Name) {
-				out = append(out, c.Name)
+			if components := configmap.ComponentsOfContainer(c.Name, c.Args); len(components) > 0 {
+				out[c.Name] = components
+			}
+		}
+	}
+	return out
+}
+
+// roleComponents lists the components of pod that run a role with a status port, sorted, in a
+// slice of exactly their number (the cache holds it for the pod's lifetime).
+func roleComponents(pod *corev1.Pod) []string {
+	var out []string
+	for _, components := range containerComponents(pod) {
+		for _, c := range components {
+			if _, ok := statusPorts[c]; ok && !slices.Contains(out, c) {
+				out = append(out, c)
 			}
 		}
 	}
 	sort.Strings(out)
 	return slices.Clip(out)
-}
-
-func containerReady(statuses []corev1.ContainerStatus, name string) bool {
-	for _, s := range statuses {
-		if s.Name == name {
-			return s.Ready
-		}
-	}
-	return false
 }
 
 // identityComponentBit is component's bit in cachedPod.ready; 0 for a container that is not an

@@ -36,8 +36,8 @@ import (
 // proxy-init never redirects: the path the kubelet's probes take. docs/identity.md says what a
 // NetworkPolicy must allow.
 
-// statusPorts maps the injected containers that run a kagenti-authbridge role to their status
-// ports. spiffe-helper reads its configuration once and reports no hash; proxy-init has exited.
+// statusPorts maps the components that run a kagenti-authbridge role to their status ports (each
+// role serves its own, also when one authbridge container runs several). spiffe-helper reads its configuration once and reports no hash; proxy-init has exited.
 var statusPorts = map[string]int32{
 	configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
 	configmap.ComponentAuthProxy:          sidecar.InboundStatusPort,
@@ -180,7 +180,7 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 	return prop
 }
 
-// observe asks every role container of pod for its status.
+// observe asks every role of pod for its status.
 func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want string) podObservation {
 	o := podObservation{name: pod.Name}
 	containers := pod.roles

@@ -66,10 +66,27 @@ type rolePod struct {
 
 func startRolePod(t *testing.T, ns, name, app string) *rolePod {
 	t.Helper()
-	ctx := context.Background()
-	roles := map[string]int{configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort}
 	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}
-	p := injectedPod(ns, name, app, sidecars)
+	return runRolePod(t, injectedPod(ns, name, app, sidecars), sidecars,
+		map[string]int{configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort})
+}
+
+// startCombinedRolePod is startRolePod for a pod injected with the combined sidecar: the
+// authbridge container runs register, inbound and outbound, each with its own status server.
+func startCombinedRolePod(t *testing.T, ns, name, app string) *rolePod {
+	t.Helper()
+	return runRolePod(t, combinedPod(ns, name, app, "register", "inbound", "outbound"),
+		[]string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge},
+		map[string]int{configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
+			configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort})
+}
+
+// runRolePod creates p with its sidecars ready and a pod IP, and runs the roles behind the IP's
+// status ports.
+func runRolePod(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string]int) *rolePod {
+	t.Helper()
+	ctx := context.Background()
+	ns, name, app := p.Namespace, p.Name, p.Labels["app"]
 	must(t, k8s.Create(ctx, p))
 	ip := fmt.Sprintf("10.251.%d.%d", nextPodIP.Add(1)/250, nextPodIP.Load()%250+1)
 	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(p), p))
@@ -258,6 +275,32 @@ func TestConfiguredPodsFollowTheRunningContentHash(t *testing.T) {
 	waitPropagation(t, ns, "one pod, on the content", func(te *v1alpha1.TokenExchange, c *metav1.Condition) bool {
 		return te.Status.Pods == 1 && te.Status.ConfiguredPods == 1 && c.Reason == v1alpha1.ReasonPropagated
 	})
+}
+
+// A pod injected with the combined sidecar (one authbridge container running several roles) is
+// followed like one with a container per role: each role's status port is asked.
+func TestCombinedSidecarPodFollowsTheRunningContentHash(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	const cmName = "agent-token-exchange"
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionConfigMapReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	pod := startCombinedRolePod(t, ns, "agent-0", "agent")
+	got := waitPropagation(t, ns, "the pod mounts the content, its roles do not run it yet", func(te *v1alpha1.TokenExchange, c *metav1.Condition) bool {
+		return te.Status.Pods == 1 && c.Reason == v1alpha1.ReasonPropagating
+	})
+	assert.Contains(t, condition(got, v1alpha1.ConditionConfigPropagated).Message,
+		"pod agent-0 (auth-proxy, client-registration, envoy-proxy on the injector's defaults only)", "every role of the container was asked")
+
+	hash := pod.sync(t, ns, cmName)
+	got = waitPropagation(t, ns, "the pod runs the content", func(te *v1alpha1.TokenExchange, c *metav1.Condition) bool {
+		return te.Status.ConfiguredPods == 1 && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonPropagated
+	})
+	assert.Equal(t, hash, got.Status.ContentHash)
+	assert.Equal(t, v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
+		*got.Status.IdentityStatus)
 }
 
 // A pod whose sidecars do not answer is reported, not counted, and not taken for one on an old

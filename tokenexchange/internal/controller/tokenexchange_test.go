@@ -390,6 +390,15 @@ func injectedPod(ns, name, app string, sidecars []string) *corev1.Pod {
 	return p
 }
 
+// combinedPod is injectedPod as the injector renders the combined sidecar: spiffe-helper and one
+// authbridge container running roles (native sidecars).
+func combinedPod(ns, name, app string, roles ...string) *corev1.Pod {
+	p := injectedPod(ns, name, app, []string{configmap.ComponentSpiffeHelper})
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: configmap.ContainerAuthbridge, Image: "example.com/authbridge:v1",
+		Args: append([]string{configmap.AuthbridgeSidecarCommand}, roles...), RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
+	return p
+}
+
 func setPodStatus(t testing.TB, p *corev1.Pod, sidecars []string, notReady map[string]bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -401,6 +410,43 @@ func setPodStatus(t testing.TB, p *corev1.Pod, sidecars []string, notReady map[s
 	}
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Ready: true, Image: "example.com/agent:v1", ImageID: "x"}}
 	must(t, k8s.Status().Update(ctx, p))
+}
+
+func TestCombinedSidecarContainerReportsItsComponents(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+	p := combinedPod(ns, "agent-0", "agent", "register", "inbound", "outbound")
+	must(t, k8s.Create(ctx, p))
+	setPodStatus(t, p, sidecars, nil)
+	eventually(t, "every component of the authbridge container ready", func(ctx context.Context) (bool, string) {
+		id := getTX(ctx, t, ns, "tx").Status.IdentityStatus
+		return id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
+			fmt.Sprintf("%+v", id)
+	})
+
+	// The container not ready: all its components are not; spiffe-helper still is.
+	setPodStatus(t, p, sidecars, map[string]bool{configmap.ContainerAuthbridge: true})
+	eventually(t, "the authbridge container's components not ready", func(ctx context.Context) (bool, string) {
+		id := getTX(ctx, t, ns, "tx").Status.IdentityStatus
+		return id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true}, fmt.Sprintf("%+v", id)
+	})
+
+	// A workload that excludes client-registration: the container runs inbound and outbound only.
+	q := combinedPod(ns, "agent-1", "agent", "inbound", "outbound")
+	must(t, k8s.Create(ctx, q))
+	setPodStatus(t, q, sidecars, nil)
+	must(t, k8s.Delete(ctx, p, client.GracePeriodSeconds(0)))
+	eventually(t, "registration not reported by a container that does not run it", func(ctx context.Context) (bool, string) {
+		te := getTX(ctx, t, ns, "tx")
+		id := te.Status.IdentityStatus
+		return te.Status.Pods == 1 && id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true, InboundProxyReady: true, OutboundProxyReady: true},
+			fmt.Sprintf("%d pods, %+v", te.Status.Pods, id)
+	})
 }
 
 func TestOtherWorkloadKinds(t *testing.T) {
