@@ -18,8 +18,10 @@ import (
 	"github.com/kagenti/platform/e2e/framework"
 )
 
-// The injected components (docs/architecture.md §5); spiffe-helper only with kagenti.io/spiffe=enabled.
-var injectedSidecars = []string{"proxy-init", "client-registration", "auth-proxy", "envoy-proxy"}
+// The injected containers (docs/architecture.md §5): proxy-init and the one authbridge container
+// running client-registration, auth-proxy and envoy-proxy; spiffe-helper only with
+// kagenti.io/spiffe=enabled.
+var injectedSidecars = []string{"proxy-init", "authbridge"}
 
 func initContainerNames(p *corev1.PodSpec) []string {
 	var out []string
@@ -60,6 +62,11 @@ func TestInjector(t *testing.T) {
 					return false, framework.Sprintf("pod %s init containers %v lack %s", pods.Items[0].Name, got, want), nil
 				}
 			}
+			// One process runs the three roles, registration first.
+			args := pods.Items[0].Spec.InitContainers[slices.Index(got, "authbridge")].Args
+			if want := []string{"sidecar", "register", "inbound", "outbound"}; !slices.Equal(args, want) {
+				return false, "", fmt.Errorf("pod %s: authbridge args %v, want %v", pods.Items[0].Name, args, want)
+			}
 			return true, "", nil
 		})
 	})
@@ -74,7 +81,7 @@ func TestInjector(t *testing.T) {
 		if err := c.Create(ctx, j); err != nil {
 			t.Fatal(err)
 		}
-		if got := initContainerNames(&j.Spec.Template.Spec); !slices.Contains(got, "envoy-proxy") {
+		if got := initContainerNames(&j.Spec.Template.Spec); !slices.Contains(got, "authbridge") {
 			t.Fatalf("Job template not injected: %v", got)
 		}
 		framework.Eventually(t, 120*time.Second, "Job complete", func(ctx context.Context) (bool, string, error) {

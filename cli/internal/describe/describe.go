@@ -60,11 +60,20 @@ type Workload struct {
 	Ready      string            `json:"ready"`
 }
 
+// InjectedContainer is an injected container and the components it runs: its own name, or the
+// roles of the combined authbridge container.
+type InjectedContainer struct {
+	Name       string   `json:"name"`
+	Components []string `json:"components"`
+}
+
 // Injection says whether the pod template is injected, with what, and if not, why.
 type Injection struct {
-	Injected   bool           `json:"injected"`
-	Components []string       `json:"components,omitempty"`
-	Status     map[string]any `json:"status,omitempty"`
+	Injected   bool     `json:"injected"`
+	Components []string `json:"components,omitempty"`
+	// Containers are the injected containers and the components each runs.
+	Containers []InjectedContainer `json:"containers,omitempty"`
+	Status     map[string]any      `json:"status,omitempty"`
 	// NotInjectedBecause lists every reason the injector does not act on the workload.
 	NotInjectedBecause []string `json:"notInjectedBecause,omitempty"`
 	PodsInjected       int      `json:"podsInjected"`
@@ -246,7 +255,7 @@ func (r *Report) injection(ctx context.Context, c *kube.Clients, obj *unstructur
 	}
 	if raw, ok := tmpl.Annotations[AnnotationInjectionStatus]; ok {
 		r.Injection.Injected = true
-		r.Injection.Status, r.Injection.Components = injectedComponents(raw, tmpl)
+		r.Injection.Status, r.Injection.Components, r.Injection.Containers = injectedComponents(raw, tmpl)
 		return nil
 	}
 	var why []string
@@ -494,14 +503,16 @@ func (r *Report) policies(ctx context.Context, c *kube.Clients, ns string) error
 }
 
 // injectedComponents parses the injection status annotation raw of tmpl and returns it with the
-// components the injector added, in the template's order. A v1 status lists them; a v2 status
-// lists only the names the template had of its own (kept), so the components are the template's
-// containers with a component name that is not kept (docs/injector.md, "The status annotation").
-// An annotation that does not parse yields nothing.
-func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]any, []string) {
+// components the injector added, in the template's order, and the containers that run them. A v1
+// status lists the containers; a v2 or v3 status lists only the names the template had of its own
+// (kept), so the injected containers are the template's containers with a name of that version
+// that is not kept (docs/injector.md, "The status annotation"). Since v3 one container,
+// authbridge, runs client-registration, auth-proxy and envoy-proxy (configmap.ComponentsOfContainer
+// reads them from its arguments). An annotation that does not parse yields nothing.
+func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]any, []string, []InjectedContainer) {
 	var st map[string]any
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	list := func(key string) []string {
 		var out []string
@@ -512,15 +523,34 @@ func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]an
 		}
 		return out
 	}
-	if st["version"] == "v1" {
-		return st, append(list("initContainers"), list("containers")...)
-	}
-	kept := list("kept")
-	var out []string
-	for _, c := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
-		if slices.Contains(configmap.InjectedComponents, c.Name) && !slices.Contains(kept, c.Name) {
-			out = append(out, c.Name)
+	var injected func(name string) bool
+	switch st["version"] {
+	case "v1":
+		names := append(list("initContainers"), list("containers")...)
+		injected = func(name string) bool { return slices.Contains(names, name) }
+	case "v2":
+		kept := list("kept")
+		injected = func(name string) bool {
+			return slices.Contains(configmap.InjectedComponents, name) && !slices.Contains(kept, name)
+		}
+	default:
+		kept := list("kept")
+		injected = func(name string) bool {
+			return slices.Contains(containersV3, name) && !slices.Contains(kept, name)
 		}
 	}
-	return st, out
+	var components []string
+	var containers []InjectedContainer
+	for _, c := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
+		if !injected(c.Name) {
+			continue
+		}
+		runs := configmap.ComponentsOfContainer(c.Name, c.Args)
+		components = append(components, runs...)
+		containers = append(containers, InjectedContainer{Name: c.Name, Components: runs})
+	}
+	return st, components, containers
 }
+
+// containersV3 are the names of the containers an injector writing status v3 adds.
+var containersV3 = []string{configmap.ComponentProxyInit, configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}

@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Both status versions the injector writes name the same components: v1 lists them, v2 lists only
-// what the template had of its own (a user's envoy-proxy, kept).
+// Both status versions the injector wrote before the combined sidecar name the same components: v1
+// lists them, v2 lists only what the template had of its own (a user's envoy-proxy, kept).
 func TestInjectedComponentsOfEitherStatusVersion(t *testing.T) {
 	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		InitContainers: []corev1.Container{{Name: "proxy-init"}, {Name: "client-registration"}, {Name: "auth-proxy"}, {Name: "setup"}},
@@ -18,11 +18,30 @@ func TestInjectedComponentsOfEitherStatusVersion(t *testing.T) {
 	v2 := `{"version":"v2","hash":"0c66dd10cedbcec8","kept":["envoy-proxy"]}`
 	want := []string{"proxy-init", "client-registration", "auth-proxy"}
 	for name, raw := range map[string]string{"v1": v1, "v2": v2} {
-		st, got := injectedComponents(raw, tmpl)
+		st, got, containers := injectedComponents(raw, tmpl)
 		assert.Equal(t, want, got, name)
 		assert.Equal(t, name, st["version"])
+		assert.Len(t, containers, 3, name)
+		assert.Empty(t, combinedContainers(containers), "one component per container")
 	}
-	st, got := injectedComponents("{not json", tmpl)
+	st, got, _ := injectedComponents("{not json", tmpl)
 	assert.Nil(t, st)
 	assert.Empty(t, got)
+}
+
+// v3: one authbridge container runs the roles its arguments name; a user container named after a
+// role (no longer an injected name) is the user's.
+func TestInjectedComponentsOfTheCombinedSidecar(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "proxy-init", Args: []string{"init"}}, {Name: "authbridge", Args: []string{"sidecar", "register", "outbound"}}},
+		Containers:     []corev1.Container{{Name: "agent"}, {Name: "auth-proxy"}},
+	}}
+	st, got, containers := injectedComponents(`{"version":"v3","hash":"227465844941c2b4"}`, tmpl)
+	assert.Equal(t, "v3", st["version"])
+	assert.Equal(t, []string{"proxy-init", "client-registration", "envoy-proxy"}, got)
+	assert.Equal(t, []InjectedContainer{{Name: "proxy-init", Components: []string{"proxy-init"}}, {Name: "authbridge", Components: []string{"client-registration", "envoy-proxy"}}}, containers)
+	assert.Equal(t, "container authbridge runs client-registration, envoy-proxy", combinedContainers(containers))
+
+	_, got, _ = injectedComponents(`{"version":"v3","hash":"227465844941c2b4","kept":["authbridge"]}`, tmpl)
+	assert.Equal(t, []string{"proxy-init"}, got, "the user's own authbridge is not the injector's")
 }

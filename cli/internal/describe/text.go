@@ -31,6 +31,9 @@ func (r *Report) WriteText(out io.Writer) error {
 		hash, _ := r.Injection.Status["hash"].(string)
 		fmt.Fprintf(&b, "Injection: injected (%s %s, hash %s)\n", AnnotationInjectionStatus, version, hash)
 		fmt.Fprintf(&b, "  components: %s\n", orNone(strings.Join(r.Injection.Components, ", ")))
+		if combined := combinedContainers(r.Injection.Containers); combined != "" {
+			fmt.Fprintf(&b, "  %s\n", combined)
+		}
 		fmt.Fprintf(&b, "  pods: %d of %d run the injected template\n", r.Injection.PodsInjected, len(r.Pods))
 	} else {
 		fmt.Fprintf(&b, "Injection: not injected\n")
@@ -211,4 +214,16 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// combinedContainers names the injected containers that run several components, e.g. "container
+// authbridge runs client-registration, auth-proxy, envoy-proxy", "" when there is none.
+func combinedContainers(cs []InjectedContainer) string {
+	var lines []string
+	for _, c := range cs {
+		if len(c.Components) > 1 || (len(c.Components) == 1 && c.Components[0] != c.Name) {
+			lines = append(lines, fmt.Sprintf("container %s runs %s", c.Name, strings.Join(c.Components, ", ")))
+		}
+	}
+	return strings.Join(lines, "; ")
 }

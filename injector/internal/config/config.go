@@ -30,8 +30,41 @@ const (
 	EnvoyProxy         = "envoy-proxy"
 )
 
-// Components lists every component name in injection order.
+// Components lists every component name in injection order: the names
+// kagenti.io/exclude-components takes.
 var Components = []string{ProxyInit, SpiffeHelper, ClientRegistration, AuthProxy, EnvoyProxy}
+
+// Authbridge is the one container that runs the long-running roles of client-registration,
+// auth-proxy and envoy-proxy (configmap.ContainerAuthbridge): one process, one Go runtime.
+const Authbridge = configmap.ContainerAuthbridge
+
+// Containers lists the containers the injector may add, in injection order: the keys of
+// components (their resources) and of the resource annotations kagenti.io/<container>-cpu, ....
+var Containers = []string{ProxyInit, SpiffeHelper, Authbridge}
+
+// combinedRoles are the components whose roles the authbridge container runs: since it does,
+// they have no container, and so no resources, of their own.
+var combinedRoles = []string{ClientRegistration, AuthProxy, EnvoyProxy}
+
+// IsContainer reports whether name is one of Containers.
+func IsContainer(name string) bool {
+	for _, c := range Containers {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+// IsCombinedRole reports whether name is a component the authbridge container runs.
+func IsCombinedRole(name string) bool {
+	for _, c := range combinedRoles {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
 
 // IsComponent reports whether name is one of Components.
 func IsComponent(name string) bool {
@@ -68,7 +101,8 @@ type Config struct {
 	// client-registration, auth-proxy, envoy-proxy) and spiffe-helper. The one place to set the
 	// registry and tag of the data plane.
 	Images Images `json:"images"`
-	// Components holds the resources of each component, keyed by component name.
+	// Components holds the resources of each injected container, keyed by container name
+	// (Containers: proxy-init, spiffe-helper, authbridge).
 	Components map[string]Component `json:"components"`
 	// SpireSocket says how the SPIRE agent socket reaches the pod.
 	SpireSocket SpireSocket `json:"spireSocket"`
@@ -92,7 +126,8 @@ func (i Images) Image(name string) string {
 	return i.Authbridge
 }
 
-// Component is one injected container's settings.
+// Component is one injected container's settings (the key "components" predates the combined
+// authbridge container, when every component had a container of its own).
 type Component struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
@@ -180,11 +215,13 @@ func Default() *Config {
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Images:          Images{Authbridge: DefaultAuthbridgeImage, SpiffeHelper: DefaultSpiffeHelperImage},
 		Components: map[string]Component{
-			ProxyInit:          {Resources: res("10m", "16Mi", "64Mi")},
-			SpiffeHelper:       {Resources: res("10m", "16Mi", "64Mi")},
-			ClientRegistration: {Resources: res("10m", "32Mi", "128Mi")},
-			AuthProxy:          {Resources: res("20m", "32Mi", "128Mi")},
-			EnvoyProxy:         {Resources: res("20m", "32Mi", "128Mi")},
+			ProxyInit:    {Resources: res("10m", "16Mi", "64Mi")},
+			SpiffeHelper: {Resources: res("10m", "16Mi", "64Mi")},
+			// One process running register, inbound and outbound: one Go runtime and one set of
+			// shared libraries instead of three, so less than the three containers' sum (50m,
+			// 96Mi, 384Mi limit); the limit keeps the headroom of the two proxies' buffers under
+			// load (docs/injector.md, "Resources").
+			Authbridge: {Resources: res("40m", "64Mi", "256Mi")},
 		},
 		SpireSocket: SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
 		Identity: Identity{
@@ -261,9 +298,13 @@ func (c *Config) Validate() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if !IsComponent(name) {
-			add("components.%s: unknown component; accepted: %s", name, strings.Join(Components, ", "))
-			continue
+		switch {
+		case IsCombinedRole(name):
+			// Refused rather than ignored: the file's resources would silently stop applying.
+			add("components.%s: runs in the %s container with the other identity roles and has no resources of its own; set components.%s instead",
+				name, Authbridge, Authbridge)
+		case !IsContainer(name):
+			add("components.%s: unknown container; accepted: %s", name, strings.Join(Containers, ", "))
 		}
 	}
 	if err := validateImage(c.Images.Authbridge); err != nil {
@@ -272,7 +313,7 @@ func (c *Config) Validate() error {
 	if err := validateImage(c.Images.SpiffeHelper); err != nil {
 		add("images.spiffeHelper: %v", err)
 	}
-	for _, name := range Components {
+	for _, name := range Containers {
 		if _, ok := c.Components[name]; !ok {
 			add("components.%s: missing", name)
 		}

@@ -23,7 +23,7 @@ sidecarMode: classic
 images:
   authbridge: ghcr.io/kagenti/kagenti-authbridge@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 components:
-  envoy-proxy:
+  authbridge:
     resources: {requests: {cpu: 30m}}
 spireSocket:
   type: hostPath
@@ -35,10 +35,10 @@ identity:
 	require.Contains(t, c.Images.Authbridge, "@sha256:")
 	require.Equal(t, config.DefaultSpiffeHelperImage, c.Images.SpiffeHelper, "an image left out keeps its default")
 	require.Equal(t, "30m", func() *resource.Quantity {
-		q := c.Components[config.EnvoyProxy].Resources.Requests[corev1.ResourceCPU]
+		q := c.Components[config.Authbridge].Resources.Requests[corev1.ResourceCPU]
 		return &q
 	}().String())
-	require.Equal(t, config.Default().Components[config.AuthProxy], c.Components[config.AuthProxy])
+	require.Equal(t, config.Default().Components[config.ProxyInit], c.Components[config.ProxyInit])
 	require.Equal(t, "agents", c.Identity.Realm)
 	require.Equal(t, "cluster.local", c.Identity.TrustDomain)
 	require.Equal(t, "/run/spire/agent-sockets", c.SpireSocket.HostPath)
@@ -69,19 +69,21 @@ func TestParseInvalid(t *testing.T) {
 		"untagged":          {"images: {spiffeHelper: 'ghcr.io/spiffe/spiffe-helper'}", "is not pinned"},
 		"registry port":     {"images: {authbridge: 'localhost:5000/kagenti-authbridge'}", "is not pinned"},
 		"old image field":   {"components: {auth-proxy: {image: 'ghcr.io/x/auth-proxy:v1'}}", "image"},
-		"unknown component": {"components: {envoy: {resources: {}}}", "components.envoy: unknown component"},
-		"socket scheme":     {"identity: {socketPath: 'unix:///run/spire/agent-sockets/agent.sock'}", "identity.socketPath"},
-		"socket elsewhere":  {"identity: {socketPath: '/tmp/agent.sock'}", "spire-agent-socket volume"},
-		"multi-line":        {"identity: {realm: \"a\\nb\"}", "identity.realm: must be one line"},
-		"socket type":       {"spireSocket: {type: nfs}", `spireSocket.type: "nfs"`},
-		"port":              {"identity: {outboundPort: 0}", "identity.outboundPort: 0 is not a port"},
-		"root proxy uid":    {"identity: {proxyUID: 0}", "identity.proxyUID"},
-		"not yaml":          {"components: [", "parsing config.yaml"},
-		"provider":          {"identity: {provider: okta}", `identity.provider: "okta" is not one of keycloak, oidc`},
-		"oidc without urls": {"identity: {provider: oidc, oidc: {issuer: 'https://idp.example.com'}}", "identity.oidc.tokenURL: required for identity.provider oidc"},
-		"keycloak url":      {"identity: {idpURL: ''}", "identity.idpURL: required for identity.provider keycloak"},
-		"oidc url scheme":   {"identity: {oidc: {jwksURL: 'ftp://idp.example.com/keys'}}", `identity.oidc.jwksURL: "ftp://idp.example.com/keys" must be an http or https URL with a host`},
-		"oidc url no host":  {"identity: {oidc: {registrationURL: 'https:///register'}}", "identity.oidc.registrationURL"},
+		"unknown component": {"components: {envoy: {resources: {}}}", "components.envoy: unknown container; accepted: proxy-init, spiffe-helper, authbridge"},
+		// The roles run in one container: their resources of old are refused, not silently dropped.
+		"a role's resources": {"components: {envoy-proxy: {resources: {requests: {cpu: 30m}}}}", "components.envoy-proxy: runs in the authbridge container with the other identity roles and has no resources of its own; set components.authbridge instead"},
+		"socket scheme":      {"identity: {socketPath: 'unix:///run/spire/agent-sockets/agent.sock'}", "identity.socketPath"},
+		"socket elsewhere":   {"identity: {socketPath: '/tmp/agent.sock'}", "spire-agent-socket volume"},
+		"multi-line":         {"identity: {realm: \"a\\nb\"}", "identity.realm: must be one line"},
+		"socket type":        {"spireSocket: {type: nfs}", `spireSocket.type: "nfs"`},
+		"port":               {"identity: {outboundPort: 0}", "identity.outboundPort: 0 is not a port"},
+		"root proxy uid":     {"identity: {proxyUID: 0}", "identity.proxyUID"},
+		"not yaml":           {"components: [", "parsing config.yaml"},
+		"provider":           {"identity: {provider: okta}", `identity.provider: "okta" is not one of keycloak, oidc`},
+		"oidc without urls":  {"identity: {provider: oidc, oidc: {issuer: 'https://idp.example.com'}}", "identity.oidc.tokenURL: required for identity.provider oidc"},
+		"keycloak url":       {"identity: {idpURL: ''}", "identity.idpURL: required for identity.provider keycloak"},
+		"oidc url scheme":    {"identity: {oidc: {jwksURL: 'ftp://idp.example.com/keys'}}", `identity.oidc.jwksURL: "ftp://idp.example.com/keys" must be an http or https URL with a host`},
+		"oidc url no host":   {"identity: {oidc: {registrationURL: 'https:///register'}}", "identity.oidc.registrationURL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))

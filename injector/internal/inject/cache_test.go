@@ -57,7 +57,7 @@ func TestRenderCache(t *testing.T) {
 	require.Equal(t, next.Images.Authbridge, r.InitContainers[0].Image)
 
 	// Errors are returned, not cached.
-	bad, err := inject.ParseOptions("w", nil, map[string]string{"kagenti.io/envoy-proxy-memory": "1Gi"})
+	bad, err := inject.ParseOptions("w", nil, map[string]string{"kagenti.io/authbridge-memory": "1Gi"})
 	require.NoError(t, err)
 	for range 2 {
 		_, err = c.Render(cfg, bad)

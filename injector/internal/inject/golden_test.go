@@ -36,11 +36,11 @@ var variants = []variant{
 	{name: "native-spiffe", labels: map[string]string{inject.LabelSpiffe: "enabled"}},
 	{name: "classic-spiffe", classic: true, labels: map[string]string{inject.LabelSpiffe: "enabled"}},
 	{name: "excluded", labels: map[string]string{inject.LabelSpiffe: "enabled"}, annotations: map[string]string{
-		inject.AnnotationExcludeComponents:            "spiffe-helper, auth-proxy",
-		inject.AnnotationOutboundExclude:              "5432,443",
-		inject.AnnotationInboundExclude:               "9090",
-		"kagenti.io/client-registration-memory-limit": "256Mi",
-		"kagenti.io/proxy-init-cpu":                   "20m",
+		inject.AnnotationExcludeComponents:   "spiffe-helper, auth-proxy",
+		inject.AnnotationOutboundExclude:     "5432,443",
+		inject.AnnotationInboundExclude:      "9090",
+		"kagenti.io/authbridge-memory-limit": "320Mi",
+		"kagenti.io/proxy-init-cpu":          "20m",
 	}},
 	// An OpenID provider registered with through RFC 7591: KAGENTI_IDP_PROVIDER and KAGENTI_OIDC_*.
 	{name: "native-oidc", oidc: true, labels: map[string]string{inject.LabelSpiffe: "enabled"}},

@@ -21,9 +21,26 @@ const (
 	// set those names are taken from: a release that injects a new name writes a new version, and
 	// reads this one with the set it had.
 	StatusV2 = "v2"
+	// StatusV3 is StatusV2 over the containers of the combined sidecar: proxy-init, spiffe-helper
+	// and authbridge (which runs client-registration, auth-proxy and envoy-proxy). A v2 template
+	// is stripped of the five containers of v2 and injected afresh: it is upgraded on its next
+	// admission like a template injected with another configuration.
+	StatusV3 = "v3"
 	// StatusVersion is the version this injector writes.
-	StatusVersion = StatusV2
+	StatusVersion = StatusV3
 )
+
+// containersV3 are the container names a v3 status is about.
+var containersV3 = []string{configmap.ComponentProxyInit, configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+
+// InjectedContainers returns the container names a v2 or v3 status records exceptions to: the
+// names an injector writing version v may add.
+func InjectedContainers(v string) []string {
+	if v == StatusV2 {
+		return configmap.InjectedComponents
+	}
+	return containersV3
+}
 
 // Status is the value of the pod template annotation kagenti.io/injection-status: what the
 // injector added, so that re-injection and removal touch nothing of the user's.
@@ -60,8 +77,10 @@ func ReadStatus(t *corev1.PodTemplateSpec) (*Status, error) {
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		return nil, invalid(AnnotationStatus, v, "not written by this injector (%v); remove the annotation", err)
 	}
-	if s.Version != StatusV1 && s.Version != StatusV2 {
-		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s", s.Version, StatusV1, StatusV2)
+	switch s.Version {
+	case StatusV1, StatusV2, StatusV3:
+	default:
+		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s, %s", s.Version, StatusV1, StatusV2, StatusV3)
 	}
 	return &s, nil
 }
@@ -94,7 +113,7 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	spec := &out.Spec
 
 	taken := names(spec.InitContainers, spec.Containers)
-	for _, n := range configmap.InjectedComponents {
+	for _, n := range InjectedContainers(StatusVersion) {
 		if taken[n] {
 			st.Kept = append(st.Kept, n)
 		}
@@ -179,8 +198,13 @@ type PortConflictError struct {
 
 func (e *PortConflictError) Error() string {
 	l := e.Listener
+	exclude := l.Component
+	if l.Component == configmap.ContainerAuthbridge {
+		// Not a component: it runs as long as one of its roles does.
+		exclude = "client-registration, auth-proxy and envoy-proxy"
+	}
 	return fmt.Sprintf("%s (%q): port %d/%s is the port the injected %s listens on (%s); use another port, or exclude %s with %s",
-		e.Field, e.Container, l.Port.ContainerPort, l.Port.Protocol, l.Component, l.Setting, l.Component, AnnotationExcludeComponents)
+		e.Field, e.Container, l.Port.ContainerPort, l.Port.Protocol, l.Component, l.Setting, exclude, AnnotationExcludeComponents)
 }
 
 // checkPorts returns a *PortConflictError for the first user container, init containers first,
@@ -285,14 +309,15 @@ func stripV1(t *corev1.PodTemplateSpec, s *Status) {
 	}
 }
 
-// stripV2 removes every injected name but the kept ones, and the trace mount and variable from
+// stripV2 removes (v2 and v3) every injected name of the status's version but the kept ones, and the trace mount and variable from
 // every remaining container that did not have its own.
 func stripV2(t *corev1.PodTemplateSpec, s *Status) {
 	spec := &t.Spec
 	injected := func(name string, all []string) bool {
 		return slices.Contains(all, name) && !slices.Contains(s.Kept, name)
 	}
-	drop := func(c corev1.Container) bool { return injected(c.Name, configmap.InjectedComponents) }
+	all := InjectedContainers(s.Version)
+	drop := func(c corev1.Container) bool { return injected(c.Name, all) }
 	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, drop)
 	spec.Containers = slices.DeleteFunc(spec.Containers, drop)
 	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return injected(v.Name, configmap.InjectedVolumes) })

@@ -22,7 +22,7 @@ func render(t testing.TB, cfg *config.Config) *inject.Rendered {
 
 // A user container or volume with the name of an injected one wins, and removal keeps it.
 func TestOverrideByName(t *testing.T) {
-	userEnvoy := corev1.Container{Name: config.EnvoyProxy, Image: "example.com/my-envoy:1"}
+	userEnvoy := corev1.Container{Name: config.Authbridge, Image: "example.com/my-authbridge:1"}
 	userTrace := corev1.Volume{Name: inject.VolumeTrace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "agent", Image: "a:1", Env: []corev1.EnvVar{{Name: inject.EnvTraceDir, Value: "/mine"}}}, userEnvoy},
@@ -34,9 +34,9 @@ func TestOverrideByName(t *testing.T) {
 
 	var envoys int
 	for _, c := range append(out.Spec.InitContainers, out.Spec.Containers...) {
-		if c.Name == config.EnvoyProxy {
+		if c.Name == config.Authbridge {
 			envoys++
-			require.Equal(t, userEnvoy, c, "the user's envoy-proxy is kept as written")
+			require.Equal(t, userEnvoy, c, "the user's authbridge is kept as written")
 		}
 	}
 	require.Equal(t, 1, envoys)
@@ -50,7 +50,7 @@ func TestOverrideByName(t *testing.T) {
 
 	st, err := inject.ReadStatus(out)
 	require.NoError(t, err)
-	require.Equal(t, []string{config.EnvoyProxy, inject.VolumeTrace}, st.Kept, "the status records the user's as kept")
+	require.Equal(t, []string{config.Authbridge, inject.VolumeTrace}, st.Kept, "the status records the user's as kept")
 
 	removed, _, err := inject.Remove(out)
 	require.NoError(t, err)
@@ -124,9 +124,16 @@ func TestInjectPortConflict(t *testing.T) {
 		{"auth-proxy excluded", config.Default(), map[string]string{inject.AnnotationExcludeComponents: "auth-proxy"}, agent(tcp(8080)), ""},
 		{"ports moved by the configuration: old port free", moved, nil, agent(tcp(8080), tcp(15123)), ""},
 		{"ports moved by the configuration: new port taken", moved, nil, agent(tcp(9090)), `port 9090/TCP is the port the injected auth-proxy`},
-		{"the user's own auth-proxy", config.Default(), nil, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
-			{Name: "agent", Image: "a:1"}, {Name: config.AuthProxy, Image: "mine:1", Ports: []corev1.ContainerPort{tcp(8080)}},
+		{"the user's own authbridge", config.Default(), nil, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "agent", Image: "a:1"}, {Name: config.Authbridge, Image: "mine:1", Ports: []corev1.ContainerPort{tcp(8080)}},
 		}}}, ""},
+		// Since the roles run in one container, a container named after a role is the user's.
+		{"a user container named after a role", config.Default(), nil, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "agent", Image: "a:1"}, {Name: config.AuthProxy, Image: "mine:1", Ports: []corev1.ContainerPort{tcp(8080)}},
+		}}}, `spec.containers[1] ("auth-proxy"): port 8080/TCP is the port the injected auth-proxy listens on`},
+		{"the combined sidecar's status port", config.Default(), map[string]string{inject.AnnotationExcludeComponents: "auth-proxy"}, agent(tcp(15128)),
+			`port 15128/TCP is the port the injected authbridge listens on (its fixed status port); use another port, or exclude client-registration, auth-proxy and envoy-proxy with kagenti.io/exclude-components`},
+		{"no authbridge, no status port", config.Default(), map[string]string{inject.AnnotationExcludeComponents: "client-registration,auth-proxy,envoy-proxy"}, agent(tcp(15128)), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := inject.ParseOptions("w", nil, tc.annotations)
@@ -200,9 +207,9 @@ func TestHashFollowsTheRenderedOutput(t *testing.T) {
 	require.Equal(t, base.Hash, same.Hash, "the same injection, the same hash")
 
 	used := config.Default()
-	envoy := used.Components[config.EnvoyProxy]
-	envoy.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
-	used.Components[config.EnvoyProxy] = envoy
+	authbridge := used.Components[config.Authbridge]
+	authbridge.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
+	used.Components[config.Authbridge] = authbridge
 	require.NotEqual(t, base.Hash, render(t, used).Hash, "another injection, another hash")
 }
 

@@ -72,7 +72,7 @@ type Options struct {
 	// OutboundPortsExclude and InboundPortsExclude are passed to proxy-init (sorted, unique).
 	OutboundPortsExclude []int32
 	InboundPortsExclude  []int32
-	// Resources overrides per component, from the resource annotations.
+	// Resources overrides per injected container (config.Containers), from the resource annotations.
 	Resources map[string]corev1.ResourceRequirements
 	// resourceText is the user's own text of each resource annotation read, by key, so a denial
 	// quotes what the user wrote rather than the quantity's canonical form.
@@ -199,9 +199,13 @@ func parseResources(annotations map[string]string) (map[string]corev1.ResourceRe
 				continue
 			}
 			v := annotations[key]
-			if !config.IsComponent(component) {
-				return nil, nil, invalid(key, v, "unknown component %q; accepted keys: kagenti.io/<component>%s with component one of %s",
-					component, rs.suffix, strings.Join(config.Components, ", "))
+			if config.IsCombinedRole(component) {
+				return nil, nil, invalid(key, v, "%s runs in the %s container with the other identity roles and has no resources of its own; use kagenti.io/%s%s",
+					component, config.Authbridge, config.Authbridge, rs.suffix)
+			}
+			if !config.IsContainer(component) {
+				return nil, nil, invalid(key, v, "unknown container %q; accepted keys: kagenti.io/<container>%s with container one of %s",
+					component, rs.suffix, strings.Join(config.Containers, ", "))
 			}
 			q, err := parseBoundedQuantity(key, v, rs.name)
 			if err != nil {

@@ -80,7 +80,8 @@ func tcp(port int32) corev1.ContainerPort {
 	return corev1.ContainerPort{ContainerPort: port, Protocol: corev1.ProtocolTCP}
 }
 
-// listeners returns the ports component name binds in the pod's network namespace.
+// listeners returns the ports component name binds in the pod's network namespace (a role of the
+// authbridge container binds its own ports there as its own container did).
 func listeners(cfg *config.Config, name string) []Listener {
 	status := "its fixed status port"
 	switch name {
@@ -94,6 +95,19 @@ func listeners(cfg *config.Config, name string) []Listener {
 		return []Listener{{name, tcp(configmap.HealthPortSpiffeHelper), "its fixed health port"}}
 	}
 	return nil
+}
+
+// sidecarRoles returns the kagenti-authbridge roles the authbridge container runs for o, in the
+// order `kagenti-authbridge sidecar` starts them (configmap.SidecarRoles), and their components.
+func sidecarRoles(o Options) (roles, components []string) {
+	for _, role := range configmap.SidecarRoles {
+		for _, c := range []string{config.ClientRegistration, config.AuthProxy, config.EnvoyProxy} {
+			if configmap.AuthbridgeRoles[c] == role && !o.Exclude[c] {
+				roles, components = append(roles, role), append(components, c)
+			}
+		}
+	}
+	return roles, components
 }
 
 // Render builds the components for a workload. It fails only with an *InvalidError: a resource
@@ -119,7 +133,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		return true
 	}
 	var sidecars []corev1.Container
-	for _, name := range config.Components {
+	for _, name := range []string{config.ProxyInit, config.SpiffeHelper} {
 		if !on(name) {
 			continue
 		}
@@ -137,6 +151,17 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 			r.InitContainers = append(r.InitContainers, c)
 			continue
 		}
+		sidecars = append(sidecars, c)
+	}
+	if roles, components := sidecarRoles(o); len(roles) > 0 {
+		c, err := renderAuthbridge(cfg, o, roles)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range components {
+			r.Listeners = append(r.Listeners, listeners(cfg, name)...)
+		}
+		r.Listeners = append(r.Listeners, Listener{config.Authbridge, tcp(configmap.StatusPortAuthbridge), "its fixed status port"})
 		sidecars = append(sidecars, c)
 	}
 	native := cfg.SidecarMode == config.SidecarNative
@@ -245,21 +270,15 @@ func (r *Rendered) forWorkload(cfg *config.Config, o Options) *Rendered {
 	return &out
 }
 
-// renderContainer returns component name: kagenti-authbridge running the component's role, or
-// spiffe-helper reading the helper.conf proxy-init wrote. Fields the API server defaults
-// (terminationMessagePath/Policy, imagePullPolicy of a tagged image, protocol) are left out.
+// renderContainer returns proxy-init (kagenti-authbridge init) or spiffe-helper (reading the
+// helper.conf proxy-init wrote). Fields the API server defaults (terminationMessagePath/Policy,
+// imagePullPolicy of a tagged image, protocol) are left out.
 func renderContainer(cfg *config.Config, o Options, name string) (corev1.Container, error) {
-	res, err := mergeResources(name, cfg.Components[name].Resources, o.Resources[name], o.resourceText)
+	c, err := baseContainer(cfg, o, name)
 	if err != nil {
-		return corev1.Container{}, err
+		return c, err
 	}
-	c := corev1.Container{Name: name, Image: cfg.Images.Image(name), Resources: res}
-	if cfg.ImagePullPolicy != corev1.PullIfNotPresent {
-		c.ImagePullPolicy = cfg.ImagePullPolicy // the API server's default for a pinned image
-	}
-	uid := cfg.Identity.ProxyUID
-	switch name {
-	case config.SpiffeHelper:
+	if name == config.SpiffeHelper {
 		c.Args = []string{"-config", configmap.PathHelperConf}
 		c.VolumeMounts = []corev1.VolumeMount{
 			{Name: VolumeShared, MountPath: PathShared},
@@ -267,36 +286,68 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		}
 		// Group: the proxy UID's, so the identity sidecars read the SVID file (mode 0640).
 		c.SecurityContext = restricted(spiffeHelperUID, true)
-		c.SecurityContext.RunAsGroup = ptr.To(uid)
+		c.SecurityContext.RunAsGroup = ptr.To(cfg.Identity.ProxyUID)
 		return c, nil
-	case config.ProxyInit:
-		c.SecurityContext = &corev1.SecurityContext{
-			RunAsUser:                ptr.To[int64](0),
-			RunAsNonRoot:             ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			// nftables over netlink needs CAP_NET_ADMIN only.
-			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
-		}
-	default:
-		c.SecurityContext = restricted(uid, true)
-		c.SecurityContext.RunAsGroup = ptr.To(uid)
+	}
+	c.SecurityContext = &corev1.SecurityContext{
+		RunAsUser:                ptr.To[int64](0),
+		RunAsNonRoot:             ptr.To(false),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		// nftables over netlink needs CAP_NET_ADMIN only.
+		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 	}
 	c.Args = []string{configmap.AuthbridgeRoles[name]}
 	c.VolumeMounts = []corev1.VolumeMount{
 		{Name: VolumeIdentity, MountPath: PathIdentity},           // downwardAPI: read-only anyway
 		{Name: VolumeTokenExchange, MountPath: PathTokenExchange}, // configMap: read-only anyway
+		{Name: VolumeShared, MountPath: PathShared},               // it writes helper.conf
 	}
-	switch name {
-	case config.ProxyInit, config.ClientRegistration:
-		// proxy-init writes helper.conf, client-registration the client credentials.
+	return c, nil
+}
+
+// renderAuthbridge returns the authbridge container: one kagenti-authbridge process running roles
+// (`sidecar register inbound outbound` by default), as the proxy UID, with the union of what the
+// roles read: the identity defaults and the TokenExchange configuration; the shared volume,
+// writable when register runs (it writes the client credentials there), read-only when only
+// outbound reads it (the credentials and the JWT SVID it authenticates the exchange with); the
+// registration credentials only for register.
+func renderAuthbridge(cfg *config.Config, o Options, roles []string) (corev1.Container, error) {
+	c, err := baseContainer(cfg, o, config.Authbridge)
+	if err != nil {
+		return c, err
+	}
+	uid := cfg.Identity.ProxyUID
+	c.SecurityContext = restricted(uid, true)
+	c.SecurityContext.RunAsGroup = ptr.To(uid)
+	c.Args = append([]string{configmap.AuthbridgeSidecarCommand}, roles...)
+	c.VolumeMounts = []corev1.VolumeMount{
+		{Name: VolumeIdentity, MountPath: PathIdentity},           // downwardAPI: read-only anyway
+		{Name: VolumeTokenExchange, MountPath: PathTokenExchange}, // configMap: read-only anyway
+	}
+	register, outbound := slices.Contains(roles, configmap.AuthbridgeRoles[config.ClientRegistration]), slices.Contains(roles, configmap.AuthbridgeRoles[config.EnvoyProxy])
+	switch {
+	case register:
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared})
-	case config.EnvoyProxy:
-		// The client credentials and the JWT SVID it authenticates the exchange with.
+	case outbound:
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared, ReadOnly: true})
 	}
-	if name == config.ClientRegistration {
+	if register {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials}) // secret: read-only anyway
+	}
+	return c, nil
+}
+
+// baseContainer is the injected container name with its image, pull policy and resources (the
+// configured ones under the workload's resource annotations).
+func baseContainer(cfg *config.Config, o Options, name string) (corev1.Container, error) {
+	res, err := mergeResources(name, cfg.Components[name].Resources, o.Resources[name], o.resourceText)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+	c := corev1.Container{Name: name, Image: cfg.Images.Image(name), Resources: res}
+	if cfg.ImagePullPolicy != corev1.PullIfNotPresent {
+		c.ImagePullPolicy = cfg.ImagePullPolicy // the API server's default for a pinned image
 	}
 	return c, nil
 }
@@ -319,9 +370,10 @@ const (
 	startupFailures = 300
 )
 
-// setProbes gives an identity sidecar its probes, each on the port the role serves (the status
-// ports of pkg/configmap; tokenexchange's injected_test.go GETs them from the binary started with
-// the golden's arguments). Probe fields the API server defaults (timeout 1 s, period 10 s, 3
+// setProbes gives an identity sidecar its probes: spiffe-helper's on its health port, the
+// authbridge container's on its aggregate status port (configmap.StatusPortAuthbridge, which
+// answers for every role the process runs; tokenexchange's injected_test.go GETs it from the
+// binary started with the golden's arguments). Probe fields the API server defaults (timeout 1 s, period 10 s, 3
 // failures, scheme HTTP) are left out.
 //
 //   - startup (native sidecars only): the kubelet starts the next container, and so the agent,
@@ -329,12 +381,13 @@ const (
 //     the SVID written and the proxies hold their configuration and keys. A classic sidecar starts
 //     next to the agent whatever its probes say, so it gets none (liveness then counts from the
 //     start: the status server answers as soon as the process runs).
-//   - liveness: a role whose status server stops answering (or spiffe-helper, once an SVID write
-//     failed) is restarted.
-//   - readiness: only the proxies, the pod's traffic path: auth-proxy without signing keys rejects
-//     every request, envoy-proxy without credentials cannot exchange. register and spiffe-helper
-//     keep serving what they wrote when a later renewal fails, so their state says nothing about
-//     whether the pod can take traffic.
+//   - liveness: a sidecar whose status server stops answering (or spiffe-helper, once an SVID
+//     write failed) is restarted.
+//   - readiness: only the authbridge container, the pod's traffic path. Its aggregate /readyz
+//     answers for every role it runs: inbound without signing keys rejects every request,
+//     outbound without credentials cannot exchange, and without register's credentials neither
+//     can. spiffe-helper keeps serving what it wrote when a later renewal fails, so its state
+//     says nothing about whether the pod can take traffic.
 func setProbes(c *corev1.Container, native bool) {
 	get := func(path string, port int32) corev1.ProbeHandler {
 		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port)}}
@@ -344,12 +397,8 @@ func setProbes(c *corev1.Container, native bool) {
 	switch c.Name {
 	case config.SpiffeHelper:
 		port, live, ready = configmap.HealthPortSpiffeHelper, pathHelperLive, pathHelperReady
-	case config.ClientRegistration:
-		port = configmap.StatusPortRegister
-	case config.AuthProxy:
-		port = configmap.StatusPortInbound
-	case config.EnvoyProxy:
-		port = configmap.StatusPortOutbound
+	case config.Authbridge:
+		port = configmap.StatusPortAuthbridge
 	default:
 		return
 	}
@@ -357,7 +406,7 @@ func setProbes(c *corev1.Container, native bool) {
 		c.StartupProbe = &corev1.Probe{ProbeHandler: get(ready, port), PeriodSeconds: startupPeriod, FailureThreshold: startupFailures}
 	}
 	c.LivenessProbe = &corev1.Probe{ProbeHandler: get(live, port)}
-	if c.Name == config.AuthProxy || c.Name == config.EnvoyProxy {
+	if c.Name == config.Authbridge {
 		c.ReadinessProbe = &corev1.Probe{ProbeHandler: get(ready, port)}
 	}
 }

@@ -56,11 +56,21 @@ func TestStatusV1IsStillRead(t *testing.T) {
 			require.True(t, equality.Semantic.DeepEqual(fresh, again), "re-injection equals a fresh injection:\nwant %s\ngot  %s", yamlOf(t, fresh), yamlOf(t, again))
 			st2, err := inject.ReadStatus(again)
 			require.NoError(t, err)
-			require.Equal(t, inject.StatusV2, st2.Version)
+			require.Equal(t, inject.StatusVersion, st2.Version)
 
 			// The same v1 object as if its rendering were today's: left alone.
 			sameHash := fresh.DeepCopy()
 			st.Hash = st2.Hash
+			// and listing today's container names (the v1 lists name the roles' own containers).
+			injected := func(cs []corev1.Container) (names []string) {
+				for _, c := range cs {
+					if slices.Contains(inject.InjectedContainers(inject.StatusVersion), c.Name) {
+						names = append(names, c.Name)
+					}
+				}
+				return names
+			}
+			st.InitContainers, st.Containers = injected(fresh.Spec.InitContainers), injected(fresh.Spec.Containers)
 			b, err := json.Marshal(st)
 			require.NoError(t, err)
 			sameHash.Annotations[inject.AnnotationStatus] = string(b)
@@ -84,7 +94,7 @@ func TestStatusV2KeepsTheExceptions(t *testing.T) {
 			{Name: "agent", Image: "a:1", Env: []corev1.EnvVar{{Name: inject.EnvTraceDir, Value: "/mine"}}},
 			{Name: "sidecar", Image: "s:1", VolumeMounts: []corev1.VolumeMount{ownMount}},
 			{Name: config.SpiffeHelper, Image: "example.com/not-spiffe:1"}, // spiffe is off: not rendered
-			{Name: config.EnvoyProxy, Image: "example.com/my-envoy:1", VolumeMounts: []corev1.VolumeMount{ownMount}},
+			{Name: config.Authbridge, Image: "example.com/my-authbridge:1", VolumeMounts: []corev1.VolumeMount{ownMount}},
 		},
 		Volumes: []corev1.Volume{{Name: inject.VolumeTrace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 	}}
@@ -93,9 +103,9 @@ func TestStatusV2KeepsTheExceptions(t *testing.T) {
 	require.True(t, changed)
 	st, err := inject.ReadStatus(out)
 	require.NoError(t, err)
-	require.Equal(t, inject.StatusV2, st.Version)
-	require.Equal(t, []string{config.SpiffeHelper, config.EnvoyProxy, inject.VolumeTrace}, st.Kept)
-	require.Equal(t, []string{"sidecar", config.EnvoyProxy}, st.OwnTraceMount)
+	require.Equal(t, inject.StatusV3, st.Version)
+	require.Equal(t, []string{config.SpiffeHelper, config.Authbridge, inject.VolumeTrace}, st.Kept)
+	require.Equal(t, []string{"sidecar", config.Authbridge}, st.OwnTraceMount)
 	require.Equal(t, []string{"agent"}, st.OwnTraceEnv)
 	require.Equal(t, inject.PathTrace, out.Spec.Containers[2].VolumeMounts[0].MountPath, "a container that is no rendered component gets the trace mount")
 
@@ -119,17 +129,17 @@ func TestStatusV2IsCompact(t *testing.T) {
 	out, _, err := inject.Inject(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}, render(t, config.Default()))
 	require.NoError(t, err)
 	st := out.Annotations[inject.AnnotationStatus]
-	require.JSONEq(t, `{"version":"v2","hash":"`+render(t, config.Default()).Hash+`"}`, st)
+	require.JSONEq(t, `{"version":"v3","hash":"`+render(t, config.Default()).Hash+`"}`, st)
 }
 
-// A v1 status that an override shaped (what the v1 injector wrote for TestOverrideByName's
-// template): removal keeps the user's envoy-proxy, kagenti-trace volume and KAGENTI_TRACE_DIR, which
-// a v1 status does not list.
+// A v1 status that an override shaped (what the v1 injector wrote for a template with a user
+// container named after a component): removal keeps the user's container, kagenti-trace volume and
+// KAGENTI_TRACE_DIR, which a v1 status does not list.
 func TestStatusV1KeepsWhatItDoesNotList(t *testing.T) {
 	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Containers: []corev1.Container{
 			{Name: "agent", Image: "a:1", Env: []corev1.EnvVar{{Name: inject.EnvTraceDir, Value: "/mine"}}},
-			{Name: config.EnvoyProxy, Image: "example.com/my-envoy:1"},
+			{Name: config.Authbridge, Image: "example.com/my-authbridge:1"},
 		},
 		Volumes: []corev1.Volume{{Name: inject.VolumeTrace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 	}}
@@ -142,10 +152,11 @@ func TestStatusV1KeepsWhatItDoesNotList(t *testing.T) {
 	require.Equal(t, tmpl, removed)
 }
 
-// A v2 status strips by the contract's lists of injected names: every name any rendering adds must
-// be in them, or removal would leave it behind.
+// A v3 status strips by its lists of injected names: every name any rendering adds must be in
+// them, or removal would leave it behind.
 func TestRenderedNamesAreTheContractsLists(t *testing.T) {
-	require.Equal(t, config.Components, configmap.InjectedComponents)
+	require.Equal(t, config.Components, configmap.InjectedComponents, "the names of v2 and of kagenti.io/exclude-components")
+	require.Equal(t, config.Containers, inject.InjectedContainers(inject.StatusV3))
 	for _, v := range variants {
 		for _, socket := range []string{config.SocketCSI, config.SocketHostPath} {
 			cfg := config.Default()
@@ -158,7 +169,7 @@ func TestRenderedNamesAreTheContractsLists(t *testing.T) {
 			r, err := inject.Render(cfg, o)
 			require.NoError(t, err)
 			for _, c := range slices.Concat(r.InitContainers, r.Containers) {
-				require.Contains(t, configmap.InjectedComponents, c.Name, v.name)
+				require.Contains(t, inject.InjectedContainers(inject.StatusVersion), c.Name, v.name)
 			}
 			for _, vol := range r.Volumes {
 				require.Contains(t, configmap.InjectedVolumes, vol.Name, v.name)
@@ -170,5 +181,59 @@ func TestRenderedNamesAreTheContractsLists(t *testing.T) {
 				require.Equal(t, inject.EnvTraceDir, e.Name, "stripV2 removes this variable by name")
 			}
 		}
+	}
+}
+
+// testdata/v2 holds objects an injector of status v2 wrote (the goldens before the combined
+// sidecar: client-registration, auth-proxy and envoy-proxy in containers of their own). This
+// injector recognises them, removes them exactly and upgrades them to the one authbridge container
+// on their next admission.
+func TestStatusV2IsUpgraded(t *testing.T) {
+	files, err := filepath.Glob("testdata/v2/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, file := range files {
+		kind, name, _ := strings.Cut(strings.TrimSuffix(filepath.Base(file), ".yaml"), ".")
+		i := slices.IndexFunc(variants, func(v variant) bool { return v.name == name })
+		require.GreaterOrEqual(t, i, 0, file)
+		v := variants[i]
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			cfg := config.Default()
+			if v.classic {
+				cfg.SidecarMode = config.SidecarClassic
+			}
+			w := readWorkload(t, filepath.Join("testdata", "inputs", kind+".yaml"), v)
+			orig, err := w.PodTemplate()
+			require.NoError(t, err)
+			old := readWorkload(t, file, v)
+			injectedV2, err := old.PodTemplate()
+			require.NoError(t, err)
+			st, err := inject.ReadStatus(injectedV2)
+			require.NoError(t, err)
+			require.Equal(t, inject.StatusV2, st.Version)
+			roles := 0
+			for _, c := range slices.Concat(injectedV2.Spec.InitContainers, injectedV2.Spec.Containers) {
+				if c.Name == config.ClientRegistration || c.Name == config.AuthProxy || c.Name == config.EnvoyProxy {
+					roles++
+				}
+			}
+			require.Positive(t, roles, "a v2 template has the roles' own containers")
+
+			removed, changed, err := inject.Remove(injectedV2)
+			require.NoError(t, err)
+			require.True(t, changed)
+			require.True(t, equality.Semantic.DeepEqual(orig, removed), "removal restores the user's template:\nwant %s\ngot  %s", yamlOf(t, orig), yamlOf(t, removed))
+
+			again, changed := injectTemplate(t, old, injectedV2, cfg)
+			require.True(t, changed, "upgraded on its next admission")
+			fresh, _ := injectTemplate(t, w, orig, cfg)
+			require.True(t, equality.Semantic.DeepEqual(fresh, again), "the upgrade equals a fresh injection:\nwant %s\ngot  %s", yamlOf(t, fresh), yamlOf(t, again))
+			for _, c := range slices.Concat(again.Spec.InitContainers, again.Spec.Containers) {
+				require.NotContains(t, []string{config.ClientRegistration, config.AuthProxy, config.EnvoyProxy}, c.Name, "no role keeps a container of its own")
+			}
+			st3, err := inject.ReadStatus(again)
+			require.NoError(t, err)
+			require.Equal(t, inject.StatusV3, st3.Version)
+		})
 	}
 }

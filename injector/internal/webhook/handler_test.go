@@ -109,8 +109,8 @@ func TestHandlerPatchAppliesToTheRequestObject(t *testing.T) {
 	require.NoError(t, err, "the patch must apply to the object as sent")
 	var d appsv1.Deployment
 	require.NoError(t, json.Unmarshal(patched, &d))
-	require.Equal(t, []string{config.ProxyInit, config.ClientRegistration, config.AuthProxy, config.EnvoyProxy, "setup"}, containerNames(d.Spec.Template.Spec.InitContainers))
-	require.Equal(t, "busybox:1.37", d.Spec.Template.Spec.InitContainers[4].Image)
+	require.Equal(t, []string{config.ProxyInit, config.Authbridge, "setup"}, containerNames(d.Spec.Template.Spec.InitContainers))
+	require.Equal(t, "busybox:1.37", d.Spec.Template.Spec.InitContainers[2].Image)
 }
 
 func decodePatch(t testing.TB, b []byte) []map[string]any {
@@ -201,7 +201,7 @@ func FuzzHandler(f *testing.F) {
 	f.Add(review(f, admissionv1.Update, deploymentGVK, deployment("agents", 1, 1)))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"group":"batch","version":"v1","kind":"CronJob"},"operation":"CREATE","object":{"metadata":{"labels":{"kagenti.io/inject":"enabled"}},"spec":{"jobTemplate":{"spec":{"template":{"spec":{"containers":null}}}}}}}}`))
 	f.Add([]byte(`{"request":{"kind":{"group":"apps","kind":"Deployment"},"operation":"CREATE","object":{"metadata":{"labels":{"kagenti.io/inject":"disabled"}},"spec":{"template":{"metadata":{"annotations":{"kagenti.io/injection-status":"{\"version\":\"v1\",\"containers\":[\"agent\"]}"}}}}}}}`))
-	f.Add([]byte(`{"request":{"kind":{"group":"apps","kind":"Deployment"},"operation":"CREATE","object":{"metadata":{"labels":{"kagenti.io/inject":"enabled"},"annotations":{"kagenti.io/envoy-proxy-cpu":"1e400"}},"spec":{"template":{}}}}}`))
+	f.Add([]byte(`{"request":{"kind":{"group":"apps","kind":"Deployment"},"operation":"CREATE","object":{"metadata":{"labels":{"kagenti.io/inject":"enabled"},"annotations":{"kagenti.io/authbridge-cpu":"1e400"}},"spec":{"template":{}}}}}`))
 	f.Add([]byte(`{"request":{"kind":{"group":"apps","kind":"Deployment"},"operation":"UPDATE","object":{"metadata":{"labels":{"kagenti.io/inject":"yes"}},"spec":{"template":{"spec":{"hostNetwork":true}}}},"oldObject":{"metadata":{"labels":{"kagenti.io/inject":"yes"}},"spec":{"template":{"spec":{"hostNetwork":true}}}}}}`))
 	f.Add([]byte(`{"request":{"kind":{"group":"batch","kind":"CronJob"},"operation":"UPDATE","object":{"metadata":{"labels":{"kagenti.io/inject":"enabled"}},"spec":{"jobTemplate":{"spec":{"template":{"metadata":{"labels":{"kagenti.io/signature-verified":"true"}},"spec":{"containers":[{"name":"a","ports":[{"containerPort":8080}]}]}}}}}},"oldObject":"x"}}`))
 	f.Add([]byte("null"))

@@ -185,7 +185,7 @@ func containerNames(cs []corev1.Container) []string {
 
 func isInjected(t *corev1.PodTemplateSpec) bool {
 	_, ok := t.Annotations[inject.AnnotationStatus]
-	return ok && slices.Contains(containerNames(t.Spec.InitContainers), config.EnvoyProxy)
+	return ok && slices.Contains(containerNames(t.Spec.InitContainers), config.Authbridge)
 }
 
 func TestWebhook(t *testing.T) {
@@ -204,8 +204,9 @@ func TestWebhook(t *testing.T) {
 				require.NoError(t, s.c.Get(ctx, client.ObjectKeyFromObject(obj), got))
 				tmpl := template(got)
 				require.True(t, isInjected(tmpl), "%s in %s: stored object not injected: %v", kind, ns, containerNames(tmpl.Spec.InitContainers))
-				require.Equal(t, []string{config.ProxyInit, config.ClientRegistration, config.AuthProxy, config.EnvoyProxy}, containerNames(tmpl.Spec.InitContainers), kind)
-				require.Equal(t, corev1.ContainerRestartPolicyAlways, *tmpl.Spec.InitContainers[3].RestartPolicy, "native sidecars")
+				require.Equal(t, []string{config.ProxyInit, config.Authbridge}, containerNames(tmpl.Spec.InitContainers), kind)
+				require.Equal(t, []string{"sidecar", "register", "inbound", "outbound"}, tmpl.Spec.InitContainers[1].Args, kind)
+				require.Equal(t, corev1.ContainerRestartPolicyAlways, *tmpl.Spec.InitContainers[1].RestartPolicy, "native sidecars")
 				require.Contains(t, volumeNames(tmpl), inject.VolumeTrace)
 				for _, v := range tmpl.Spec.Volumes {
 					if v.Name == inject.VolumeTrace {
@@ -277,8 +278,8 @@ func TestWebhook(t *testing.T) {
 		require.NoError(t, s.c.Get(ctx, client.ObjectKey{Namespace: injected, Name: "labelled"}, d))
 		d.Labels["touched"] = "again"
 		require.NoError(t, s.c.Update(ctx, d))
-		require.Equal(t, "ghcr.io/kagenti/kagenti-authbridge:v0.2.0", d.Spec.Template.Spec.InitContainers[3].Image)
-		require.Equal(t, []string{config.ProxyInit, config.ClientRegistration, config.AuthProxy, config.EnvoyProxy, "agent"}[:4], containerNames(d.Spec.Template.Spec.InitContainers))
+		require.Equal(t, "ghcr.io/kagenti/kagenti-authbridge:v0.2.0", d.Spec.Template.Spec.InitContainers[1].Image)
+		require.Equal(t, []string{config.ProxyInit, config.Authbridge}, containerNames(d.Spec.Template.Spec.InitContainers))
 
 		// An invalid configuration is rejected and the last good one stays.
 		require.NoError(t, os.WriteFile(s.configPath, []byte("sidecarMode: sometimes\n"), 0o644))
@@ -321,9 +322,10 @@ func TestWebhook(t *testing.T) {
 		for _, tc := range []struct{ key, value, want string }{
 			{inject.AnnotationExcludeComponents, "envoy", "accepted values (comma list): proxy-init, spiffe-helper"},
 			{inject.AnnotationOutboundExclude, "http", "comma list of ports 1-65535"},
-			{"kagenti.io/auth-proxy-memory", "a lot", `invalid value "a lot": accepted values: a memory quantity from 1Mi to 64Gi`},
-			{"kagenti.io/envoy-proxy-cpu", "1e400", `invalid value "1e400": accepted values: a cpu quantity from 1m to 64`},
-			{"kagenti.io/envoy-proxy-memory", "999999999Ei", `invalid value "999999999Ei"`},
+			{"kagenti.io/authbridge-memory", "a lot", `invalid value "a lot": accepted values: a memory quantity from 1Mi to 64Gi`},
+			{"kagenti.io/authbridge-cpu", "1e400", `invalid value "1e400": accepted values: a cpu quantity from 1m to 64`},
+			{"kagenti.io/authbridge-memory", "999999999Ei", `invalid value "999999999Ei"`},
+			{"kagenti.io/envoy-proxy-memory", "256Mi", `envoy-proxy runs in the authbridge container with the other identity roles and has no resources of its own; use kagenti.io/authbridge-memory`},
 		} {
 			obj := workloads(injected, "invalid", labelled, map[string]string{tc.key: tc.value})["Deployment"]
 			err := s.c.Create(ctx, obj)
@@ -402,7 +404,7 @@ func TestWebhook(t *testing.T) {
 	})
 
 	t.Run("a user port an injected sidecar listens on is refused", func(t *testing.T) {
-		for port, component := range map[int32]string{8080: config.AuthProxy, 15123: config.EnvoyProxy} {
+		for port, component := range map[int32]string{8080: config.AuthProxy, 15123: config.EnvoyProxy, 15128: config.Authbridge} {
 			obj := workloads(injected, "clash", labelled, nil)["Deployment"]
 			template(obj).Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port}}
 			err := s.c.Create(ctx, obj)
