@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -21,8 +22,29 @@ func CacheOptions(namespaces map[string]cache.Config) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
-		ByObject:          duck.TrimmedWorkloads(templateLabelsOnly),
+		ByObject:          byObject(),
 	}
+}
+
+// byObject: the workloads trimmed, and AgentCards whose status.card shares its bytes with every
+// other holder of the same card (cardBytes).
+func byObject() map[client.Object]cache.ByObject {
+	by := duck.TrimmedWorkloads(templateLabelsOnly)
+	by[&v1alpha1.AgentCard{}] = cache.ByObject{Transform: shareCard}
+	return by
+}
+
+// shareCard is the cache's transform of an AgentCard: managedFields stripped (as DefaultTransform
+// does for the other kinds, which a ByObject transform replaces) and status.card's bytes shared.
+func shareCard(o any) (any, error) {
+	o, err := cache.TransformStripManagedFields()(o)
+	if err != nil {
+		return o, err
+	}
+	if c, ok := o.(*v1alpha1.AgentCard); ok && c.Status.Card != nil {
+		c.Status.Card.Raw = cardBytes.share(c.Status.Card.Raw)
+	}
+	return o, nil
 }
 
 // ClientOptions make unstructured reads (the workloads, through pkg/duck) come from the cache.
