@@ -3,7 +3,9 @@ package controller
 import (
 	"bytes"
 	"crypto/sha256"
+	"hash/maphash"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 	"weak"
@@ -70,4 +72,49 @@ func (s *sharedBytes) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.entries)
+}
+
+// stringStore interns strings for the cached objects. Unlike unique.Make, whose canonical copy
+// is forgotten once no Handle is left (a holder of the string alone does not count, so a string
+// interned after a garbage collection got a copy of its own), an entry here lives as long as the
+// string's bytes are held. Safe for concurrent use.
+type stringStore struct {
+	mu      sync.Mutex
+	seed    maphash.Seed
+	entries map[uint64]weakBytes
+}
+
+// internedStrings is the process's one store of interned strings.
+var internedStrings = &stringStore{seed: maphash.MakeSeed(), entries: map[uint64]weakBytes{}}
+
+// intern returns the held copy of v, keeping a copy of v when none is held (v itself may be part
+// of a larger buffer, such as a decoded object's).
+func (s *stringStore) intern(v string) string {
+	if v == "" {
+		return ""
+	}
+	key := maphash.String(s.seed, v)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.entries[key]; ok && w.n == len(v) {
+		if p := w.first.Value(); p != nil {
+			if held := unsafe.String(p, w.n); held == v {
+				return held
+			}
+		}
+	}
+	held := strings.Clone(v)
+	data := unsafe.StringData(held)
+	s.entries[key] = weakBytes{first: weak.Make(data), n: len(held)}
+	runtime.AddCleanup(data, s.forget, key)
+	return held
+}
+
+// forget drops the entry of key once its string is gone (not one that replaced it).
+func (s *stringStore) forget(key uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.entries[key]; ok && w.first.Value() == nil {
+		delete(s.entries, key)
+	}
 }
