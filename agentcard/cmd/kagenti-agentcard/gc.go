@@ -9,7 +9,7 @@ import (
 // is mostly its caches (pods, AgentCards, per-pod sync state and cards), live as long as the
 // process: at Go's default of 100 the heap grows to twice them between collections and the
 // resident memory follows that peak; at 50, to one and a half times. At 1,000 AgentCards × 3 pods
-// that is 56 MiB instead of 62–65 MiB, with no more CPU for the first sync (docs/benchmarks.md);
+// that is 56–58 MiB of RSS instead of 62–65 MiB, for about the same CPU in the first sync (docs/benchmarks.md);
 // the collector runs twice as often on a heap that is mostly idle.
 const defaultGCPercent = 50
 
