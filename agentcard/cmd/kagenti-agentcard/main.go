@@ -54,6 +54,7 @@ func newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
+			ctrl.Log.WithName("setup").Info("Go garbage collector target", "GOGC", setGCPercent(os.Getenv))
 			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts, disc)
 		},
 	}

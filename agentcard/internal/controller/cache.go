@@ -1,13 +1,12 @@
 package controller
 
 import (
-	"unique"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -21,7 +20,64 @@ func CacheOptions(namespaces map[string]cache.Config) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
-		ByObject:          duck.TrimmedWorkloads(templateLabelsOnly),
+		ByObject:          byObject(),
+	}
+}
+
+// byObject: the workloads trimmed, and AgentCards whose status.card shares its bytes with every
+// other holder of the same card (cardBytes).
+func byObject() map[client.Object]cache.ByObject {
+	by := duck.TrimmedWorkloads(templateLabelsOnly)
+	by[&v1alpha1.AgentCard{}] = cache.ByObject{Transform: shareCard}
+	return by
+}
+
+// shareCard is the cache's transform of an AgentCard: managedFields stripped (as DefaultTransform
+// does for the other kinds, which a ByObject transform replaces), status.card's bytes shared and
+// the rest of the status compacted (compactStatus).
+func shareCard(o any) (any, error) {
+	o, err := cache.TransformStripManagedFields()(o)
+	if err != nil {
+		return o, err
+	}
+	if c, ok := o.(*v1alpha1.AgentCard); ok {
+		if c.Status.Card != nil {
+			c.Status.Card.Raw = cardBytes.share(c.Status.Card.Raw)
+		}
+		compactStatus(&c.Status)
+	}
+	return o, nil
+}
+
+// compactStatus makes a decoded status hold what it says and no more: the strings that repeat
+// across AgentCards and pod entries (condition types, statuses, reasons and messages, the card
+// hash every entry repeats, fetch results, the signer's identity) interned, and the lists at
+// their length (the JSON decoder grows them by doubling: 6 conditions take the room of 8).
+// Strings unique to one object (names, IPs, URLs, fetch errors) are left alone: interning them
+// would cost an entry each and share nothing.
+func compactStatus(st *v1alpha1.AgentCardStatus) {
+	if len(st.Conditions) > 0 {
+		conds := make([]metav1.Condition, len(st.Conditions))
+		for i, c := range st.Conditions {
+			c.Type, c.Status, c.Reason, c.Message = intern(c.Type), metav1.ConditionStatus(intern(string(c.Status))), intern(c.Reason), intern(c.Message)
+			conds[i] = c
+		}
+		st.Conditions = conds
+	}
+	st.Phase, st.CardHash = intern(st.Phase), intern(st.CardHash)
+	if len(st.Cards) > 0 {
+		cards := make([]v1alpha1.PodCard, len(st.Cards))
+		for i, e := range st.Cards {
+			e.FetchStatus, e.CardHash = intern(e.FetchStatus), intern(e.CardHash) // an error names its pod: not repeated
+			cards[i] = e
+		}
+		st.Cards = cards
+	}
+	if s := st.Signature; s != nil {
+		s.KeyID, s.SpiffeID, s.Algorithm, s.Reason, s.Message = intern(s.KeyID), intern(s.SpiffeID), intern(s.Algorithm), intern(s.Reason), intern(s.Message)
+	}
+	if b := st.Binding; b != nil {
+		b.ExpectedSpiffeID, b.Reason, b.Message = intern(b.ExpectedSpiffeID), intern(b.Reason), intern(b.Message)
 	}
 }
 
@@ -36,12 +92,10 @@ func templateLabelsOnly(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: t.Labels}}
 }
 
-// intern returns the canonical copy of s: equal strings of many cached objects share one.
+// intern returns the canonical copy of s: equal strings of many cached objects share one, for as
+// long as one of them holds it (internedStrings).
 func intern(s string) string {
-	if s == "" {
-		return ""
-	}
-	return unique.Make(s).Value()
+	return internedStrings.intern(s)
 }
 
 // internLabels copies labels with interned keys and values.

@@ -74,6 +74,8 @@ func (s *cardStore) hold(key string, c *cardSummary) (shared *cardSummary, ok bo
 	}
 	held := *c
 	held.heldKey = key
+	// The cached AgentCards serving this card hold the same bytes in status.card: one copy.
+	held.status = cardBytes.share(c.status)
 	s.entries[key] = &storedCard{card: &held, refs: 1}
 	s.used += len(held.status)
 	return &held, true

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +147,42 @@ func TestBoundsWhatThePodSends(t *testing.T) {
 	assert.Equal(t, "HTTPError", fetch.KindOf(err))
 	assert.NotContains(t, err.Error(), "<", "the pod's reason phrase is not repeated")
 	assert.Contains(t, err.Error(), "HTTP 500 Internal Server Error")
+}
+
+// TestKeepsNoConnectionOpen: once a fetch has returned, its connection is closed (a kept-alive
+// connection would sit idle for a whole sync period, holding two goroutines and its buffers).
+func TestKeepsNoConnectionOpen(t *testing.T) {
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != fetch.PathLegacy {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	s.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch st {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	host, portStr, _ := net.SplitHostPort(s.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+
+	f := fetch.New(2, time.Second)
+	// The first path answers 404: the fallback's second request must not leave one open either.
+	_, err := f.Fetch(context.Background(), fetch.Request{Scheme: "http", PodIP: host, Port: int32(port), Paths: []string{fetch.PathAgentCard, fetch.PathLegacy}})
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open) == 0
+	}, 20*time.Second, 10*time.Millisecond, "the server still has a connection of the fetcher open")
 }
