@@ -14,6 +14,7 @@ import (
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // testdata/v1 holds objects an injector of status v1 wrote (the goldens before the status became
@@ -21,7 +22,53 @@ import (
 // them exactly as that one did: removal restores the user's template, re-injection equals a fresh
 // injection, and an unchanged rendering leaves them alone.
 func TestStatusV1IsStillRead(t *testing.T) {
-	files, err := filepath.Glob("testdata/v1/*.yaml")
+	forEachOldInjection(t, "testdata/v1", inject.StatusV1, func(t *testing.T, o oldInjection) {
+		st, orig, old, cfg := o.status, o.orig, o.old, o.cfg
+		require.NotEmpty(t, st.InitContainers)
+		fresh, again := o.removeAndReinject(t)
+		st2, err := inject.ReadStatus(again)
+		require.NoError(t, err)
+		require.Equal(t, inject.StatusVersion, st2.Version)
+
+		// The same v1 object as if its rendering were today's: left alone.
+		sameHash := fresh.DeepCopy()
+		st.Hash = st2.Hash
+		// and listing today's container names (the v1 lists name the roles' own containers).
+		injected := func(cs []corev1.Container) (names []string) {
+			for _, c := range cs {
+				if slices.Contains(inject.InjectedContainers(inject.StatusVersion), c.Name) {
+					names = append(names, c.Name)
+				}
+			}
+			return names
+		}
+		st.InitContainers, st.Containers = injected(fresh.Spec.InitContainers), injected(fresh.Spec.Containers)
+		b, err := json.Marshal(st)
+		require.NoError(t, err)
+		sameHash.Annotations[inject.AnnotationStatus] = string(b)
+		out, changed := injectTemplate(t, old, sameHash, cfg)
+		require.False(t, changed, "a v1 status with the current hash and everything present is not re-injected")
+		require.Same(t, sameHash, out)
+		removed, _, err := inject.Remove(sameHash)
+		require.NoError(t, err)
+		require.True(t, equality.Semantic.DeepEqual(orig, removed))
+	})
+}
+
+// oldInjection is a workload an older injector wrote (testdata/v1, testdata/v2) beside the user's
+// template it started from (testdata/inputs).
+type oldInjection struct {
+	cfg      *config.Config
+	input    *duck.Workload          // the user's workload
+	orig     *corev1.PodTemplateSpec // its template
+	old      *duck.Workload          // the workload as the older injector left it
+	injected *corev1.PodTemplateSpec // old's template
+	status   *inject.Status          // the status the older injector wrote
+}
+
+// forEachOldInjection runs f on every object in dir, whose status must be of version.
+func forEachOldInjection(t *testing.T, dir, version string, f func(*testing.T, oldInjection)) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, file := range files {
@@ -30,58 +77,38 @@ func TestStatusV1IsStillRead(t *testing.T) {
 		require.GreaterOrEqual(t, i, 0, file)
 		v := variants[i]
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			cfg := config.Default()
+			o := oldInjection{cfg: config.Default()}
 			if v.classic {
-				cfg.SidecarMode = config.SidecarClassic
+				o.cfg.SidecarMode = config.SidecarClassic
 			}
-			w := readWorkload(t, filepath.Join("testdata", "inputs", kind+".yaml"), v)
-			orig, err := w.PodTemplate()
+			var err error
+			o.input = readWorkload(t, filepath.Join("testdata", "inputs", kind+".yaml"), v)
+			o.orig, err = o.input.PodTemplate()
 			require.NoError(t, err)
-			old := readWorkload(t, file, v)
-			injectedV1, err := old.PodTemplate()
+			o.old = readWorkload(t, file, v)
+			o.injected, err = o.old.PodTemplate()
 			require.NoError(t, err)
-			st, err := inject.ReadStatus(injectedV1)
+			o.status, err = inject.ReadStatus(o.injected)
 			require.NoError(t, err)
-			require.Equal(t, inject.StatusV1, st.Version)
-			require.NotEmpty(t, st.InitContainers)
-
-			removed, changed, err := inject.Remove(injectedV1)
-			require.NoError(t, err)
-			require.True(t, changed)
-			require.True(t, equality.Semantic.DeepEqual(orig, removed), "removal restores the user's template:\nwant %s\ngot  %s", yamlOf(t, orig), yamlOf(t, removed))
-
-			again, changed := injectTemplate(t, old, injectedV1, cfg)
-			require.True(t, changed, "the rendering changed since: re-injected")
-			fresh, _ := injectTemplate(t, w, orig, cfg)
-			require.True(t, equality.Semantic.DeepEqual(fresh, again), "re-injection equals a fresh injection:\nwant %s\ngot  %s", yamlOf(t, fresh), yamlOf(t, again))
-			st2, err := inject.ReadStatus(again)
-			require.NoError(t, err)
-			require.Equal(t, inject.StatusVersion, st2.Version)
-
-			// The same v1 object as if its rendering were today's: left alone.
-			sameHash := fresh.DeepCopy()
-			st.Hash = st2.Hash
-			// and listing today's container names (the v1 lists name the roles' own containers).
-			injected := func(cs []corev1.Container) (names []string) {
-				for _, c := range cs {
-					if slices.Contains(inject.InjectedContainers(inject.StatusVersion), c.Name) {
-						names = append(names, c.Name)
-					}
-				}
-				return names
-			}
-			st.InitContainers, st.Containers = injected(fresh.Spec.InitContainers), injected(fresh.Spec.Containers)
-			b, err := json.Marshal(st)
-			require.NoError(t, err)
-			sameHash.Annotations[inject.AnnotationStatus] = string(b)
-			out, changed := injectTemplate(t, old, sameHash, cfg)
-			require.False(t, changed, "a v1 status with the current hash and everything present is not re-injected")
-			require.Same(t, sameHash, out)
-			removed, _, err = inject.Remove(sameHash)
-			require.NoError(t, err)
-			require.True(t, equality.Semantic.DeepEqual(orig, removed))
+			require.Equal(t, version, o.status.Version)
+			f(t, o)
 		})
 	}
+}
+
+// removeAndReinject checks that removal restores the user's template and that the next admission
+// re-injects the old object into what a fresh injection gives; it returns both.
+func (o oldInjection) removeAndReinject(t *testing.T) (fresh, again *corev1.PodTemplateSpec) {
+	t.Helper()
+	removed, changed, err := inject.Remove(o.injected)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.True(t, equality.Semantic.DeepEqual(o.orig, removed), "removal restores the user's template:\nwant %s\ngot  %s", yamlOf(t, o.orig), yamlOf(t, removed))
+	again, changed = injectTemplate(t, o.old, o.injected, o.cfg)
+	require.True(t, changed, "the rendering changed since: re-injected")
+	fresh, _ = injectTemplate(t, o.input, o.orig, o.cfg)
+	require.True(t, equality.Semantic.DeepEqual(fresh, again), "re-injection equals a fresh injection:\nwant %s\ngot  %s", yamlOf(t, fresh), yamlOf(t, again))
+	return fresh, again
 }
 
 // The v2 status records only the exceptions; removal keeps every one of them: a user container
@@ -189,51 +216,22 @@ func TestRenderedNamesAreTheContractsLists(t *testing.T) {
 // injector recognises them, removes them exactly and upgrades them to the one authbridge container
 // on their next admission.
 func TestStatusV2IsUpgraded(t *testing.T) {
-	files, err := filepath.Glob("testdata/v2/*.yaml")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, file := range files {
-		kind, name, _ := strings.Cut(strings.TrimSuffix(filepath.Base(file), ".yaml"), ".")
-		i := slices.IndexFunc(variants, func(v variant) bool { return v.name == name })
-		require.GreaterOrEqual(t, i, 0, file)
-		v := variants[i]
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			cfg := config.Default()
-			if v.classic {
-				cfg.SidecarMode = config.SidecarClassic
+	forEachOldInjection(t, "testdata/v2", inject.StatusV2, func(t *testing.T, o oldInjection) {
+		injectedV2 := o.injected
+		roles := 0
+		for _, c := range slices.Concat(injectedV2.Spec.InitContainers, injectedV2.Spec.Containers) {
+			if c.Name == config.ClientRegistration || c.Name == config.AuthProxy || c.Name == config.EnvoyProxy {
+				roles++
 			}
-			w := readWorkload(t, filepath.Join("testdata", "inputs", kind+".yaml"), v)
-			orig, err := w.PodTemplate()
-			require.NoError(t, err)
-			old := readWorkload(t, file, v)
-			injectedV2, err := old.PodTemplate()
-			require.NoError(t, err)
-			st, err := inject.ReadStatus(injectedV2)
-			require.NoError(t, err)
-			require.Equal(t, inject.StatusV2, st.Version)
-			roles := 0
-			for _, c := range slices.Concat(injectedV2.Spec.InitContainers, injectedV2.Spec.Containers) {
-				if c.Name == config.ClientRegistration || c.Name == config.AuthProxy || c.Name == config.EnvoyProxy {
-					roles++
-				}
-			}
-			require.Positive(t, roles, "a v2 template has the roles' own containers")
+		}
+		require.Positive(t, roles, "a v2 template has the roles' own containers")
 
-			removed, changed, err := inject.Remove(injectedV2)
-			require.NoError(t, err)
-			require.True(t, changed)
-			require.True(t, equality.Semantic.DeepEqual(orig, removed), "removal restores the user's template:\nwant %s\ngot  %s", yamlOf(t, orig), yamlOf(t, removed))
-
-			again, changed := injectTemplate(t, old, injectedV2, cfg)
-			require.True(t, changed, "upgraded on its next admission")
-			fresh, _ := injectTemplate(t, w, orig, cfg)
-			require.True(t, equality.Semantic.DeepEqual(fresh, again), "the upgrade equals a fresh injection:\nwant %s\ngot  %s", yamlOf(t, fresh), yamlOf(t, again))
-			for _, c := range slices.Concat(again.Spec.InitContainers, again.Spec.Containers) {
-				require.NotContains(t, []string{config.ClientRegistration, config.AuthProxy, config.EnvoyProxy}, c.Name, "no role keeps a container of its own")
-			}
-			st3, err := inject.ReadStatus(again)
-			require.NoError(t, err)
-			require.Equal(t, inject.StatusV3, st3.Version)
-		})
-	}
+		_, again := o.removeAndReinject(t) // upgraded on its next admission
+		for _, c := range slices.Concat(again.Spec.InitContainers, again.Spec.Containers) {
+			require.NotContains(t, []string{config.ClientRegistration, config.AuthProxy, config.EnvoyProxy}, c.Name, "no role keeps a container of its own")
+		}
+		st3, err := inject.ReadStatus(again)
+		require.NoError(t, err)
+		require.Equal(t, inject.StatusV3, st3.Version)
+	})
 }
