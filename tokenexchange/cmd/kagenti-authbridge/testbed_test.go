@@ -513,15 +513,21 @@ func (tb *testbed) calleeSide() {
 	tb.waitReady("callee-status")
 }
 
+// proxyPodDirs makes a pod's configuration directory and its shared volume, owned by the proxy
+// UID (the identity sidecars that write to it run as that user), and returns both.
+func (tb *testbed) proxyPodDirs(pod string) (cfgDir, shared string) {
+	cfgDir, shared = filepath.Join(tb.dir, pod, "config"), filepath.Join(tb.dir, pod, "shared")
+	require.NoError(tb.t, os.MkdirAll(cfgDir, 0o755))
+	require.NoError(tb.t, os.MkdirAll(shared, 0o770))
+	require.NoError(tb.t, os.Chown(shared, proxyUID, proxyUID))
+	return cfgDir, shared
+}
+
 // callerSide runs the caller's pod in the caller namespace: init (rules and helper.conf),
 // spiffe-helper and the outbound proxy, the last two as the proxy UID, as the injector will.
 func (tb *testbed) callerSide() {
 	t := tb.t
-	cfgDir := filepath.Join(tb.dir, "caller", "config")
-	shared := filepath.Join(tb.dir, "caller", "shared")
-	require.NoError(t, os.MkdirAll(cfgDir, 0o755))
-	require.NoError(t, os.MkdirAll(shared, 0o770))
-	require.NoError(t, os.Chown(shared, proxyUID, proxyUID))
+	cfgDir, shared := tb.proxyPodDirs("caller")
 	tb.writeCallerConfig(calleeID)
 	env := tb.env("caller", "KAGENTI_CLIENT_REGISTRATION_ENABLED=false") // authenticate with the JWT SVID
 	pid := strconv.Itoa(tb.holder.Process.Pid)
@@ -561,11 +567,7 @@ func (tb *testbed) callerSide() {
 // callee through its outbound with the registered client's credentials.
 func (tb *testbed) podSide() {
 	t := tb.t
-	cfgDir := filepath.Join(tb.dir, "pod", "config")
-	shared := filepath.Join(tb.dir, "pod", "shared")
-	require.NoError(t, os.MkdirAll(cfgDir, 0o755))
-	require.NoError(t, os.MkdirAll(shared, 0o770))
-	require.NoError(t, os.Chown(shared, proxyUID, proxyUID))
+	cfgDir, shared := tb.proxyPodDirs("pod")
 	tb.writeConfig("pod", fmt.Sprintf(`outbound:
   tokenExchange:
     destinationRules:
