@@ -138,6 +138,16 @@ func (d *DynamicRegistration) load() (*registration, error) {
 	return &r, nil
 }
 
+// requestFailed describes a request to what that got no answer: what was unreachable, or, when
+// ctx ended first (the role stopping, e.g. because its status server could not bind), the request
+// was abandoned, for ctx's cause.
+func requestFailed(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("request to %s abandoned: %w", what, context.Cause(ctx))
+	}
+	return fmt.Errorf("%s unreachable: %w", what, err)
+}
+
 type answer struct {
 	registration
 	errorText string
@@ -156,7 +166,7 @@ func (d *DynamicRegistration) send(ctx context.Context, method, u, bearer string
 	}
 	resp, err := d.HTTP.Do(req)
 	if err != nil {
-		return answer{}, 0, fmt.Errorf("registration endpoint %s unreachable: %w", u, err)
+		return answer{}, 0, requestFailed(ctx, "registration endpoint "+u, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -180,7 +180,7 @@ func (k *Keycloak) do(ctx context.Context, method, u string, in, out any) (int, 
 	}
 	resp, err := k.HTTP.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("Keycloak at %s unreachable: %w", k.URL, err)
+		return 0, nil, requestFailed(ctx, "Keycloak at "+k.URL, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
@@ -238,7 +238,7 @@ func (k *Keycloak) adminToken(ctx context.Context) (string, error) {
 	}
 	resp, err := k.HTTP.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("Keycloak at %s unreachable: %w", k.URL, err)
+		return "", requestFailed(ctx, "Keycloak at "+k.URL, err)
 	}
 	defer resp.Body.Close()
 	var tr struct {

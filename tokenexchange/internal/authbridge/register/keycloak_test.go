@@ -3,6 +3,7 @@ package register
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -248,6 +249,13 @@ func TestKeycloakErrorsSayWhatToFix(t *testing.T) {
 	kc.forbidden = true
 	_, err = (&Keycloak{URL: kc.URL, Realm: "agents", HTTP: http.DefaultClient, Admin: adminDir(t, serviceAccount)}).Register(context.Background(), Client{Name: "x"})
 	assert.ErrorContains(t, err, "Keycloak answered 403 HTTP 403 Forbidden (the admin credentials need the realm-management role manage-clients)")
+
+	// The role stopping (here: its status server could not bind) is not the provider's fault.
+	stopped, stop := context.WithCancelCause(context.Background())
+	stop(errors.New("status server: listen tcp 127.0.0.1:15124: bind: address already in use"))
+	_, err = (&Keycloak{URL: kc.URL, Realm: "agents", HTTP: http.DefaultClient, Admin: adminDir(t, serviceAccount)}).Register(stopped, Client{Name: "x"})
+	assert.ErrorContains(t, err, "request to Keycloak at "+kc.URL+" abandoned: status server: listen tcp 127.0.0.1:15124: bind: address already in use")
+	assert.NotContains(t, err.Error(), "unreachable")
 
 	kc.Close()
 	_, err = (&Keycloak{URL: kc.URL, Realm: "agents", HTTP: http.DefaultClient, Admin: adminDir(t, serviceAccount)}).Register(context.Background(), Client{Name: "x"})
