@@ -98,12 +98,17 @@ const (
 	ComponentEnvoyProxy         = "envoy-proxy"
 )
 
-// Everything the injector may add to a pod template, by name: the components (containers) and
-// the volumes. A v2 injection status records only the exceptions to them (the names a template
-// already had, kept as written), so these lists are part of its format: a name added here is a
-// new status version (docs/injector.md).
+// Everything the injector may add to a pod template, by name. An injection status (v2, v3)
+// records only the exceptions to these lists (the names a template already had, kept as written),
+// so they are part of its format: a name added here is a new status version (docs/injector.md).
+//   - InjectedComponents: the components, the values kagenti.io/exclude-components takes, and the
+//     containers a v2 status is about (each component had one).
+//   - InjectedContainers: the containers a v3 status is about (the three long-running roles share
+//     ContainerAuthbridge).
+//   - InjectedVolumes: the volumes (v2 and v3).
 var (
 	InjectedComponents = []string{ComponentProxyInit, ComponentSpiffeHelper, ComponentClientRegistration, ComponentAuthProxy, ComponentEnvoyProxy}
+	InjectedContainers = []string{ComponentProxyInit, ComponentSpiffeHelper, ContainerAuthbridge}
 	InjectedVolumes    = []string{VolumeShared, VolumeSpireSocket, VolumeTokenExchange, VolumeIdentity, VolumeIdPCredentials, VolumeTrace}
 )
 

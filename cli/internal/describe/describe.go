@@ -536,7 +536,7 @@ func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]an
 	default:
 		kept := list("kept")
 		injected = func(name string) bool {
-			return slices.Contains(containersV3, name) && !slices.Contains(kept, name)
+			return slices.Contains(configmap.InjectedContainers, name) && !slices.Contains(kept, name)
 		}
 	}
 	var components []string
@@ -551,6 +551,3 @@ func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]an
 	}
 	return st, components, containers
 }
-
-// containersV3 are the names of the containers an injector writing status v3 adds.
-var containersV3 = []string{configmap.ComponentProxyInit, configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}

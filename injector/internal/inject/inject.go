@@ -30,16 +30,13 @@ const (
 	StatusVersion = StatusV3
 )
 
-// containersV3 are the container names a v3 status is about.
-var containersV3 = []string{configmap.ComponentProxyInit, configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
-
 // InjectedContainers returns the container names a v2 or v3 status records exceptions to: the
 // names an injector writing version v may add.
 func InjectedContainers(v string) []string {
 	if v == StatusV2 {
 		return configmap.InjectedComponents
 	}
-	return containersV3
+	return configmap.InjectedContainers
 }
 
 // Status is the value of the pod template annotation kagenti.io/injection-status: what the
