@@ -123,23 +123,31 @@ func BenchmarkPodFootprint(b *testing.B) {
 	}
 	var retained uint64
 	for range b.N {
-		kept := make([]any, n)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for i, doc := range docs {
-			var p corev1.Pod
-			if err := json.Unmarshal(doc, &p); err != nil {
-				b.Fatal(err)
+		retained = retainedHeap(func() any {
+			kept := make([]any, n)
+			for i, doc := range docs {
+				var p corev1.Pod
+				if err := json.Unmarshal(doc, &p); err != nil {
+					b.Fatal(err)
+				}
+				kept[i] = podFrom(&p)
 			}
-			kept[i] = podFrom(&p)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		retained = after.HeapAlloc - before.HeapAlloc
-		runtime.KeepAlive(kept)
+			return kept
+		})
 	}
 	b.ReportMetric(float64(retained)/n, "retained-B/pod")
+}
+
+// retainedHeap is the heap that what build returns still holds after a collection.
+func retainedHeap(build func() any) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	kept := build()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(kept)
+	return after.HeapAlloc - before.HeapAlloc
 }
 
 // BenchmarkPodLabelIndexFootprint reports the heap PodLabelIndex holds for 3,000 cached pods of
@@ -168,19 +176,15 @@ func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			var retained uint64
 			for range b.N {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{PodLabelIndex: bc.index})
-				for _, p := range pods {
-					if err := indexer.Add(p); err != nil {
-						b.Fatal(err)
+				retained = retainedHeap(func() any {
+					indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{PodLabelIndex: bc.index})
+					for _, p := range pods {
+						if err := indexer.Add(p); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				retained = after.HeapAlloc - before.HeapAlloc
-				runtime.KeepAlive(indexer)
+					return indexer
+				})
 			}
 			b.ReportMetric(float64(retained)/n, "retained-B/pod")
 		})
