@@ -620,7 +620,11 @@ func (tb *testbed) podGet(statusPort, path string) (int, string, error) {
 
 // clientToken gets a token with client credentials; its audience is the client's ID.
 func (tb *testbed) clientToken(id, secret string) string {
-	form := url.Values{"grant_type": {"client_credentials"}}
+	return tb.credentialsToken(id, secret, url.Values{"grant_type": {"client_credentials"}})
+}
+
+// credentialsToken asks the IdP's token endpoint for a token with form, as client id.
+func (tb *testbed) credentialsToken(id, secret string, form url.Values) string {
 	req, _ := http.NewRequest(http.MethodPost, tb.issuer+"/oauth/token", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
@@ -728,20 +732,9 @@ func (tb *testbed) waitReady(statusPort string) {
 // userToken gets a token for the user, whose audience is the caller (as a token the caller's own
 // inbound proxy would admit).
 func (tb *testbed) userToken() string {
-	form := url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}}
-	req, _ := http.NewRequest(http.MethodPost, tb.issuer+"/oauth/token", strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth("user", "user-secret")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(tb.t, err)
-	defer resp.Body.Close()
-	var tr struct {
-		AccessToken string `json:"access_token"`
-	}
-	require.NoError(tb.t, json.NewDecoder(resp.Body).Decode(&tr))
-	require.NotEmpty(tb.t, tr.AccessToken)
-	assert.Equal(tb.t, []any{callerID}, payload(tb.t, tr.AccessToken)["aud"])
-	return tr.AccessToken
+	tok := tb.credentialsToken("user", "user-secret", url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}})
+	assert.Equal(tb.t, []any{callerID}, payload(tb.t, tok)["aud"])
+	return tok
 }
 
 // agentCall makes the caller's agent (UID 0 in the caller's namespace: redirected) send a GET to
