@@ -247,3 +247,25 @@ func TestProjectedVolume(t *testing.T) {
 		t.Errorf("a service account token source: %v", err)
 	}
 }
+
+// The containers' hostname is the kubelet's: spec.hostname, else the pod's name cut to 63
+// characters (kagenti-authbridge reads it as the pod's name when no POD_NAME is projected).
+func TestPodHostname(t *testing.T) {
+	pod := &corev1.Pod{}
+	pod.Name = "weather-agent-7d9f8c6b5d-abcde"
+	if got := podHostname(pod); got != pod.Name {
+		t.Errorf("hostname %q, want the pod's name", got)
+	}
+	pod.Name = strings.Repeat("a", 62) + "-b"
+	if got := podHostname(pod); got != strings.Repeat("a", 62) {
+		t.Errorf("a name over 63 characters: hostname %q", got)
+	}
+	pod.Spec.Hostname = "weather"
+	if got := podHostname(pod); got != "weather" {
+		t.Errorf("spec.hostname: hostname %q", got)
+	}
+	pod.Spec.SetHostnameAsFQDN = ptr.To(true)
+	if err := checkPod(pod); err == nil || !strings.Contains(err.Error(), "setHostnameAsFQDN") {
+		t.Errorf("setHostnameAsFQDN: %v", err)
+	}
+}
