@@ -64,28 +64,42 @@ const (
 // their mounts in pods by these names; users may exclude components by name.
 const (
 	// Volumes.
-	VolumeShared        = "kagenti-shared"
-	VolumeSpireSocket   = "spire-agent-socket"
-	VolumeTokenExchange = "kagenti-token-exchange"
-	VolumeTrace         = "kagenti-trace"
+	VolumeShared      = "kagenti-shared"
+	VolumeSpireSocket = "spire-agent-socket"
+	VolumeTrace       = "kagenti-trace"
 	// VolumeIdPCredentials is the optional Secret with the identity provider's registration
 	// credentials, mounted into client-registration only.
 	VolumeIdPCredentials = "kagenti-idp-credentials"
-	// VolumeIdentity is the downward-API volume with the workload's identity defaults
-	// (IdentityDefaultsFile, from the pod annotation AnnotationIdentityDefaults) and the pod's own
-	// POD_NAME and POD_NAMESPACE, one file each; mounted into every kagenti-authbridge container.
+	// VolumeIdentity is, since injection status v4, the projected volume of everything the data
+	// plane reads about its workload, mounted at PathIdentity into proxy-init and the authbridge
+	// container: from the downward API the identity defaults (IdentityDefaultsFile, from the pod
+	// annotation IdentityDefaultsAnnotation), IdentityPodNamespaceFile and, only when the pod's
+	// hostname is not its name, IdentityPodNameFile; and the optional ConfigMap
+	// {workload}-token-exchange (TokenExchangeName), whose one key config.yaml sits beside them.
+	// Injections v1 to v3 made it a downward-API volume, and mounted the ConfigMap separately
+	// (VolumeTokenExchange).
 	VolumeIdentity = "kagenti-identity"
+	// VolumeTokenExchange is the ConfigMap volume {workload}-token-exchange of injections v1 to v3,
+	// mounted at PathTokenExchange. The injector no longer adds it (v4 projects the ConfigMap into
+	// VolumeIdentity) but strips it from the templates those versions injected, and the
+	// tokenexchange controller still finds the ConfigMap of their pods by it.
+	VolumeTokenExchange = "kagenti-token-exchange"
 
 	// Where they are mounted.
-	PathShared        = "/shared"
-	PathSpireSocket   = "/run/spire/agent-sockets"
-	PathTokenExchange = "/etc/kagenti/token-exchange"
-	PathTrace         = "/etc/kagenti/trace"
+	PathShared      = "/shared"
+	PathSpireSocket = "/run/spire/agent-sockets"
+	PathTrace       = "/etc/kagenti/trace"
 	// PathIdPCredentials is where client-registration reads VolumeIdPCredentials.
 	PathIdPCredentials = "/etc/kagenti/idp-credentials"
 	PathIdentity       = "/etc/kagenti/identity"
+	// PathTokenExchange is where injections v1 to v3 mounted VolumeTokenExchange.
+	PathTokenExchange = "/etc/kagenti/token-exchange"
 	// IdentityDefaultsFile is VolumeIdentity's file of NAME=VALUE lines.
 	IdentityDefaultsFile = "defaults.env"
+	// IdentityPodNameFile and IdentityPodNamespaceFile are VolumeIdentity's files of the pod's
+	// name (metadata.name) and namespace, named after the variables that may set them instead.
+	IdentityPodNameFile      = "POD_NAME"
+	IdentityPodNamespaceFile = "POD_NAMESPACE"
 	// PathHelperConf is spiffe-helper's configuration, which proxy-init renders into the shared
 	// volume from the merged identity configuration and spiffe-helper reads (-config).
 	PathHelperConf = PathShared + "/helper.conf"
@@ -98,14 +112,14 @@ const (
 	ComponentEnvoyProxy         = "envoy-proxy"
 )
 
-// Everything the injector may add to a pod template, by name. An injection status (v2, v3)
+// Everything the injector may add to a pod template, by name. An injection status (v2 to v4)
 // records only the exceptions to these lists (the names a template already had, kept as written),
 // so they are part of its format: a name added here is a new status version (docs/injector.md).
 //   - InjectedComponents: the components, the values kagenti.io/exclude-components takes, and the
 //     containers a v2 status is about (each component had one).
-//   - InjectedContainers: the containers a v3 status is about (the three long-running roles share
-//     ContainerAuthbridge).
-//   - InjectedVolumes: the volumes (v2 and v3).
+//   - InjectedContainers: the containers a v3 or v4 status is about (the three long-running roles
+//     share ContainerAuthbridge).
+//   - InjectedVolumes: the volumes (v2 to v4; VolumeTokenExchange only up to v3).
 var (
 	InjectedComponents = []string{ComponentProxyInit, ComponentSpiffeHelper, ComponentClientRegistration, ComponentAuthProxy, ComponentEnvoyProxy}
 	InjectedContainers = []string{ComponentProxyInit, ComponentSpiffeHelper, ContainerAuthbridge}

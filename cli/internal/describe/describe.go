@@ -451,10 +451,8 @@ func (r *Report) configMaps(ctx context.Context, c *kube.Clients, ns, workload s
 	} {
 		info := ConfigMap{Name: cm.name, Writer: cm.writer, Pods: len(pods)}
 		for _, p := range pods {
-			for _, v := range p.Spec.Volumes {
-				if v.ConfigMap != nil && v.ConfigMap.Name == cm.name {
-					info.MountedBy++
-				}
+			if mountsConfigMap(&p.Spec, cm.name) {
+				info.MountedBy++
 			}
 		}
 		got, err := c.Kube.CoreV1().ConfigMaps(ns).Get(ctx, cm.name, metav1.GetOptions{})
@@ -485,6 +483,25 @@ func (r *Report) configMaps(ctx context.Context, c *kube.Clients, ns, workload s
 	return nil
 }
 
+// mountsConfigMap reports whether a volume of spec holds ConfigMap name: a ConfigMap volume (the
+// trace ConfigMap; the token-exchange one up to injection v3), or a projected volume with it among
+// its sources (the token-exchange ConfigMap in the identity volume since v4).
+func mountsConfigMap(spec *corev1.PodSpec, name string) bool {
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == name {
+			return true
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil && src.ConfigMap.Name == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 func (r *Report) policies(ctx context.Context, c *kube.Clients, ns string) error {
 	for i := range r.NetworkPolicy {
 		p := &r.NetworkPolicy[i]
@@ -504,11 +521,12 @@ func (r *Report) policies(ctx context.Context, c *kube.Clients, ns string) error
 
 // injectedComponents parses the injection status annotation raw of tmpl and returns it with the
 // components the injector added, in the template's order, and the containers that run them. A v1
-// status lists the containers; a v2 or v3 status lists only the names the template had of its own
+// status lists the containers; a v2, v3 or v4 status lists only the names the template had of its own
 // (kept), so the injected containers are the template's containers with a name of that version
 // that is not kept (docs/injector.md, "The status annotation"). Since v3 one container,
 // authbridge, runs client-registration, auth-proxy and envoy-proxy (configmap.ComponentsOfContainer
-// reads them from its arguments). An annotation that does not parse yields nothing.
+// reads them from its arguments); v4 injects the same containers. An annotation that does not
+// parse yields nothing.
 func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]any, []string, []InjectedContainer) {
 	var st map[string]any
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {

@@ -54,6 +54,8 @@ func Main(extra map[string]func() int) {
 type launchSpec struct {
 	// NetNS is the pod's network namespace (/proc/<holder>/ns/net).
 	NetNS string
+	// Hostname is set in the UTS namespace the runner cloned for this process (podHostname).
+	Hostname string
 	// Mounts are bind mounts of the pod's volume directories at the container's mount paths.
 	Mounts []bindMount
 	// ReadOnlyRoot makes every other mount read-only (readOnlyRootFilesystem).
@@ -87,6 +89,9 @@ func launch(encoded string) error {
 	}
 	if err := enterNetNS(s.NetNS); err != nil {
 		return err
+	}
+	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+		return fmt.Errorf("setting the hostname %q: %w", s.Hostname, err)
 	}
 	if err := mountVolumes(s); err != nil {
 		return err

@@ -27,6 +27,8 @@ func checkPod(pod *corev1.Pod) error {
 		return fmt.Errorf("pod %s: hostAliases and dnsConfig are not supported (the pods use the host's resolver)", pod.Name)
 	case s.RuntimeClassName != nil || len(s.ResourceClaims) > 0 || s.Resources != nil:
 		return fmt.Errorf("pod %s: runtimeClassName, resourceClaims and pod-level resources are not supported", pod.Name)
+	case s.SetHostnameAsFQDN != nil && *s.SetHostnameAsFQDN:
+		return fmt.Errorf("pod %s: setHostnameAsFQDN is not supported (the runner knows no cluster domain)", pod.Name)
 	}
 	if sc := s.SecurityContext; sc != nil {
 		if sc.FSGroup != nil || sc.FSGroupChangePolicy != nil || len(sc.Sysctls) > 0 || sc.SELinuxOptions != nil ||
@@ -96,9 +98,23 @@ func imageName(image string) string {
 }
 
 // imageEnv is what a container runtime gives every process besides the spec's env: a PATH (the
-// images' conventional one) and HOSTNAME, the pod's name.
+// images' conventional one) and HOSTNAME, the pod's hostname.
 func imageEnv(pod *corev1.Pod) []string {
-	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + pod.Name}
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + podHostname(pod)}
+}
+
+// podHostname is the hostname the kubelet gives the pod's containers (the kernel's, in the pod's
+// UTS namespace): spec.hostname when set, else the pod's name cut to 63 characters, without a
+// trailing '-' or '.' (setHostnameAsFQDN is refused by checkPod).
+func podHostname(pod *corev1.Pod) string {
+	if pod.Spec.Hostname != "" {
+		return pod.Spec.Hostname
+	}
+	name := pod.Name
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-.")
+	}
+	return name
 }
 
 // launchSpecFor builds how one container is started: program, arguments, env, user, capabilities
@@ -108,7 +124,7 @@ func (r *podRun) launchSpecFor(ctx context.Context, c *corev1.Container, mayBeAg
 	if err != nil {
 		return launchSpec{}, err
 	}
-	s := launchSpec{NetNS: r.net.NSPath(), Dir: c.WorkingDir, Env: append(imageEnv(r.pod), env...)}
+	s := launchSpec{NetNS: r.net.NSPath(), Hostname: podHostname(r.pod), Dir: c.WorkingDir, Env: append(imageEnv(r.pod), env...)}
 	if s.Argv, s.Env, err = r.argv(c, vars, s.Env, mayBeAgent); err != nil {
 		return launchSpec{}, err
 	}

@@ -257,8 +257,9 @@ func (r *podRun) start(t testing.TB, ctx context.Context, c *corev1.Container, m
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{childEnv + "=" + execChild, launchEnv + "=" + string(encoded), parentEnv + "=" + strconv.Itoa(os.Getpid())}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// A mount namespace of its own; the launcher joins the pod's network namespace itself.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	// A mount namespace and a UTS namespace (the pod's hostname) of its own; the launcher joins the
+	// pod's network namespace itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("container %s: %v", c.Name, err)
 	}

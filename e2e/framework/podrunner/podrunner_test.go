@@ -12,8 +12,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestExpand(t *testing.T) {
@@ -187,5 +189,83 @@ func TestProbes(t *testing.T) {
 	if err := checkProbe(c, "startupProbe", &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromString("nope")}}}); err == nil ||
 		!strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("an unknown port name must be refused naming it, got %v", err)
+	}
+}
+
+// A projected volume is its sources' files in one directory: the downward API's and an optional
+// ConfigMap's once it exists (injection v4's identity volume). A path two sources write, and a
+// source the runner cannot make, are errors.
+func TestProjectedVolume(t *testing.T) {
+	ctx := context.Background()
+	pod := &corev1.Pod{}
+	pod.Name, pod.Namespace = "p", "ns"
+	pod.Annotations = map[string]string{"kagenti.io/identity-defaults": "KAGENTI_WORKLOAD=w\n"}
+	c := fake.NewClientBuilder().WithObjects(pod).Build()
+	r := &podRun{k: &Kubelet{Client: c}, pod: pod, dir: t.TempDir()}
+	src := &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "defaults.env", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['kagenti.io/identity-defaults']"}},
+			{Path: "POD_NAMESPACE", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "w-token-exchange"}, Optional: ptr.To(true)}},
+	}}
+	vol, err := r.volumeSource(corev1.Volume{Name: "kagenti-identity", VolumeSource: corev1.VolumeSource{Projected: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func() map[string]string {
+		files, err := vol.project(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for p, f := range files {
+			out[p] = string(f.data)
+		}
+		return out
+	}
+	if got := names(); len(got) != 2 || got["defaults.env"] != "KAGENTI_WORKLOAD=w\n" || got["POD_NAMESPACE"] != "ns" {
+		t.Fatalf("without the ConfigMap: %v", got)
+	}
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w-token-exchange"}, Data: map[string]string{"config.yaml": "x: 1\n"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); len(got) != 3 || got["config.yaml"] != "x: 1\n" {
+		t.Fatalf("with the ConfigMap: %v", got)
+	}
+
+	dup := src.DeepCopy()
+	dup.Sources[0].DownwardAPI.Items[0].Path = "config.yaml"
+	vol, err = r.volumeSource(corev1.Volume{Name: "dup", VolumeSource: corev1.VolumeSource{Projected: dup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vol.project(ctx); err == nil || !strings.Contains(err.Error(), "config.yaml") {
+		t.Errorf("a path two sources write: %v", err)
+	}
+	token := &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}
+	if _, err := r.volumeSource(corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Projected: token}}); err == nil || !strings.Contains(err.Error(), "volume token") {
+		t.Errorf("a service account token source: %v", err)
+	}
+}
+
+// The containers' hostname is the kubelet's: spec.hostname, else the pod's name cut to 63
+// characters (kagenti-authbridge reads it as the pod's name when no POD_NAME is projected).
+func TestPodHostname(t *testing.T) {
+	pod := &corev1.Pod{}
+	pod.Name = "weather-agent-7d9f8c6b5d-abcde"
+	if got := podHostname(pod); got != pod.Name {
+		t.Errorf("hostname %q, want the pod's name", got)
+	}
+	pod.Name = strings.Repeat("a", 62) + "-b"
+	if got := podHostname(pod); got != strings.Repeat("a", 62) {
+		t.Errorf("a name over 63 characters: hostname %q", got)
+	}
+	pod.Spec.Hostname = "weather"
+	if got := podHostname(pod); got != "weather" {
+		t.Errorf("spec.hostname: hostname %q", got)
+	}
+	pod.Spec.SetHostnameAsFQDN = ptr.To(true)
+	if err := checkPod(pod); err == nil || !strings.Contains(err.Error(), "setHostnameAsFQDN") {
+		t.Errorf("setHostnameAsFQDN: %v", err)
 	}
 }

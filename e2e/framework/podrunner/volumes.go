@@ -21,7 +21,7 @@ import (
 // they would see in a pod: the files are symlinks into ..data, a symlink to a timestamped
 // directory that is swapped in one rename.
 
-// projectedFile is one file of a ConfigMap, Secret or downward-API volume.
+// projectedFile is one file of a ConfigMap, Secret, downward-API or projected volume.
 type projectedFile struct {
 	data []byte
 	mode os.FileMode
@@ -51,6 +51,12 @@ func (r *podRun) volumeSource(v corev1.Volume) (*volume, error) {
 		vol.project = r.secretFiles(v.Secret)
 	case v.DownwardAPI != nil:
 		vol.project = r.downwardAPIFiles(v.DownwardAPI)
+	case v.Projected != nil:
+		project, err := r.projectedFiles(v.Projected)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+		}
+		vol.project = project
 	case v.CSI != nil:
 		if v.CSI.Driver != spiffeCSIDriver {
 			return nil, fmt.Errorf("volume %s: CSI driver %q is not supported (only %s)", v.Name, v.CSI.Driver, spiffeCSIDriver)
@@ -60,7 +66,7 @@ func (r *podRun) volumeSource(v corev1.Volume) (*volume, error) {
 		}
 		vol.dir = r.k.SpireAgentSocketDir // what the SPIFFE CSI driver mounts: the agent's socket directory
 	default:
-		return nil, fmt.Errorf("volume %s: this volume type is not supported (emptyDir, configMap, secret, downwardAPI, csi %s are)", v.Name, spiffeCSIDriver)
+		return nil, fmt.Errorf("volume %s: this volume type is not supported (emptyDir, configMap, secret, downwardAPI, projected, csi %s are)", v.Name, spiffeCSIDriver)
 	}
 	return vol, nil
 }
@@ -169,6 +175,44 @@ func (r *podRun) downwardAPIFiles(src *corev1.DownwardAPIVolumeSource) func(cont
 		}
 		return files, nil
 	}
+}
+
+// projectedFiles is a projected volume's files: those of each source, as the volume of that type
+// would have them, in one directory (one atomic write for all of them, as the kubelet does). Two
+// sources writing the same path are an error. Service account tokens and cluster trust bundles
+// are not supported.
+func (r *podRun) projectedFiles(src *corev1.ProjectedVolumeSource) (func(context.Context) (map[string]projectedFile, error), error) {
+	var parts []func(context.Context) (map[string]projectedFile, error)
+	for i, s := range src.Sources {
+		switch {
+		case s.ConfigMap != nil:
+			parts = append(parts, r.configMapFiles(&corev1.ConfigMapVolumeSource{LocalObjectReference: s.ConfigMap.LocalObjectReference,
+				Items: s.ConfigMap.Items, Optional: s.ConfigMap.Optional, DefaultMode: src.DefaultMode}))
+		case s.Secret != nil:
+			parts = append(parts, r.secretFiles(&corev1.SecretVolumeSource{SecretName: s.Secret.Name,
+				Items: s.Secret.Items, Optional: s.Secret.Optional, DefaultMode: src.DefaultMode}))
+		case s.DownwardAPI != nil:
+			parts = append(parts, r.downwardAPIFiles(&corev1.DownwardAPIVolumeSource{Items: s.DownwardAPI.Items, DefaultMode: src.DefaultMode}))
+		default:
+			return nil, fmt.Errorf("projected source %d: only configMap, secret and downwardAPI sources are supported", i)
+		}
+	}
+	return func(ctx context.Context) (map[string]projectedFile, error) {
+		files := map[string]projectedFile{}
+		for i, part := range parts {
+			fs, err := part(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("projected source %d: %w", i, err)
+			}
+			for path, f := range fs {
+				if _, dup := files[path]; dup {
+					return nil, fmt.Errorf("projected source %d: %s is written by an earlier source too", i, path)
+				}
+				files[path] = f
+			}
+		}
+		return files, nil
+	}, nil
 }
 
 // sync writes the volume's current files when they differ from what is on disk.

@@ -11,7 +11,7 @@ import (
 // a fresh injection's patch carries these elements verbatim: they are encoded once per rendering
 // instead of once per admission.
 type encoded struct {
-	initContainers, containers, volumes, userMounts, userEnv [][]byte
+	initContainers, containers, volumes, userMounts [][]byte
 }
 
 // encodeAll encodes every element of r, as encoding/json encodes it. An element that fails to
@@ -22,7 +22,6 @@ func (r *Rendered) encodeAll() {
 		containers:     encodeEach(r.Containers),
 		volumes:        encodeEach(r.Volumes),
 		userMounts:     encodeEach(r.UserMounts),
-		userEnv:        encodeEach(r.UserEnv),
 	}
 }
 
@@ -35,8 +34,8 @@ func encodeEach[T any](items []T) [][]byte {
 }
 
 // AppendEncoded appends to dst the JSON encoding of v, byte for byte what encoding/json writes for
-// it, when v is one of r's rendered containers (init or not), volumes, user mounts or user
-// variables, or a pointer to one, or a slice of them: the very element Inject added (the same
+// it, when v is one of r's rendered containers (init or not), volumes or user mounts, or a
+// pointer to one, or a slice of them: the very element Inject added (the same
 // slices and pointers, not only the same name). Otherwise it returns dst unchanged and false, and
 // the caller encodes v itself.
 func (r *Rendered) AppendEncoded(dst []byte, v any) ([]byte, bool) {
@@ -55,10 +54,6 @@ func (r *Rendered) AppendEncoded(dst []byte, v any) ([]byte, bool) {
 		return appendList(dst, v, func(e *corev1.VolumeMount) []byte {
 			return lookupFunc(r.UserMounts, r.encoded.userMounts, e, sameMount)
 		})
-	case *corev1.EnvVar:
-		return appendOne(dst, lookup(r.UserEnv, r.encoded.userEnv, v))
-	case []corev1.EnvVar:
-		return appendList(dst, v, func(e *corev1.EnvVar) []byte { return lookup(r.UserEnv, r.encoded.userEnv, e) })
 	}
 	return dst, false
 }
@@ -91,7 +86,7 @@ func appendList[T any](dst []byte, items []T, encodingOf func(*T) []byte) ([]byt
 	return append(dst, ']'), true
 }
 
-// lookup returns the encoding of the element of rendered equal to v. Volumes and variables are
+// lookup returns the encoding of the element of rendered equal to v. Volumes are
 // comparable structs whose pointers Inject shares with the rendering, so == holds only for the
 // rendered element itself (or one with the very same pointers, or none where it has none).
 func lookup[T comparable](rendered []T, encodings [][]byte, v *T) []byte {

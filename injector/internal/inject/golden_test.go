@@ -142,7 +142,7 @@ func injectTemplate(t *testing.T, w *duck.Workload, tmpl *corev1.PodTemplateSpec
 	t.Helper()
 	opts, err := inject.ParseOptions(w.Name(), w.Object().GetLabels(), w.Object().GetAnnotations())
 	require.NoError(t, err)
-	opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
+	opts.ReadTemplate(tmpl)
 	r, err := inject.Render(cfg, opts)
 	require.NoError(t, err)
 	out, changed, err := inject.Inject(tmpl, r)

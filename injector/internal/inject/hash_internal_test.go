@@ -28,9 +28,8 @@ func TestRenderHashIsTheEncodingOfTheRendering(t *testing.T) {
 				InitContainers, Containers []corev1.Container
 				Volumes                    []corev1.Volume
 				UserMounts                 []corev1.VolumeMount
-				UserEnv                    []corev1.EnvVar
 				IdentityDefaults           string
-			}{r.InitContainers, r.Containers, r.Volumes, r.UserMounts, r.UserEnv, r.IdentityDefaults})
+			}{r.InitContainers, r.Containers, r.Volumes, r.UserMounts, r.IdentityDefaults})
 			require.NoError(t, err)
 			sum := sha256.Sum256(b)
 			require.Equal(t, hex.EncodeToString(sum[:8]), r.Hash, "%s %v", mode, labels)

@@ -26,12 +26,19 @@ const (
 	// is stripped of the five containers of v2 and injected afresh: it is upgraded on its next
 	// admission like a template injected with another configuration.
 	StatusV3 = "v3"
+	// StatusV4 is StatusV3 for the lean injection of issue 15: the identity volume is projected
+	// and holds the TokenExchange ConfigMap (no kagenti-token-exchange volume), no KAGENTI_TRACE_DIR
+	// variable is added to user containers (so a v4 status records no OwnTraceEnv, and removal
+	// leaves every variable alone), proxy-init mounts the shared volume only beside spiffe-helper,
+	// the authbridge container has no liveness probe, and POD_NAME is projected only when the
+	// hostname is not the pod's name. A v3 template is stripped as v3 and injected afresh.
+	StatusV4 = "v4"
 	// StatusVersion is the version this injector writes.
-	StatusVersion = StatusV3
+	StatusVersion = StatusV4
 )
 
-// InjectedContainers returns the container names a v2 or v3 status records exceptions to: the
-// names an injector writing version v may add.
+// InjectedContainers returns the container names a v2, v3 or v4 status records exceptions to:
+// the names an injector writing version v may add.
 func InjectedContainers(v string) []string {
 	if v == StatusV2 {
 		return configmap.InjectedComponents
@@ -58,7 +65,7 @@ type Status struct {
 	// template had before injection (the user's own, by override or because the component was not
 	// rendered): kept as written, never stripped. OwnTraceMount and OwnTraceEnv list the user
 	// containers that had their own mount named kagenti-trace, or their own KAGENTI_TRACE_DIR:
-	// nothing was added to them, and removal keeps theirs.
+	// nothing was added to them, and removal keeps theirs. (v4 adds no variable: no OwnTraceEnv.)
 	Kept          []string `json:"kept,omitempty"`
 	OwnTraceMount []string `json:"ownTraceMount,omitempty"`
 	OwnTraceEnv   []string `json:"ownTraceEnv,omitempty"`
@@ -75,9 +82,9 @@ func ReadStatus(t *corev1.PodTemplateSpec) (*Status, error) {
 		return nil, invalid(AnnotationStatus, v, "not written by this injector (%v); remove the annotation", err)
 	}
 	switch s.Version {
-	case StatusV1, StatusV2, StatusV3:
+	case StatusV1, StatusV2, StatusV3, StatusV4:
 	default:
-		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s, %s", s.Version, StatusV1, StatusV2, StatusV3)
+		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s, %s, %s", s.Version, StatusV1, StatusV2, StatusV3, StatusV4)
 	}
 	return &s, nil
 }
@@ -88,7 +95,7 @@ func ReadStatus(t *corev1.PodTemplateSpec) (*Status, error) {
 //
 // A user container, init container or volume that has the name of an injected one is kept as the
 // user wrote it and the injected one is not added (override by name); likewise a user container that
-// already mounts something at the trace path or sets KAGENTI_TRACE_DIR keeps its own.
+// already mounts something at the trace path keeps its own.
 //
 // out shares the injected containers' and volumes' slices, maps and pointers with r (a cached
 // rendering serves many admissions, and copying them was a fifth of the handler's time): callers
@@ -145,14 +152,11 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	}
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
-		// Strip removes the trace mount and variable by name from every container it keeps: a
-		// container of the template that has them of its own is recorded (the user's version of a
-		// component too), whether or not they are added.
+		// Strip removes the trace mount by name from every container it keeps: a container of the
+		// template that has one of its own is recorded (the user's version of a component too),
+		// whether or not it is added.
 		if slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == VolumeTrace }) {
 			st.OwnTraceMount = append(st.OwnTraceMount, c.Name)
-		}
-		if slices.ContainsFunc(c.Env, func(u corev1.EnvVar) bool { return u.Name == EnvTraceDir }) {
-			st.OwnTraceEnv = append(st.OwnTraceEnv, c.Name)
 		}
 		if r.isComponent(c.Name) {
 			continue // an injected sidecar, or the user's own version of one (kept as written)
@@ -161,12 +165,6 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {
 				c.VolumeMounts = append(c.VolumeMounts, m)
-			}
-		}
-		c.Env = slices.Grow(c.Env, len(r.UserEnv))
-		for _, e := range r.UserEnv {
-			if !slices.ContainsFunc(c.Env, func(u corev1.EnvVar) bool { return u.Name == e.Name }) {
-				c.Env = append(c.Env, e)
 			}
 		}
 	}
@@ -306,8 +304,9 @@ func stripV1(t *corev1.PodTemplateSpec, s *Status) {
 	}
 }
 
-// stripV2 removes (v2 and v3) every injected name of the status's version but the kept ones, and the trace mount and variable from
-// every remaining container that did not have its own.
+// stripV2 removes (v2 to v4) every injected name of the status's version but the kept ones, and
+// the trace mount from every remaining container that did not have its own, and (v2, v3) the
+// trace variable from every one that did not have its own.
 func stripV2(t *corev1.PodTemplateSpec, s *Status) {
 	spec := &t.Spec
 	injected := func(name string, all []string) bool {
@@ -323,7 +322,7 @@ func stripV2(t *corev1.PodTemplateSpec, s *Status) {
 		if !slices.Contains(s.OwnTraceMount, c.Name) {
 			c.VolumeMounts = deleteMounts(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == VolumeTrace })
 		}
-		if !slices.Contains(s.OwnTraceEnv, c.Name) {
+		if s.Version != StatusV4 && !slices.Contains(s.OwnTraceEnv, c.Name) {
 			c.Env = deleteEnv(c.Env, func(e corev1.EnvVar) bool { return e.Name == EnvTraceDir })
 		}
 	}
@@ -416,11 +415,6 @@ func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
 		}
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {
-				return false
-			}
-		}
-		for _, e := range r.UserEnv {
-			if !slices.ContainsFunc(c.Env, func(u corev1.EnvVar) bool { return u.Name == e.Name }) {
 				return false
 			}
 		}

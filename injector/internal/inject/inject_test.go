@@ -7,9 +7,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
+	"github.com/kagenti/platform/pkg/configmap"
 )
 
 func render(t testing.TB, cfg *config.Config) *inject.Rendered {
@@ -236,4 +238,87 @@ func TestInjectLeavesTheRenderingUnchanged(t *testing.T) {
 	_, _, err = inject.Remove(out)
 	require.NoError(t, err)
 	require.Equal(t, want.InitContainers, r.InitContainers)
+}
+
+// The lean injection (status v4, issue 15) adds nothing that no program reads: proxy-init mounts
+// the shared volume only to write spiffe-helper's helper.conf, the identity volume projects the
+// pod's name only when the hostname is not that name (kagenti-authbridge takes the hostname
+// otherwise), the authbridge container has no liveness probe, and user containers get the trace
+// mount but no variable naming it.
+func TestLeanInjection(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		spec        corev1.PodSpec
+		shared      bool // proxy-init mounts the shared volume
+		podName     bool // the identity volume projects POD_NAME
+	}{
+		{name: "default"},
+		{name: "spiffe", labels: map[string]string{inject.LabelSpiffe: "enabled"}, shared: true},
+		{name: "spiffe, no proxies", labels: map[string]string{inject.LabelSpiffe: "enabled"},
+			annotations: map[string]string{inject.AnnotationExcludeComponents: "auth-proxy,envoy-proxy"}, shared: true},
+		{name: "hostname", spec: corev1.PodSpec{Hostname: "weather"}, podName: true},
+		{name: "setHostnameAsFQDN", spec: corev1.PodSpec{SetHostnameAsFQDN: ptr.To(true)}, podName: true},
+		{name: "setHostnameAsFQDN false", spec: corev1.PodSpec{SetHostnameAsFQDN: ptr.To(false)}},
+		{name: "subdomain only (the hostname stays the pod's name)", spec: corev1.PodSpec{Subdomain: "agents"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := &corev1.PodTemplateSpec{Spec: tc.spec}
+			tmpl.Spec.Containers = []corev1.Container{{Name: "agent", Image: "a:1"}}
+			o, err := inject.ParseOptions("weather-agent", tc.labels, tc.annotations)
+			require.NoError(t, err)
+			o.ReadTemplate(tmpl)
+			out, _, err := inject.Inject(tmpl, renderOptions(t, config.Default(), o))
+			require.NoError(t, err)
+
+			var proxyInit, authbridge *corev1.Container
+			for i, c := range out.Spec.InitContainers {
+				switch c.Name {
+				case config.ProxyInit:
+					proxyInit = &out.Spec.InitContainers[i]
+				case config.Authbridge:
+					authbridge = &out.Spec.InitContainers[i]
+				}
+			}
+			require.NotNil(t, proxyInit)
+			shared := slices.ContainsFunc(proxyInit.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == inject.VolumeShared })
+			require.Equal(t, tc.shared, shared, "proxy-init mounts %s", inject.VolumeShared)
+			require.Equal(t, []corev1.VolumeMount{{Name: inject.VolumeIdentity, MountPath: inject.PathIdentity}}, proxyInit.VolumeMounts[:1])
+			if authbridge != nil {
+				require.Nil(t, authbridge.LivenessProbe, "no liveness probe on the authbridge container")
+				require.NotNil(t, authbridge.StartupProbe)
+				require.NotNil(t, authbridge.ReadinessProbe)
+			}
+
+			i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == inject.VolumeIdentity })
+			require.GreaterOrEqual(t, i, 0)
+			p := out.Spec.Volumes[i].Projected
+			require.NotNil(t, p, "the identity volume is projected")
+			require.Len(t, p.Sources, 2)
+			var files []string
+			for _, item := range p.Sources[0].DownwardAPI.Items {
+				files = append(files, item.Path)
+			}
+			want := []string{configmap.IdentityDefaultsFile, configmap.IdentityPodNamespaceFile}
+			if tc.podName {
+				want = []string{configmap.IdentityDefaultsFile, configmap.IdentityPodNameFile, configmap.IdentityPodNamespaceFile}
+			}
+			require.Equal(t, want, files)
+			require.Equal(t, configmap.TokenExchangeName("weather-agent"), p.Sources[1].ConfigMap.Name, "the TokenExchange ConfigMap beside the defaults")
+			require.True(t, *p.Sources[1].ConfigMap.Optional)
+			require.False(t, slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == configmap.VolumeTokenExchange }))
+
+			agent := out.Spec.Containers[0]
+			require.Empty(t, agent.Env, "no variable is added to a user container")
+			require.Equal(t, []corev1.VolumeMount{{Name: inject.VolumeTrace, MountPath: inject.PathTrace}}, agent.VolumeMounts)
+		})
+	}
+}
+
+func renderOptions(t *testing.T, cfg *config.Config, o inject.Options) *inject.Rendered {
+	t.Helper()
+	r, err := inject.Render(cfg, o)
+	require.NoError(t, err)
+	return r
 }

@@ -65,6 +65,9 @@ type Options struct {
 	// ServiceAccount is the pod template's service account (ServiceAccountOf): the workload's
 	// SPIFFE ID, and so its inbound token audience, derives from it.
 	ServiceAccount string
+	// ProjectPodName: the pod's hostname is not its name (HostnameIsNotPodName), so the identity
+	// volume projects the name for kagenti-authbridge, which otherwise takes the hostname.
+	ProjectPodName bool
 	// Spiffe includes spiffe-helper and the SPIRE socket (label kagenti.io/spiffe=enabled).
 	Spiffe bool
 	// Exclude lists the components not to inject.
@@ -85,6 +88,24 @@ type Options struct {
 // server's ServiceAccount admission sets it). kagenti-authbridge assumes it too
 // (authconfig.DefaultServiceAccount), so the identity defaults carry only another one.
 const DefaultServiceAccount = "default"
+
+// ReadTemplate sets the options the pod template decides: the service account and whether the
+// pod's name must be projected.
+func (o *Options) ReadTemplate(t *corev1.PodTemplateSpec) {
+	o.ServiceAccount = ServiceAccountOf(t)
+	o.ProjectPodName = HostnameIsNotPodName(t)
+}
+
+// HostnameIsNotPodName reports whether the pods of t have a hostname other than their name: the
+// template sets spec.hostname, or setHostnameAsFQDN (the hostname is then the FQDN). Otherwise
+// the kubelet sets the hostname to the pod's name, cut to 63 characters, and the names of a
+// workload's pods never exceed that: the API server cuts a generateName base to 58 characters
+// before adding 5, and a StatefulSet's name is at most 52 characters (its pods' controller
+// revision label must fit in 63) before "-{ordinal}". The injector serves no bare Pods, the one
+// case where a longer name is possible.
+func HostnameIsNotPodName(t *corev1.PodTemplateSpec) bool {
+	return t.Spec.Hostname != "" || (t.Spec.SetHostnameAsFQDN != nil && *t.Spec.SetHostnameAsFQDN)
+}
 
 // ServiceAccountOf returns the service account t's pods run as: DefaultServiceAccount when it
 // names none.

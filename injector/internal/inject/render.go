@@ -26,19 +26,18 @@ import (
 const (
 	VolumeShared         = configmap.VolumeShared
 	VolumeSpireSocket    = configmap.VolumeSpireSocket
-	VolumeTokenExchange  = configmap.VolumeTokenExchange
 	VolumeTrace          = configmap.VolumeTrace
 	VolumeIdPCredentials = configmap.VolumeIdPCredentials
 	VolumeIdentity       = configmap.VolumeIdentity
 
 	PathShared         = configmap.PathShared
 	PathSpireSocket    = configmap.PathSpireSocket
-	PathTokenExchange  = configmap.PathTokenExchange
 	PathTrace          = configmap.PathTrace
 	PathIdPCredentials = configmap.PathIdPCredentials
 	PathIdentity       = configmap.PathIdentity
 
-	// EnvTraceDir is the only environment variable added to the user's containers.
+	// EnvTraceDir is the variable injectors of status v1 to v3 added to every user container, set to
+	// PathTrace (the reader's own default): v4 adds none, and strips theirs on upgrade.
 	EnvTraceDir = "KAGENTI_TRACE_DIR"
 
 	// spiffeHelperUID runs spiffe-helper (docs/architecture.md §5); the other identity sidecars run as
@@ -53,9 +52,8 @@ type Rendered struct {
 	// Containers are the sidecars in classic mode, appended after the user's containers.
 	Containers []corev1.Container
 	Volumes    []corev1.Volume
-	// UserMounts and UserEnv are added to every user container (the trace configuration).
+	// UserMounts are added to every user container (the trace configuration).
 	UserMounts []corev1.VolumeMount
-	UserEnv    []corev1.EnvVar
 	// IdentityDefaults is the value of the pod annotation AnnotationIdentityDefaults ("" when no
 	// kagenti-authbridge container is injected).
 	IdentityDefaults string
@@ -176,12 +174,12 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	} else {
 		r.Containers = sidecars
 	}
-	if len(r.InitContainers)+len(r.Containers) > 0 {
+	all := slices.Concat(r.InitContainers, r.Containers)
+	if slices.ContainsFunc(all, func(c corev1.Container) bool { return mounts(c, VolumeShared) }) {
 		r.Volumes = append(r.Volumes, corev1.Volume{Name: VolumeShared, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		r.Volumes = append(r.Volumes, configMapVolume(VolumeTokenExchange, configmap.TokenExchangeName(o.Workload)))
 	}
-	if slices.ContainsFunc(slices.Concat(r.InitContainers, r.Containers), func(c corev1.Container) bool { return c.Name != config.SpiffeHelper }) {
-		r.Volumes = append(r.Volumes, identityVolume())
+	if slices.ContainsFunc(all, func(c corev1.Container) bool { return mounts(c, VolumeIdentity) }) {
+		r.Volumes = append(r.Volumes, identityVolume(o))
 		r.IdentityDefaults = identityDefaults(cfg, o)
 	}
 	if on(config.SpiffeHelper) {
@@ -192,11 +190,11 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 			SecretName: cfg.Identity.IdPCredentialsSecret, Optional: ptr.To(true)}}})
 	}
 	r.Volumes = append(r.Volumes, configMapVolume(VolumeTrace, configmap.TraceName(o.Workload)))
-	// No readOnly on the mounts of configMap, secret and downwardAPI volumes: the kubelet mounts
+	// No readOnly on the mounts of configMap, secret, downwardAPI and projected volumes: the kubelet mounts
 	// them read-only whatever the mount says (since Kubernetes 1.10), so the field would only add
 	// bytes to every stored template.
+	// No variable names the mount: PathTrace is the contract's path and the reader's own default.
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
-	r.UserEnv = []corev1.EnvVar{{Name: EnvTraceDir, Value: PathTrace}}
 	r.encodeAll()
 	r.Hash = renderHash(r)
 	return r, nil
@@ -208,7 +206,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 // change does, instead of leaving it with the old sidecars because its inputs look the same.
 //
 // It is the SHA-256 of what encoding/json writes for struct{InitContainers, Containers, Volumes,
-// UserMounts, UserEnv, IdentityDefaults} (the hashes in every stored status annotation), assembled
+// UserMounts, IdentityDefaults} (the hashes in every stored status annotation), assembled
 // from r's encoded elements (encodeAll first) rather than encoded again: a workload's rendering is
 // hashed per admission (forWorkload). TestRenderHashIsTheEncodingOfTheRendering holds the two equal.
 func renderHash(r *Rendered) string {
@@ -232,7 +230,6 @@ func renderHash(r *Rendered) string {
 	list(`,"Containers":`, r.Containers == nil, r.encoded.containers)
 	list(`,"Volumes":`, r.Volumes == nil, r.encoded.volumes)
 	list(`,"UserMounts":`, r.UserMounts == nil, r.encoded.userMounts)
-	list(`,"UserEnv":`, r.UserEnv == nil, r.encoded.userEnv)
 	defaults, _ := json.Marshal(r.IdentityDefaults)
 	h.Write([]byte(`,"IdentityDefaults":`))
 	h.Write(defaults)
@@ -242,8 +239,8 @@ func renderHash(r *Rendered) string {
 }
 
 // forWorkload returns r, rendered for options equal to o but for Workload and ServiceAccount (the
-// cache's key leaves them out), as Render(cfg, o) renders it: the two ConfigMap volumes named after
-// the workload, the identity defaults and the hash are o's; the containers are r's, shared. Every
+// cache's key leaves them out), as Render(cfg, o) renders it: the volumes naming the workload's
+// ConfigMaps, the identity defaults and the hash are o's; the containers are r's, shared. Every
 // workload has its own name, so a rendering cached with the name in its key served no other
 // admission: each one rendered and encoded the sidecars again.
 func (r *Rendered) forWorkload(cfg *config.Config, o Options) *Rendered {
@@ -251,16 +248,14 @@ func (r *Rendered) forWorkload(cfg *config.Config, o Options) *Rendered {
 	out.Volumes = slices.Clone(r.Volumes)
 	out.encoded.volumes = slices.Clone(r.encoded.volumes)
 	for i := range out.Volumes {
-		var configMap string
 		switch out.Volumes[i].Name {
-		case VolumeTokenExchange:
-			configMap = configmap.TokenExchangeName(o.Workload)
+		case VolumeIdentity:
+			out.Volumes[i] = identityVolume(o)
 		case VolumeTrace:
-			configMap = configmap.TraceName(o.Workload)
+			out.Volumes[i] = configMapVolume(VolumeTrace, configmap.TraceName(o.Workload))
 		default:
 			continue
 		}
-		out.Volumes[i] = configMapVolume(out.Volumes[i].Name, configMap)
 		out.encoded.volumes[i], _ = json.Marshal(&out.Volumes[i])
 	}
 	if r.IdentityDefaults != "" {
@@ -298,17 +293,17 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 	}
 	c.Args = []string{configmap.AuthbridgeRoles[name]}
-	c.VolumeMounts = []corev1.VolumeMount{
-		{Name: VolumeIdentity, MountPath: PathIdentity},           // downwardAPI: read-only anyway
-		{Name: VolumeTokenExchange, MountPath: PathTokenExchange}, // configMap: read-only anyway
-		{Name: VolumeShared, MountPath: PathShared},               // it writes helper.conf
+	c.VolumeMounts = []corev1.VolumeMount{{Name: VolumeIdentity, MountPath: PathIdentity}} // projected: read-only anyway
+	if o.Spiffe && !o.Exclude[config.SpiffeHelper] {
+		// It writes helper.conf for spiffe-helper; without spiffe-helper it writes nothing there.
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared})
 	}
 	return c, nil
 }
 
 // renderAuthbridge returns the authbridge container: one kagenti-authbridge process running roles
 // (`sidecar register inbound outbound` by default), as the proxy UID, with the union of what the
-// roles read: the identity defaults and the TokenExchange configuration; the shared volume,
+// roles read: the identity volume (defaults and the TokenExchange configuration); the shared volume,
 // writable when register runs (it writes the client credentials there), read-only when only
 // outbound reads it (the credentials and the JWT SVID it authenticates the exchange with); the
 // registration credentials only for register.
@@ -321,10 +316,7 @@ func renderAuthbridge(cfg *config.Config, o Options, roles []string) (corev1.Con
 	c.SecurityContext = restricted(uid, true)
 	c.SecurityContext.RunAsGroup = ptr.To(uid)
 	c.Args = append([]string{configmap.AuthbridgeSidecarCommand}, roles...)
-	c.VolumeMounts = []corev1.VolumeMount{
-		{Name: VolumeIdentity, MountPath: PathIdentity},           // downwardAPI: read-only anyway
-		{Name: VolumeTokenExchange, MountPath: PathTokenExchange}, // configMap: read-only anyway
-	}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: VolumeIdentity, MountPath: PathIdentity}} // projected: read-only anyway
 	register, outbound := slices.Contains(roles, configmap.AuthbridgeRoles[config.ClientRegistration]), slices.Contains(roles, configmap.AuthbridgeRoles[config.EnvoyProxy])
 	switch {
 	case register:
@@ -355,10 +347,9 @@ func baseContainer(cfg *config.Config, o Options, name string) (corev1.Container
 // The paths the sidecars' probes GET: kagenti-authbridge's status server (sidecar.AdminHandler)
 // and spiffe-helper's health listener (its defaults; proxy-init enables it in helper.conf).
 const (
-	pathLive        = "/healthz" // the process serves
-	pathReady       = "/readyz"  // a valid configuration, and what the role needs (credentials, signing keys)
-	pathHelperLive  = "/live"    // no SVID write failed
-	pathHelperReady = "/ready"   // every SVID file written
+	pathReady       = "/readyz" // a valid configuration, and what the role needs (credentials, signing keys)
+	pathHelperLive  = "/live"   // no SVID write failed
+	pathHelperReady = "/ready"  // every SVID file written
 )
 
 // startupPeriod and startupFailures bound how long a native sidecar may take to become ready
@@ -380,9 +371,11 @@ const (
 //     only once this one is ready, so the agent never starts before the workload is registered,
 //     the SVID written and the proxies hold their configuration and keys. A classic sidecar starts
 //     next to the agent whatever its probes say, so it gets none (liveness then counts from the
-//     start: the status server answers as soon as the process runs).
-//   - liveness: a sidecar whose status server stops answering (or spiffe-helper, once an SVID
-//     write failed) is restarted.
+//     start: spiffe-helper's health listener answers as soon as the process runs).
+//   - liveness: spiffe-helper only, restarted once an SVID write failed (its own health endpoint).
+//     The authbridge container has none: a role's fatal error already ends the process (and the
+//     kubelet restarts the container), so a liveness probe could only catch a hung HTTP server,
+//     at ≈ 60 bytes in every stored template (issue 15). Its /healthz stays served, for humans.
 //   - readiness: only the authbridge container, the pod's traffic path. Its aggregate /readyz
 //     answers for every role it runs: inbound without signing keys rejects every request,
 //     outbound without credentials cannot exchange, and without register's credentials neither
@@ -392,22 +385,23 @@ func setProbes(c *corev1.Container, native bool) {
 	get := func(path string, port int32) corev1.ProbeHandler {
 		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port)}}
 	}
-	live, ready := pathLive, pathReady
+	var live, ready string
 	var port int32
 	switch c.Name {
 	case config.SpiffeHelper:
 		port, live, ready = configmap.HealthPortSpiffeHelper, pathHelperLive, pathHelperReady
 	case config.Authbridge:
-		port = configmap.StatusPortAuthbridge
+		port, ready = configmap.StatusPortAuthbridge, pathReady
 	default:
 		return
 	}
 	if native {
 		c.StartupProbe = &corev1.Probe{ProbeHandler: get(ready, port), PeriodSeconds: startupPeriod, FailureThreshold: startupFailures}
 	}
-	c.LivenessProbe = &corev1.Probe{ProbeHandler: get(live, port)}
 	if c.Name == config.Authbridge {
 		c.ReadinessProbe = &corev1.Probe{ProbeHandler: get(ready, port)}
+	} else {
+		c.LivenessProbe = &corev1.Probe{ProbeHandler: get(live, port)}
 	}
 }
 
@@ -494,16 +488,34 @@ func identityDefaults(cfg *config.Config, o Options) string {
 	return b.String()
 }
 
-// identityVolume projects the identity defaults and the pod's name and namespace into files.
-func identityVolume() corev1.Volume {
+// identityVolume is everything the data plane reads about its workload, in one directory
+// (PathIdentity): a projected volume of the identity defaults (from the pod annotation), the
+// pod's namespace, its name only when the hostname is not the name (Options.ProjectPodName;
+// kagenti-authbridge falls back on the hostname), and the workload's optional ConfigMap
+// {workload}-token-exchange, whose one key config.yaml then sits beside defaults.env. One volume
+// and one mount per container instead of two (issue 15). The kubelet keeps a projected ConfigMap's
+// files current as it does a ConfigMap volume's (no subPath is used).
+func identityVolume(o Options) corev1.Volume {
 	field := func(path, fieldPath string) corev1.DownwardAPIVolumeFile {
 		return corev1.DownwardAPIVolumeFile{Path: path, FieldRef: &corev1.ObjectFieldSelector{FieldPath: fieldPath}}
 	}
-	return corev1.Volume{Name: VolumeIdentity, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
-		field(configmap.IdentityDefaultsFile, "metadata.annotations['"+AnnotationIdentityDefaults+"']"),
-		field("POD_NAME", "metadata.name"),
-		field("POD_NAMESPACE", "metadata.namespace"),
+	items := []corev1.DownwardAPIVolumeFile{field(configmap.IdentityDefaultsFile, "metadata.annotations['"+AnnotationIdentityDefaults+"']")}
+	if o.ProjectPodName {
+		items = append(items, field(configmap.IdentityPodNameFile, "metadata.name"))
+	}
+	items = append(items, field(configmap.IdentityPodNamespaceFile, "metadata.namespace"))
+	return corev1.Volume{Name: VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{DownwardAPI: &corev1.DownwardAPIProjection{Items: items}},
+		{ConfigMap: &corev1.ConfigMapProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configmap.TokenExchangeName(o.Workload)},
+			Optional:             ptr.To(true),
+		}},
 	}}}}
+}
+
+// mounts reports whether c mounts volume.
+func mounts(c corev1.Container, volume string) bool {
+	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume })
 }
 
 func restricted(uid int64, readOnlyRoot bool) *corev1.SecurityContext {
@@ -580,8 +592,6 @@ func mergeResources(component string, base, override corev1.ResourceRequirements
 	return out, invalid(reqKey, reqText, "the %s request exceeds its limit %s; accepted values: at most the limit (raise %s too)",
 		k, limit, limKey)
 }
-
-func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
 
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
 

@@ -43,6 +43,15 @@ func TestStatusV1IsStillRead(t *testing.T) {
 			return names
 		}
 		st.InitContainers, st.Containers = injected(fresh.Spec.InitContainers), injected(fresh.Spec.Containers)
+		// and today's volumes and variables (v4 projects the token-exchange ConfigMap into the
+		// identity volume, and adds no variable).
+		st.Volumes = nil
+		for _, v := range fresh.Spec.Volumes {
+			if slices.Contains(configmap.InjectedVolumes, v.Name) {
+				st.Volumes = append(st.Volumes, v.Name)
+			}
+		}
+		st.Env = nil
 		b, err := json.Marshal(st)
 		require.NoError(t, err)
 		sameHash.Annotations[inject.AnnotationStatus] = string(b)
@@ -113,7 +122,8 @@ func (o oldInjection) removeAndReinject(t *testing.T) (fresh, again *corev1.PodT
 
 // The v2 status records only the exceptions; removal keeps every one of them: a user container
 // named after a component that is not rendered, the user's version of a rendered one with its own
-// trace mount, the user's own kagenti-trace volume, and a container's own KAGENTI_TRACE_DIR.
+// trace mount, the user's own kagenti-trace volume (and a container's own KAGENTI_TRACE_DIR, which v4
+// never touches).
 func TestStatusV2KeepsTheExceptions(t *testing.T) {
 	ownMount := corev1.VolumeMount{Name: inject.VolumeTrace, MountPath: "/trace"}
 	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
@@ -130,10 +140,10 @@ func TestStatusV2KeepsTheExceptions(t *testing.T) {
 	require.True(t, changed)
 	st, err := inject.ReadStatus(out)
 	require.NoError(t, err)
-	require.Equal(t, inject.StatusV3, st.Version)
+	require.Equal(t, inject.StatusVersion, st.Version)
 	require.Equal(t, []string{config.SpiffeHelper, config.Authbridge, inject.VolumeTrace}, st.Kept)
 	require.Equal(t, []string{"sidecar", config.Authbridge}, st.OwnTraceMount)
-	require.Equal(t, []string{"agent"}, st.OwnTraceEnv)
+	require.Empty(t, st.OwnTraceEnv, "v4 adds no variable: the user's KAGENTI_TRACE_DIR is simply theirs")
 	require.Equal(t, inject.PathTrace, out.Spec.Containers[2].VolumeMounts[0].MountPath, "a container that is no rendered component gets the trace mount")
 
 	removed, _, err := inject.Remove(out)
@@ -156,7 +166,7 @@ func TestStatusV2IsCompact(t *testing.T) {
 	out, _, err := inject.Inject(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}, render(t, config.Default()))
 	require.NoError(t, err)
 	st := out.Annotations[inject.AnnotationStatus]
-	require.JSONEq(t, `{"version":"v3","hash":"`+render(t, config.Default()).Hash+`"}`, st)
+	require.JSONEq(t, `{"version":"v4","hash":"`+render(t, config.Default()).Hash+`"}`, st)
 }
 
 // A v1 status that an override shaped (what the v1 injector wrote for a template with a user
@@ -204,9 +214,6 @@ func TestRenderedNamesAreTheContractsLists(t *testing.T) {
 			for _, m := range r.UserMounts {
 				require.Equal(t, inject.VolumeTrace, m.Name, "stripV2 removes this mount by name")
 			}
-			for _, e := range r.UserEnv {
-				require.Equal(t, inject.EnvTraceDir, e.Name, "stripV2 removes this variable by name")
-			}
 		}
 	}
 }
@@ -230,8 +237,39 @@ func TestStatusV2IsUpgraded(t *testing.T) {
 		for _, c := range slices.Concat(again.Spec.InitContainers, again.Spec.Containers) {
 			require.NotContains(t, []string{config.ClientRegistration, config.AuthProxy, config.EnvoyProxy}, c.Name, "no role keeps a container of its own")
 		}
-		st3, err := inject.ReadStatus(again)
+		st, err := inject.ReadStatus(again)
 		require.NoError(t, err)
-		require.Equal(t, inject.StatusV3, st3.Version)
+		require.Equal(t, inject.StatusVersion, st.Version)
+	})
+}
+
+// testdata/v3 holds objects an injector of status v3 wrote (the goldens before the lean injection
+// of issue 15, for the inputs of testdata/v2): a downward-API identity volume, the token-exchange
+// ConfigMap as a volume of its own, KAGENTI_TRACE_DIR in every user container, a liveness probe on
+// the authbridge container. This injector removes them exactly (a user's own KAGENTI_TRACE_DIR
+// is kept: TestStatusV2KeepsTheExceptions) and upgrades them on their next admission to what a
+// fresh v4 injection gives.
+func TestStatusV3IsUpgraded(t *testing.T) {
+	forEachOldInjection(t, "testdata/v3", inject.StatusV3, func(t *testing.T, o oldInjection) {
+		hasTraceEnv := func(tmpl *corev1.PodTemplateSpec) bool {
+			return slices.ContainsFunc(tmpl.Spec.Containers, func(c corev1.Container) bool {
+				return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == inject.EnvTraceDir })
+			})
+		}
+		hasVolume := func(tmpl *corev1.PodTemplateSpec, name string) bool {
+			return slices.ContainsFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+		}
+		require.True(t, hasTraceEnv(o.injected), "a v3 template has the injected KAGENTI_TRACE_DIR")
+		require.True(t, hasVolume(o.injected, configmap.VolumeTokenExchange), "a v3 template has the token-exchange volume")
+
+		_, again := o.removeAndReinject(t) // upgraded on its next admission
+		require.False(t, hasTraceEnv(again), "v4 adds no KAGENTI_TRACE_DIR")
+		require.False(t, hasVolume(again, configmap.VolumeTokenExchange), "v4 projects the ConfigMap into the identity volume")
+		i := slices.IndexFunc(again.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == inject.VolumeIdentity })
+		require.GreaterOrEqual(t, i, 0)
+		require.NotNil(t, again.Spec.Volumes[i].Projected, "the identity volume is projected")
+		st, err := inject.ReadStatus(again)
+		require.NoError(t, err)
+		require.Equal(t, inject.StatusV4, st.Version)
 	})
 }

@@ -149,7 +149,7 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 		fresh = !injectedBefore
 		var opts inject.Options
 		opts, err = inject.ParseOptions(name, obj.Metadata.Labels, obj.Metadata.Annotations)
-		opts.ServiceAccount = inject.ServiceAccountOf(tmpl)
+		opts.ReadTemplate(tmpl)
 		if err == nil {
 			if rendered, err = h.renders.Render(h.Config(), opts); err == nil {
 				out, changed, err = inject.Inject(tmpl, rendered)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -214,4 +215,37 @@ func FuzzHandler(f *testing.F) {
 			t.Fatalf("HTTP %d", code)
 		}
 	})
+}
+
+// The handler reads the template's hostname settings: a template that sets hostname (or
+// setHostnameAsFQDN) gets POD_NAME projected into the identity volume, since its pods' hostname is
+// not their name; one without gets none (kagenti-authbridge takes the hostname).
+func TestHandlerProjectsPodNameOnlyForAnotherHostname(t *testing.T) {
+	for name, tc := range map[string]struct {
+		hostname string
+		want     bool
+	}{"no hostname": {"", false}, "hostname": {"weather", true}} {
+		d := deployment("agents", 1, 0)
+		d.Spec.Template.Spec.Hostname = tc.hostname
+		_, resp := post(t, injectorwebhook.HTTPHandler(newHandler()), review(t, admissionv1.Create, deploymentGVK, d))
+		require.NotNil(t, resp, name)
+		require.True(t, resp.Allowed, name)
+		patch, err := jsonpatch.DecodePatch(resp.Patch)
+		require.NoError(t, err)
+		patched, err := patch.Apply(mustJSON(t, d))
+		require.NoError(t, err)
+		var out appsv1.Deployment
+		require.NoError(t, json.Unmarshal(patched, &out))
+		var files []string
+		for _, v := range out.Spec.Template.Spec.Volumes {
+			if v.Name == inject.VolumeIdentity {
+				require.NotNil(t, v.Projected, name)
+				for _, item := range v.Projected.Sources[0].DownwardAPI.Items {
+					files = append(files, item.Path)
+				}
+			}
+		}
+		require.NotEmpty(t, files, name)
+		require.Equal(t, tc.want, slices.Contains(files, "POD_NAME"), "%s: %v", name, files)
+	}
 }

@@ -9,7 +9,7 @@ import (
 // TokenExchange customises the identity sidecars the injector put into one workload: SPIFFE, the
 // identity-provider registration, inbound token validation and outbound RFC 8693 token exchange.
 // The controller renders it, merged over the injector's defaults, into the ConfigMap
-// {workload}-token-exchange that the sidecars read from /etc/kagenti/token-exchange/.
+// {workload}-token-exchange that the sidecars read from /etc/kagenti/identity/.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -40,10 +40,11 @@ type commonFlags struct {
 
 func (c *commonFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&c.configDir, "config-dir", envOr("KAGENTI_CONFIG_DIR", authconfig.ConfigDir),
-		"directory of the mounted ConfigMap {workload}-token-exchange (config.yaml; may be empty or missing) [$KAGENTI_CONFIG_DIR]")
+	f.StringVar(&c.configDir, "config-dir", envOr("KAGENTI_CONFIG_DIR", defaultConfigDir()),
+		"directory of the ConfigMap {workload}-token-exchange's config.yaml (may be missing): the identity directory, where the injector projects it, or "+
+			authconfig.LegacyConfigDir+" in pods of injections v1 to v3 [$KAGENTI_CONFIG_DIR]")
 	f.StringVar(&c.identityDir, "identity-dir", envOr("KAGENTI_IDENTITY_DIR", authconfig.IdentityDir),
-		"directory of the injector's identity defaults (defaults.env, POD_NAME, POD_NAMESPACE; may be missing); the environment wins over it [$KAGENTI_IDENTITY_DIR]")
+		"directory of the injector's identity defaults (defaults.env, POD_NAMESPACE, POD_NAME when the hostname is not the pod's name; may be missing); the environment wins over it [$KAGENTI_IDENTITY_DIR]")
 	f.StringVar(&c.sharedDir, "shared-dir", envOr("KAGENTI_SHARED_DIR", authconfig.SharedDir),
 		"the volume the identity containers share (SVID, client credentials) [$KAGENTI_SHARED_DIR]")
 	f.DurationVar(&c.poll, "poll-interval", 10*time.Second, "how often files are re-read besides change notifications")
@@ -153,6 +154,16 @@ func serveRole(ctx context.Context, r *role, cfg *sidecar.Config, log *zap.Logge
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// defaultConfigDir is where the injector put the ConfigMap in this pod: authconfig.ConfigDir (the
+// identity volume, injection v4), or authconfig.LegacyConfigDir when that directory exists (a pod
+// of injections v1 to v3 running this binary, e.g. through an image tag that moved).
+func defaultConfigDir() string {
+	if info, err := os.Stat(authconfig.LegacyConfigDir); err == nil && info.IsDir() {
+		return authconfig.LegacyConfigDir
+	}
+	return authconfig.ConfigDir
 }
 
 func envOr(name, def string) string {

@@ -107,7 +107,9 @@ func fieldValue(t *testing.T, tmpl corev1.PodTemplateSpec, fieldPath string) str
 
 // setContainerEnv makes the test process's environment the container's: every variable the
 // binary reads is cleared, then the container's are set, and its volumes projected as the kubelet
-// would for a fake pod (the identity volume into a temporary directory the binary is pointed at).
+// would for a fake pod (the identity volume into a temporary directory the binary is pointed at,
+// as its identity and its configuration directory: the volume projects the optional ConfigMap,
+// which does not exist here, beside the downward-API files).
 func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Container) {
 	t.Helper()
 	for _, n := range append(authconfig.EnvNames(), flagEnv...) {
@@ -116,16 +118,13 @@ func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Contain
 	vol, _ := mountOf(c, authconfig.IdentityDir)
 	if vol != "" {
 		require.Equal(t, configmap.VolumeIdentity, vol)
-		i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
-		require.GreaterOrEqual(t, i, 0)
-		dapi := tmpl.Spec.Volumes[i].DownwardAPI
-		require.NotNil(t, dapi, "the identity volume is a downward-API volume")
 		dir := t.TempDir()
-		for _, item := range dapi.Items {
+		for _, item := range identityItems(t, tmpl) {
 			require.NotNil(t, item.FieldRef)
 			require.NoError(t, os.WriteFile(filepath.Join(dir, item.Path), []byte(fieldValue(t, tmpl, item.FieldRef.FieldPath)), 0o644))
 		}
 		t.Setenv("KAGENTI_IDENTITY_DIR", dir)
+		t.Setenv("KAGENTI_CONFIG_DIR", dir)
 	}
 	known := append(authconfig.EnvNames(), flagEnv...)
 	require.Empty(t, c.EnvFrom, "%s: envFrom is not followed by this test", c.Name)
@@ -138,6 +137,30 @@ func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Contain
 		}
 		t.Setenv(e.Name, v)
 	}
+}
+
+// identityVolume returns tmpl's identity volume: projected, of the downward API's files and the
+// optional ConfigMap {workload}-token-exchange.
+func identityVolume(t *testing.T, tmpl corev1.PodTemplateSpec) *corev1.ProjectedVolumeSource {
+	t.Helper()
+	i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == configmap.VolumeIdentity })
+	require.GreaterOrEqual(t, i, 0)
+	p := tmpl.Spec.Volumes[i].Projected
+	require.NotNil(t, p, "the identity volume is a projected volume")
+	return p
+}
+
+// identityItems returns the downward-API files of tmpl's identity volume.
+func identityItems(t *testing.T, tmpl corev1.PodTemplateSpec) []corev1.DownwardAPIVolumeFile {
+	t.Helper()
+	var items []corev1.DownwardAPIVolumeFile
+	for _, src := range identityVolume(t, tmpl).Sources {
+		if src.DownwardAPI != nil {
+			items = append(items, src.DownwardAPI.Items...)
+		}
+	}
+	require.NotEmpty(t, items)
+	return items
 }
 
 // mountOf returns the volume mounted at the directory holding p in c, "" when none.
@@ -221,37 +244,58 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 					// The kubelet's probes ask the aggregate status server.
 					probes := probesOf(c)
 					require.NotEmpty(t, probes, "the combined container has probes")
+					require.NotContains(t, probes, "liveness", "a role's fatal error ends the process: no liveness probe")
 					for kind, p := range probes {
 						require.NotNil(t, p.HTTPGet, kind)
 						assert.Equal(t, configmap.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s probe port", kind)
-						want := map[string]string{"liveness": "/healthz", "readiness": "/readyz", "startup": "/readyz"}[kind]
-						assert.Equal(t, want, p.HTTPGet.Path, "%s probe path", kind)
+						assert.Equal(t, "/readyz", p.HTTPGet.Path, "%s probe path", kind)
 					}
 				} else {
 					require.Empty(t, cmd.Flags().Args(), "no positional arguments")
 				}
 
-				// The configuration the environment makes resolves (no ConfigMap mounted yet).
-				src, err := sidecar.SourceFromEnv(t.TempDir(), os.Getenv("KAGENTI_IDENTITY_DIR"))
+				// The configuration the environment makes resolves (no ConfigMap yet).
+				src, err := sidecar.SourceFromEnv(os.Getenv("KAGENTI_CONFIG_DIR"), os.Getenv("KAGENTI_IDENTITY_DIR"))
 				require.NoError(t, err)
 				snap, err := src.Load()
 				require.NoError(t, err, "the injector's defaults must resolve on their own")
+				assert.Empty(t, snap.ContentHash, "the identity files are no ConfigMap content")
 				assert.Equal(t, fakeNamespace, snap.Config.Workload.Namespace)
 				assert.NotEmpty(t, snap.Config.Workload.Name)
-				assert.Equal(t, fakePodName, snap.Config.Workload.PodName)
+				// The pod's name: projected when the hostname is not the name, else the hostname.
+				wantPodName, err := os.Hostname()
+				require.NoError(t, err)
+				if slices.ContainsFunc(identityItems(t, tmpl), func(i corev1.DownwardAPIVolumeFile) bool { return i.Path == authconfig.EnvPodName }) {
+					wantPodName = fakePodName
+				}
+				assert.Equal(t, wantPodName, snap.Config.Workload.PodName)
 				assert.NotEmpty(t, snap.Config.Workload.ServiceAccount)
 
-				// The files it reads are where the injector mounts them.
+				// The files it reads are where the injector mounts them: config.yaml of the
+				// workload's ConfigMap in the identity volume, beside the defaults.
 				vol, _ := mountOf(c, authconfig.ConfigDir)
-				assert.Equal(t, configmap.VolumeTokenExchange, vol, "config.yaml")
+				assert.Equal(t, configmap.VolumeIdentity, vol, "config.yaml")
 				assert.True(t, readOnlyMount(tmpl, c, authconfig.ConfigDir))
+				var configMaps []string
+				for _, src := range identityVolume(t, tmpl).Sources {
+					if src.ConfigMap != nil {
+						configMaps = append(configMaps, src.ConfigMap.Name)
+						assert.True(t, *src.ConfigMap.Optional, "no TokenExchange, no ConfigMap: the pod starts on the defaults")
+						assert.Empty(t, src.ConfigMap.Items, "every key (config.yaml) is projected")
+					}
+				}
+				assert.Equal(t, []string{configmap.TokenExchangeName(snap.Config.Workload.Name)}, configMaps)
+				spiffeHelper := slices.ContainsFunc(containers(tmpl), func(c corev1.Container) bool { return c.Name == configmap.ComponentSpiffeHelper })
 				for _, component := range runs {
-					switch component {
-					case configmap.ComponentProxyInit, configmap.ComponentClientRegistration:
+					switch {
+					case component == configmap.ComponentProxyInit && !spiffeHelper:
+						vol, _ = mountOf(c, authconfig.SharedDir)
+						assert.Empty(t, vol, "without spiffe-helper, proxy-init writes nothing to the shared volume")
+					case component == configmap.ComponentProxyInit, component == configmap.ComponentClientRegistration:
 						vol, _ = mountOf(c, authconfig.SharedDir)
 						assert.Equal(t, configmap.VolumeShared, vol, "%s writes the shared volume", component)
 						assert.False(t, readOnlyMount(tmpl, c, authconfig.SharedDir))
-					case configmap.ComponentEnvoyProxy:
+					case component == configmap.ComponentEnvoyProxy:
 						vol, _ = mountOf(c, authconfig.SharedDir)
 						assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
 					}
@@ -356,7 +400,8 @@ func TestContractWithTheInjector(t *testing.T) {
 	assert.Equal(t, configmap.StatusPortInbound, inboundAdminPort)
 	assert.Equal(t, configmap.StatusPortOutbound, outboundAdminPort)
 	assert.Equal(t, configmap.HealthPortSpiffeHelper, spiffeHelperHealthPort)
-	assert.Equal(t, configmap.PathTokenExchange, authconfig.ConfigDir)
+	assert.Equal(t, configmap.PathIdentity, authconfig.ConfigDir)
+	assert.Equal(t, configmap.PathTokenExchange, authconfig.LegacyConfigDir)
 	assert.Equal(t, configmap.PathShared, authconfig.SharedDir)
 	assert.Equal(t, configmap.PathIdPCredentials, authconfig.IdPCredentialsDir)
 	assert.Equal(t, configmap.PathIdentity, authconfig.IdentityDir)
@@ -549,4 +594,58 @@ func TestInjectedProbesAreServed(t *testing.T) {
 	for _, role := range []string{"register", "inbound", "outbound"} {
 		assert.True(t, checked[role], "no golden has probes on the %s role", role)
 	}
+}
+
+// proxy-init as injected without spiffe-helper has no shared volume: it writes nothing there, and
+// starts without the directory (its dry run, here, with no /shared on this machine). config.yaml
+// cannot turn spiffe on in such a pod (the configuration is rejected, the injector's defaults
+// apply): proxy-init never tries to write helper.conf without the shared volume, which would fail
+// the pod on its read-only root.
+func TestInjectedInitWithoutSharedVolume(t *testing.T) {
+	var seen int
+	for _, file := range goldenFiles(t) {
+		tmpl := goldenTemplate(t, file)
+		all := containers(tmpl)
+		j := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentProxyInit })
+		if j < 0 || slices.ContainsFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentSpiffeHelper }) {
+			continue
+		}
+		init := all[j]
+		seen++
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			vol, _ := mountOf(init, configmap.PathHelperConf)
+			require.Empty(t, vol, "no shared volume without spiffe-helper")
+			_, err := os.Stat(authconfig.SharedDir)
+			require.ErrorIs(t, err, os.ErrNotExist, "this test needs a machine without %s", authconfig.SharedDir)
+			setContainerEnv(t, tmpl, init)
+			root := newRootCommand()
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetArgs(append(slices.Clone(init.Args), "--dry-run"))
+			require.NoError(t, root.Execute())
+			require.NotContains(t, out.String(), "helper.conf", "nothing is written to the shared volume")
+		})
+	}
+	require.NotZero(t, seen, "no golden injects proxy-init without spiffe-helper")
+
+	t.Run("spiffe on through config.yaml", func(t *testing.T) {
+		for _, n := range append(authconfig.EnvNames(), flagEnv...) {
+			t.Setenv(n, "")
+		}
+		t.Setenv("KAGENTI_IDENTITY_DIR", t.TempDir())
+		t.Setenv("POD_NAMESPACE", fakeNamespace)
+		t.Setenv("KAGENTI_WORKLOAD", "weather-agent")
+		cfgDir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(cfgDir, authconfig.ConfigFile), []byte("spiffe: {enabled: true}\n"), 0o644))
+		helperConf := filepath.Join(t.TempDir(), "not-mounted", authconfig.HelperConfFile)
+		root := newRootCommand()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs([]string{"init", "--intercept=false", "--config-dir", cfgDir, "--helper-conf", helperConf})
+		require.NoError(t, root.Execute(), "the pod starts")
+		require.Contains(t, out.String(), "config.yaml rejected, the injector's defaults apply")
+		require.Contains(t, out.String(), "spiffe.enabled: true cannot take effect: the injector did not put spiffe-helper into this pod")
+		require.NotContains(t, out.String(), "wrote")
+		require.NoFileExists(t, helperConf)
+	})
 }

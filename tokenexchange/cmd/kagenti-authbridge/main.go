@@ -7,9 +7,9 @@
 //	outbound  envoy-proxy: exchanges tokens on outgoing requests (RFC 8693)
 //	sidecar   the long-running roles of one container (register, inbound, outbound) in one process
 //
-// Every role reads the identity defaults from its environment (set by the injector) and
-// config.yaml of the mounted ConfigMap {workload}-token-exchange (set by the tokenexchange
-// controller), which overrides them and is followed without a restart. docs/identity.md describes
+// Every role reads the identity defaults from its environment or the injector's identity volume
+// and config.yaml of the ConfigMap {workload}-token-exchange projected beside them (set by the
+// tokenexchange controller), which overrides them and is followed without a restart. docs/identity.md describes
 // each container.
 package main
 

@@ -91,6 +91,28 @@ func WorkloadFromEnv(lookup func(string) (string, bool)) Workload {
 	return w
 }
 
+// Where Workload.PodName came from (PodNameOrHostname).
+const (
+	PodNameFromEnv      = "POD_NAME"
+	PodNameFromHostname = "hostname"
+)
+
+// PodNameOrHostname completes w with the hostname as its pod name when POD_NAME set none (neither
+// the environment nor the identity volume): the injector projects the name only when the pod's
+// hostname is not its name (the template sets hostname or setHostnameAsFQDN), since otherwise the
+// kubelet makes the hostname the pod's name. from says which source the name came from ("" when
+// neither gave one: only a client name template with {{.PodName}} needs it, and Resolve says so).
+func PodNameOrHostname(w Workload, hostname func() (string, error)) (_ Workload, from string) {
+	if w.PodName != "" {
+		return w, PodNameFromEnv
+	}
+	if h, err := hostname(); err == nil && h != "" {
+		w.PodName = h
+		return w, PodNameFromHostname
+	}
+	return w, ""
+}
+
 // envOf names the environment variable that sets the default of path, for error messages.
 func envOf(path string) string {
 	for _, e := range EnvDefaults {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 
 	"sigs.k8s.io/yaml"
@@ -11,18 +12,22 @@ import (
 
 // Where the files live in a pod (docs/architecture.md §5, §6).
 const (
-	// ConfigDir is where the ConfigMap {workload}-token-exchange is mounted (optional volume).
-	ConfigDir = "/etc/kagenti/token-exchange"
-	// ConfigFile is the key of that ConfigMap holding a Spec.
+	// ConfigDir is where the ConfigMap {workload}-token-exchange is: projected into the identity
+	// volume (IdentityDir) since injection v4, config.yaml beside defaults.env (optional source).
+	ConfigDir = IdentityDir
+	// LegacyConfigDir is where injections v1 to v3 mounted the ConfigMap, a volume of its own.
+	LegacyConfigDir = "/etc/kagenti/token-exchange"
+	// ConfigFile is the key of that ConfigMap holding a Spec (its only key).
 	ConfigFile = "config.yaml"
 	// SharedDir is the emptyDir the identity sidecars exchange files through.
 	SharedDir = "/shared"
 	// IdPCredentialsDir is where the injector mounts the Secret with the identity provider's
 	// registration credentials (optional volume).
 	IdPCredentialsDir = "/etc/kagenti/idp-credentials"
-	// IdentityDir is the injector's downward-API volume: the workload's identity defaults
-	// (IdentityDefaultsFile, NAME=VALUE lines of EnvNames) and one file per pod field (POD_NAME,
-	// POD_NAMESPACE). The environment, when set, wins over it.
+	// IdentityDir is the injector's identity volume: the workload's identity defaults
+	// (IdentityDefaultsFile, NAME=VALUE lines of EnvNames), one file per pod field (POD_NAMESPACE,
+	// and POD_NAME when the hostname is not the pod's name), and (v4) the ConfigMap's config.yaml.
+	// The environment, when set, wins over it.
 	IdentityDir = "/etc/kagenti/identity"
 	// IdentityDefaultsFile is the file of IdentityDir with the defaults.
 	IdentityDefaultsFile = "defaults.env"
@@ -86,4 +91,11 @@ func ContentHash(files map[string][]byte) string {
 		h.Write(files[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// IsIdentityFile reports whether name is a file the identity directory holds besides the
+// ConfigMap's keys: the defaults (IdentityDefaultsFile), or a file named after an identity
+// variable (POD_NAME, POD_NAMESPACE). The ConfigMap {workload}-token-exchange has only ConfigFile.
+func IsIdentityFile(name string) bool {
+	return name == IdentityDefaultsFile || slices.Contains(EnvNames(), name)
 }

@@ -1,6 +1,7 @@
 package authconfig
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -302,4 +303,21 @@ func TestWorkloadWithoutServiceAccountIsDefault(t *testing.T) {
 	require.Equal(t, "spiffe://cluster.local/ns/agents/sa/default", w.SpiffeID("cluster.local"))
 	env[EnvServiceAccount] = "weather"
 	require.Equal(t, "weather", WorkloadFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }).ServiceAccount)
+}
+
+// The pod's name is POD_NAME when given (the environment or the identity volume, which projects it
+// only when the hostname is not the pod's name), else the hostname.
+func TestPodNameOrHostname(t *testing.T) {
+	hostname := func() (string, error) { return "weather-agent-7d9f-abcde", nil }
+	w, from := PodNameOrHostname(Workload{Namespace: "agents", PodName: "from-env"}, hostname)
+	require.Equal(t, "from-env", w.PodName)
+	require.Equal(t, PodNameFromEnv, from)
+
+	w, from = PodNameOrHostname(Workload{Namespace: "agents"}, hostname)
+	require.Equal(t, Workload{Namespace: "agents", PodName: "weather-agent-7d9f-abcde"}, w)
+	require.Equal(t, PodNameFromHostname, from)
+
+	w, from = PodNameOrHostname(Workload{Namespace: "agents"}, func() (string, error) { return "", errors.New("no hostname") })
+	require.Empty(t, w.PodName, "Resolve reports it when a client name template needs it")
+	require.Empty(t, from)
 }

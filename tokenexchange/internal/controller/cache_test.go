@@ -98,6 +98,15 @@ func TestCachedPod(t *testing.T) {
 		"no annotations, owners or managedFields: nothing reads them")
 	assert.Equal(t, "agent-token-exchange", got.configMap)
 	assert.Equal(t, []string{"agent-token-exchange"}, podTokenExchangeConfigMap(got))
+	// Injection v4 projects the ConfigMap into the identity volume.
+	lean := p.DeepCopy()
+	lean.Spec.Volumes[1] = corev1.Volume{Name: configmap.VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{DownwardAPI: &corev1.DownwardAPIProjection{}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}},
+	}}}}
+	assert.Equal(t, "agent-token-exchange", newCachedPod(lean).configMap)
+	lean.Spec.Volumes[1].Name = "theirs"
+	assert.Empty(t, newCachedPod(lean).configMap, "a projected volume of the user's")
 	assert.True(t, got.running)
 	assert.Equal(t, "10.0.0.7", got.ip)
 	assert.Equal(t, []string{configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}, got.roles,

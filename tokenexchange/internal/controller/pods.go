@@ -21,8 +21,8 @@ import (
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
-// podReferrers maps a pod event to the TokenExchange whose ConfigMap the pod's token-exchange
-// volume mounts: the ConfigMap's controller owner, read from the cache, which holds only this
+// podReferrers maps a pod event to the TokenExchange whose ConfigMap the pod mounts
+// (tokenExchangeConfigMap): the ConfigMap's controller owner, read from the cache, which holds only this
 // controller's ConfigMaps. The pods a reconcile counts are exactly those (podTokenExchangeIndex),
 // so no other TokenExchange needs waking, and the cost of an event does not grow with the
 // namespace's TokenExchanges. A ConfigMap not written yet needs no mapping: the reconcile that
@@ -47,7 +47,7 @@ func (r *Reconciler) podReferrers(ctx context.Context, o *cachedPod) []reconcile
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.Namespace, Name: ref.Name}}}
 }
 
-// pods lists the selected pods whose token-exchange volume is ConfigMap cmName (the only ones
+// pods lists the selected pods that mount ConfigMap cmName (tokenExchangeConfigMap) (the only ones
 // summarizePods counts), through podTokenExchangeIndex.
 func (r *Reconciler) pods(namespace string, selector labels.Selector, cmName string) ([]*cachedPod, error) {
 	all, err := r.PodCache.List(podTokenExchangeIndex, namespace, cmName)
@@ -69,8 +69,8 @@ type podSummary struct {
 	identity *v1alpha1.IdentityStatus
 }
 
-// summarizePods counts the running pods that mount ConfigMap cmName as the injected
-// token-exchange volume, and reports a sidecar as ready when it is ready in all of them.
+// summarizePods counts the running pods that mount ConfigMap cmName as the injector does
+// (tokenExchangeConfigMap), and reports a sidecar as ready when it is ready in all of them.
 func summarizePods(pods []*cachedPod, cmName string) podSummary {
 	var configured []*cachedPod
 	for _, p := range pods {
@@ -104,7 +104,7 @@ func allReady(pods []*cachedPod, component string) bool {
 // prober remembers pods by UID), its labels (the workload's selector) and its deletion.
 type cachedPod struct {
 	metav1.ObjectMeta
-	// configMap is the ConfigMap behind the pod's token-exchange volume; "" without one.
+	// configMap is the pod's ConfigMap {workload}-token-exchange (tokenExchangeConfigMap); "" without one.
 	configMap string
 	// running: the pod's phase is Running.
 	running bool
@@ -130,12 +130,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		ip:      p.Status.PodIP,
 		roles:   roleComponents(p),
 	}
-	for _, v := range p.Spec.Volumes {
-		if v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil {
-			c.configMap = v.ConfigMap.Name
-			break
-		}
-	}
+	c.configMap = tokenExchangeConfigMap(p)
 	components := containerComponents(p)
 	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, st := range statuses {
@@ -147,6 +142,25 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		}
 	}
 	return c
+}
+
+// tokenExchangeConfigMap returns the ConfigMap {workload}-token-exchange the injector gave pod,
+// "" without one: projected into the identity volume (injection v4), or mounted as a volume of its
+// own (v1 to v3, whose pods keep running until their workload's next rollout).
+func tokenExchangeConfigMap(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.Name == configmap.VolumeIdentity && v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil {
+					return src.ConfigMap.Name
+				}
+			}
+		case v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil:
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
 }
 
 // GetObjectKind: the cache holds pods only, so no kind is carried.

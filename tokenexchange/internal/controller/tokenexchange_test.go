@@ -399,6 +399,52 @@ func combinedPod(ns, name, app string, roles ...string) *corev1.Pod {
 	return p
 }
 
+// leanPod is combinedPod as injection v4 renders it: the ConfigMap projected into the identity
+// volume beside the downward-API files, no token-exchange volume.
+func leanPod(ns, name, app string, roles ...string) *corev1.Pod {
+	p := combinedPod(ns, name, app, roles...)
+	p.Spec.Volumes = []corev1.Volume{{Name: configmap.VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: configmap.IdentityPodNamespaceFile, FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}},
+	}}}}}
+	return p
+}
+
+// TestV4PodsAreCounted: a pod of injection v4, whose ConfigMap is projected into the identity
+// volume, is counted and probed like a pod of v1 to v3, whose ConfigMap is a volume of its own;
+// during the rollout that upgrades a workload, both kinds run side by side.
+func TestV4PodsAreCounted(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 2, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+	v3 := combinedPod(ns, "agent-v3", "agent", "register", "inbound", "outbound")
+	v4 := leanPod(ns, "agent-v4", "agent", "register", "inbound", "outbound")
+	for _, p := range []*corev1.Pod{v3, v4} {
+		must(t, k8s.Create(ctx, p))
+		setPodStatus(t, p, sidecars, nil)
+	}
+	eventually(t, "both pods counted", func(ctx context.Context) (bool, string) {
+		te := getTX(ctx, t, ns, "tx")
+		id := te.Status.IdentityStatus
+		return te.Status.Pods == 2 && id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
+			fmt.Sprintf("%d pods, %+v", te.Status.Pods, id)
+	})
+
+	// The v4 pod's authbridge stops being ready: it is what the status reports now.
+	must(t, k8s.Delete(ctx, v3, client.GracePeriodSeconds(0)))
+	setPodStatus(t, v4, sidecars, map[string]bool{configmap.ContainerAuthbridge: true})
+	eventually(t, "the v4 pod alone, its authbridge not ready", func(ctx context.Context) (bool, string) {
+		te := getTX(ctx, t, ns, "tx")
+		id := te.Status.IdentityStatus
+		return te.Status.Pods == 1 && id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true}, fmt.Sprintf("%d pods, %+v", te.Status.Pods, id)
+	})
+}
+
 func setPodStatus(t testing.TB, p *corev1.Pod, sidecars []string, notReady map[string]bool) {
 	t.Helper()
 	ctx := context.Background()

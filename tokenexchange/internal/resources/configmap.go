@@ -15,8 +15,9 @@ import (
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
-// Keys, annotations and labels of the ConfigMap, whose files are mounted under
-// configmap.PathTokenExchange (/etc/kagenti/token-exchange/).
+// Keys, annotations and labels of the ConfigMap, whose one key the injector projects into the
+// identity volume, configmap.PathIdentity (/etc/kagenti/identity/; configmap.PathTokenExchange in
+// pods of injections v1 to v3).
 const (
 	ConfigKey  = authconfig.ConfigFile
 	TargetAnno = "kagenti.io/target"

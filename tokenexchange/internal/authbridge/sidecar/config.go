@@ -22,13 +22,18 @@ import (
 type Source struct {
 	Defaults authconfig.Spec
 	Workload authconfig.Workload
-	// Dir is the ConfigMap {workload}-token-exchange volume; it may be empty or missing (the
-	// volume is optional: no TokenExchange means the defaults apply).
+	// PodNameFrom says where Workload.PodName came from (authconfig.PodNameOrHostname).
+	PodNameFrom string
+	// Dir holds the ConfigMap {workload}-token-exchange's config.yaml: the identity directory,
+	// where injection v4 projects it beside the identity files (which Load skips), or the
+	// ConfigMap volume of v1 to v3. config.yaml may be missing (the ConfigMap is optional: no
+	// TokenExchange means the defaults apply), and so may the directory.
 	Dir string
 }
 
 // SourceFromEnv reads the defaults and the workload from the environment, completed by the
-// injector's identity directory (IdentityLookup; "" for the environment alone).
+// injector's identity directory (IdentityLookup; "" for the environment alone), and by the
+// hostname as the pod's name when neither names it.
 func SourceFromEnv(dir, identityDir string) (Source, error) {
 	lookup, err := IdentityLookup(identityDir, os.LookupEnv)
 	if err != nil {
@@ -38,7 +43,8 @@ func SourceFromEnv(dir, identityDir string) (Source, error) {
 	if err != nil {
 		return Source{}, err
 	}
-	return Source{Defaults: d, Workload: authconfig.WorkloadFromEnv(lookup), Dir: dir}, nil
+	w, from := authconfig.PodNameOrHostname(authconfig.WorkloadFromEnv(lookup), os.Hostname)
+	return Source{Defaults: d, Workload: w, PodNameFrom: from, Dir: dir}, nil
 }
 
 // Snapshot is one loaded configuration.
@@ -75,7 +81,9 @@ func (s Source) Load() (Snapshot, error) {
 }
 
 // readConfigMapDir returns the files of a ConfigMap volume by key, skipping the kubelet's own
-// "..data"-style entries. A missing directory has no files.
+// "..data"-style entries and the identity volume's own files (the downward API's, which share the
+// directory with the ConfigMap's since injection v4), so that the hash covers the ConfigMap's
+// keys alone, as the controller's does. A missing directory has no files.
 func readConfigMapDir(dir string) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -86,7 +94,7 @@ func readConfigMapDir(dir string) (map[string][]byte, error) {
 	}
 	files := map[string][]byte{}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "..") {
+		if strings.HasPrefix(e.Name(), "..") || authconfig.IsIdentityFile(e.Name()) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
@@ -140,7 +148,8 @@ func NewConfig(src Source, log *zap.Logger) (*Config, error) {
 	}
 	c.started = snap.Config
 	c.current.Store(&snap)
-	log.Info("configuration loaded", zap.String("contentHash", snap.ContentHash), zap.String("configHash", snap.Config.Hash()))
+	log.Info("configuration loaded", zap.String("contentHash", snap.ContentHash), zap.String("configHash", snap.Config.Hash()),
+		zap.String("podNameFrom", src.PodNameFrom))
 	return c, nil
 }
 

@@ -215,3 +215,54 @@ func TestAdminEndpoints(t *testing.T) {
 	assert.Equal(t, authconfig.ContentHash(map[string][]byte{"config.yaml": []byte("{}\n")}), st.ContentHash)
 	assert.Equal(t, cfg.Current().Config.Hash(), st.ConfigHash)
 }
+
+// Injection v4 projects the ConfigMap's config.yaml into the identity volume, beside the
+// downward-API files: --config-dir and --identity-dir are one directory, updated by the kubelet's
+// one ..data swap. The identity files are not ConfigMap content (the hash is the controller's), a
+// change of config.yaml is followed, and a second watcher of the same directory (another role's)
+// sees the changes too.
+func TestConfigInTheIdentityDirectory(t *testing.T) {
+	for _, n := range authconfig.EnvNames() {
+		t.Setenv(n, "")
+	}
+	vol := &configMapVolume{dir: t.TempDir()}
+	identity := map[string]string{
+		authconfig.IdentityDefaultsFile: "KAGENTI_WORKLOAD=weather-agent\nKAGENTI_DEFAULT_AUDIENCE=downstream\n",
+		authconfig.EnvPodNamespace:      "agents",
+	}
+	vol.write(t, identity) // the optional ConfigMap does not exist yet
+	src, err := SourceFromEnv(vol.dir, vol.dir)
+	require.NoError(t, err)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	assert.Equal(t, authconfig.Workload{Namespace: "agents", Name: "weather-agent", PodName: host, ServiceAccount: "default"}, src.Workload,
+		"no POD_NAME file: the pod's name is the hostname")
+	assert.Equal(t, authconfig.PodNameFromHostname, src.PodNameFrom)
+	cfg, err := NewConfig(src, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Current().ContentHash, "the identity files are not ConfigMap content")
+	assert.Equal(t, "downstream", cfg.Current().Config.Outbound.TokenExchange.DefaultTarget.Audience)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go cfg.Run(ctx, time.Hour) // events only: the poll would hide a missed event
+	var other atomic.Int32
+	go WatchDir(ctx, vol.dir, time.Hour, zaptest.NewLogger(t), func() { other.Add(1) })
+	waitFor(t, "the second watcher's first look", func() bool { return other.Load() == 1 })
+
+	for i, audience := range []string{"first", "second"} {
+		content := "outbound: {tokenExchange: {defaultTarget: {audience: " + audience + "}}}\n"
+		files := map[string]string{authconfig.ConfigFile: content}
+		for k, v := range identity {
+			files[k] = v
+		}
+		vol.write(t, files)
+		waitFor(t, "config.yaml "+audience, func() bool {
+			return cfg.Current().Config.Outbound.TokenExchange.DefaultTarget.Audience == audience
+		})
+		assert.Equal(t, authconfig.ContentHash(map[string][]byte{authconfig.ConfigFile: []byte(content)}), cfg.Current().ContentHash,
+			"the hash covers the ConfigMap's key alone, as the controller's kagenti.io/content-hash")
+		waitFor(t, "the second watcher sees the change", func() bool { return other.Load() >= int32(i+2) })
+	}
+	assert.NoError(t, cfg.Err())
+}
