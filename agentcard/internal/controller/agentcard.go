@@ -33,7 +33,7 @@ const DefaultSyncPeriod = 30 * time.Second
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -230,7 +230,7 @@ type LabelGuard struct {
 	Retry time.Duration
 }
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;patch
 
 // Reconcile implements reconcile.Reconciler for pods.
 func (g *LabelGuard) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
