@@ -30,6 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/devca"
+	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
@@ -55,6 +57,9 @@ const loadCardPort = 18482
 //	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 60m ./agentcard/cmd/kagenti-agentcard/
 //
 // KAGENTI_LOAD_N, KAGENTI_LOAD_PODS and KAGENTI_LOAD_UPDATES override 1000, 3 and 200;
+// KAGENTI_LOAD_SIGNED=1 serves cards signed by the pods' identity under a trust bundle the
+// controller is given (every pod verified and labelled true; by default the cards are unsigned:
+// nothing to verify, no label);
 // KAGENTI_LOAD_ARGS adds flags, KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB"),
 // KAGENTI_LOAD_PROFILE saves the converged controller's heap profile.
 func TestLoad(t *testing.T) {
@@ -96,6 +101,8 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kagenti-system"}}))
 	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-cert"}, Type: corev1.SecretTypeOpaque}))
 
+	signer := loadSigner(ctx, t, c)
+
 	bin := ducktest.BuildBinary(t, dir, "kagenti-agentcard")
 
 	idleCtl := startController(t, bin, dir)
@@ -116,7 +123,7 @@ func TestLoad(t *testing.T) {
 		}
 		sc, ok := cards.Load(version)
 		if !ok {
-			sc, _ = cards.LoadOrStore(version, newServedCard(version))
+			sc, _ = cards.LoadOrStore(version, newServedCard(t, version, signer))
 		}
 		card := sc.(*servedCard)
 		w.Header().Set("ETag", card.etag)
@@ -168,13 +175,24 @@ func TestLoad(t *testing.T) {
 		}
 		synced := 0
 		for i := range list.Items {
-			if fullySynced(&list.Items[i], podsPer, "") {
+			if fullySynced(&list.Items[i], podsPer, "") && (signer == nil || meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, v1alpha1.ConditionVerified)) {
 				synced++
 			}
 		}
 		return synced == n, nil
 	}), "not every AgentCard became Ready")
 	firstSync := time.Since(ctl.started)
+	if signer != nil {
+		// The true labels go out after each status write: the sync is complete once every pod has its label.
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, poll, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var pods corev1.PodList
+			if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelSignatureVerified: "true"}); err != nil {
+				return false, err
+			}
+			return len(pods.Items) == n*podsPer, nil
+		}), "not every pod was labelled true")
+		t.Logf("LOAD every pod labelled %s=true %v after the controller started", v1alpha1.LabelSignatureVerified, time.Since(ctl.started).Round(time.Millisecond))
+	}
 	cpuSynced := ducktest.CPUSeconds(ctl.pid)
 	serverSynced := server.CPUSeconds()
 	rssSynced := [3]float64{ducktest.ProcStatus(ctl.pid, "VmRSS"), ducktest.ProcStatus(ctl.pid, "RssAnon"), ducktest.ProcStatus(ctl.pid, "RssFile")}
@@ -182,6 +200,7 @@ func TestLoad(t *testing.T) {
 	synced := ducktest.MustRequests(t, ctl.metricsAddr) // since the process started
 	t.Logf("LOAD n=%d AgentCards × %d pods: first full sync (every AgentCard Ready, Synced, %d entries) %v after the controller started (polled every %v); load average %s",
 		n, podsPer, podsPer, firstSync.Round(time.Millisecond), poll, ducktest.Loadavg())
+	t.Logf("LOAD pods by %s: %s", v1alpha1.LabelSignatureVerified, verifiedLabelCounts(ctx, t, c, ns))
 	t.Logf("LOAD controller CPU for the first sync (user+system, load-independent): %.2f s", cpuSynced)
 	t.Logf("LOAD API server CPU from the controller's start until synced (the test's own polls included): kube-apiserver %.2f s, etcd %.2f s",
 		serverSynced[0]-serverStart[0], serverSynced[1]-serverStart[1])
@@ -264,6 +283,43 @@ func liveHeap(t *testing.T, ctl *controllerProcess) float64 {
 	return ducktest.GoMemStats(t, ctl.metricsAddr)["heap_alloc"]
 }
 
+// loadTrustBundle is the ConfigMap (in kagenti-system) the controller reads its trust bundle from
+// when KAGENTI_LOAD_SIGNED=1.
+const loadTrustBundle = "load-trust-bundle"
+
+// loadSigner returns, when KAGENTI_LOAD_SIGNED=1, the SVID of the pods' service account in
+// namespace "load" ("agent", see createReadyPod) issued by a CA that the ConfigMap loadTrustBundle
+// holds, and passes that ConfigMap to the controller; nil otherwise.
+func loadSigner(ctx context.Context, t *testing.T, c client.Client) *devca.SVID {
+	if os.Getenv("KAGENTI_LOAD_SIGNED") != "1" {
+		return nil
+	}
+	ca, err := devca.NewCA("cluster.local", 24*time.Hour)
+	require.NoError(t, err)
+	svid, err := ca.NewSVID("spiffe://cluster.local/ns/load/sa/agent", devca.SVIDOptions{NotAfter: time.Now().Add(24 * time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kagenti-system", Name: loadTrustBundle},
+		Data: map[string]string{"bundle.crt": string(devca.CertPEM(ca.Cert))}}))
+	t.Setenv("KAGENTI_LOAD_ARGS", strings.TrimSpace(os.Getenv("KAGENTI_LOAD_ARGS")+" --trust-bundle-configmap=kagenti-system/"+loadTrustBundle))
+	t.Logf("LOAD cards signed by %s, trust bundle kagenti-system/%s", svid.Cert.URIs[0], loadTrustBundle)
+	return svid
+}
+
+// verifiedLabelCounts counts the pods of ns by their kagenti.io/signature-verified label.
+func verifiedLabelCounts(ctx context.Context, t *testing.T, c client.Client, ns string) string {
+	var pods corev1.PodList
+	require.NoError(t, c.List(ctx, &pods, client.InNamespace(ns)))
+	count := map[string]int{}
+	for _, p := range pods.Items {
+		v, ok := p.Labels[v1alpha1.LabelSignatureVerified]
+		if !ok {
+			v = "<absent>"
+		}
+		count[v]++
+	}
+	return fmt.Sprint(count)
+}
+
 // createReadyPod creates a pod serving its card on ip:loadCardPort (its "a2a" port), running and
 // ready (envtest has no kubelet: the test writes the status).
 func createReadyPod(ctx context.Context, c client.Client, ns, name, ip string, labels map[string]string) error {
@@ -334,8 +390,16 @@ type servedCard struct {
 	etag string
 }
 
-func newServedCard(version string) *servedCard {
+// newServedCard is the card of version, signed with signer's key when there is one.
+func newServedCard(t *testing.T, version string, signer *devca.SVID) *servedCard {
 	body := testcards.Weather(version)
+	if signer != nil {
+		var err error
+		body, err = signature.Sign(body, signature.SignOptions{Key: signer.Key, Chain: signer.Chain})
+		if err != nil {
+			t.Errorf("signing the card: %v", err)
+		}
+	}
 	sum := sha256.Sum256(body)
 	return &servedCard{body: body, etag: fmt.Sprintf(`"%x"`, sum[:8])}
 }

@@ -33,7 +33,7 @@ const DefaultSyncPeriod = 30 * time.Second
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -126,11 +126,12 @@ func (r *CardReconciler) cardsSelecting(namespace string, podLabels map[string]s
 
 // Reconcile implements reconcile.Reconciler.
 //
-// The order is the security property: pods whose verdict is negative and that may carry true are
-// labelled false first, then the status is written (while unlabelled pods with a negative verdict
-// are labelled false: no revocation, see labelUnverified), then pods whose verdict is positive are
-// labelled true. A status the API server refuses never leaves a pod labelled verified, nor (see
-// failClosed) an AgentCard saying Verified for a card that no longer is.
+// The order is the security property: pods whose verdict is not positive and that may carry true
+// lose it first (false, or no label when their card has nothing to verify), then the status is
+// written (while the other pods get the label their card calls for: no revocation, see relabel),
+// then pods whose verdict is positive are labelled true. A status the API server refuses never
+// leaves a pod labelled verified, nor (see failClosed) an AgentCard saying Verified for a card that
+// no longer is.
 func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var c v1alpha1.AgentCard
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
@@ -158,10 +159,10 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	defer r.stateFor(req.NamespacedName).releaseTransient()
 
-	unlabelled := r.revokeLabels(ctx, req.NamespacedName, served, selected)
+	relabel := r.revokeLabels(ctx, req.NamespacedName, served, selected, requireSig)
 	desired := resources.BuildStatus(&c, results(served), selErr, requireSig, time.Now())
 	var labelling sync.WaitGroup
-	labelling.Go(func() { r.labelUnverified(ctx, unlabelled) })
+	labelling.Go(func() { r.relabel(ctx, relabel) })
 	err = r.applyStatus(ctx, &c, desired)
 	labelling.Wait()
 	if err != nil {

@@ -234,15 +234,27 @@ func TestPerPodFailures(t *testing.T) {
 	assert.Equal(t, "True/CardAvailable", cond(c, "Ready"), "one good pod is enough when no signature is required")
 	assert.Equal(t, "False/CardTooLarge", cond(c, "Synced"), "the first failed pod (by name) is the oversized one")
 	assert.Equal(t, "False/NoSignature", cond(c, "SignatureVerified"))
-	// Unsigned cards are labelled false.
-	var p corev1.Pod
-	eventually(t, 10*time.Second, func() string {
-		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "good"}, &p))
-		if p.Labels[v1alpha1.LabelSignatureVerified] != "false" {
-			return "good pod not labelled false"
+	// An unsigned card without a signature requirement has nothing to verify, and a pod without a
+	// card had nothing verified: no pod gets the label (before, every one was labelled false).
+	consistently(t, 3*time.Second, func() string {
+		for pod := range want {
+			if l := podLabel(t, ns, pod); l != "<unset>" {
+				return pod + " labelled " + l
+			}
 		}
 		return ""
 	})
+}
+
+// consistently fails the test if f reports a problem (a non-empty string) within d: what must not
+// happen after a sync that was seen to complete (a write that would follow it).
+func consistently(t *testing.T, d time.Duration, f func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if msg := f(); msg != "" {
+			t.Fatal(msg)
+		}
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -411,6 +423,13 @@ func TestRequireSignature(t *testing.T) {
 	assert.Equal(t, "False/IdentityMismatch", cond(w, "Bound"))
 	assert.Equal(t, v1alpha1.FetchUnverified, w.Status.Cards[0].FetchStatus)
 	assert.Equal(t, v1alpha1.PhaseError, w.Status.Phase)
+	// Both verifications failed: an unsigned card that must be signed, a signer that is not the pod.
+	eventually(t, 10*time.Second, func() string {
+		if u, w := podLabel(t, ns, "unsigned"), podLabel(t, ns, "wrongsa"); u != "false" || w != "false" {
+			return fmt.Sprintf("labels: unsigned=%s wrongsa=%s", u, w)
+		}
+		return ""
+	})
 }
 
 // A card signed by a CA the bundle does not hold verifies once the bundle ConfigMap is rotated to

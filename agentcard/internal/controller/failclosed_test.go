@@ -101,7 +101,7 @@ func hugeCard(t *testing.T, size int) []byte {
 }
 
 // A status write the API server rejects (here: an admission policy, as a cluster admin might
-// have) must not leave a positive verdict in force: the pod is labelled false before the write, and
+// have) must not leave a positive verdict in force: the pod loses true before the write, and
 // the rejected status is replaced by a small one saying Verified=False, reason StatusWriteFailed.
 func TestRejectedStatusWriteFailsClosed(t *testing.T) {
 	ns := newNamespace(t)
@@ -145,7 +145,8 @@ func TestRejectedStatusWriteFailsClosed(t *testing.T) {
 	eventually(t, 30*time.Second, func() string {
 		c := getCard(t, ns, "rejected")
 		l := podLabel(t, ns, "rejected")
-		if l != "false" || cond(c, "Verified") != "False/StatusWriteFailed" {
+		// The new card has nothing to verify: the pod loses its label (before the refused write).
+		if l != "<unset>" || cond(c, "Verified") != "False/StatusWriteFailed" {
 			return fmt.Sprintf("label=%s Verified=%s Ready=%s", l, cond(c, "Verified"), cond(c, "Ready"))
 		}
 		return ""
@@ -160,7 +161,8 @@ func TestRejectedStatusWriteFailsClosed(t *testing.T) {
 }
 
 // The label is agentcard's verdict: a pod carrying kagenti.io/signature-verified=true that no
-// AgentCard verified is set to false, whether no card selects it or its card is not verified.
+// AgentCard verified loses it: set to false when no card selects it (with a Warning Event), and
+// to the value its card calls for when it has one (none for a card with nothing to verify).
 func TestUnverifiedTrueLabelIsReset(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -174,24 +176,29 @@ func TestUnverifiedTrueLabelIsReset(t *testing.T) {
 		return ""
 	})
 
-	// A pod whose card is not verified, relabelled true by someone after agentcard set false.
+	// A pod whose card has nothing to verify (unsigned, no signature required), labelled true by
+	// someone: the guard sets false, the next sync removes it.
 	labels := map[string]string{"app": "unsigned"}
 	serveCard(t, "127.44.3.2", testcards.Weather("1"))
 	makePod(t, ns, "unsigned", "127.44.3.2", "unsigned", labels)
 	require.NoError(t, k8s.Create(ctx, selectorCard(ns, "unsigned", labels)))
 	eventually(t, 20*time.Second, func() string {
-		if l := podLabel(t, ns, "unsigned"); l != "false" {
-			return "label " + l
+		if c := getCard(t, ns, "unsigned"); cond(c, "SignatureVerified") != "False/NoSignature" {
+			return "SignatureVerified=" + cond(c, "SignatureVerified")
 		}
 		return ""
 	})
 	require.NoError(t, k8s.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unsigned"}}, client.RawPatch(types.MergePatchType, []byte(forge))))
+	sawFalse := false
 	eventually(t, 20*time.Second, func() string {
-		if l := podLabel(t, ns, "unsigned"); l != "false" {
+		l := podLabel(t, ns, "unsigned")
+		sawFalse = sawFalse || l == "false"
+		if l != "<unset>" {
 			return "label " + l
 		}
 		return ""
 	})
+	t.Logf("forged true on a pod with nothing to verify: reset to false seen: %v, then removed", sawFalse)
 
 	// A verified pod keeps its label, and loses it when its AgentCard goes away.
 	id := "spiffe://cluster.local/ns/" + ns + "/sa/signed"
@@ -206,4 +213,42 @@ func TestUnverifiedTrueLabelIsReset(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// The label follows the pod's card: true while its signature verifies, removed when the card turns
+// unsigned (nothing to verify), false when a signature does not verify or binds another identity,
+// removed again when the card has nothing to verify, false when a verified card is tampered with.
+func TestVerifiedLabelFollowsTheCard(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	labels := map[string]string{"app": "follows"}
+	own := signedCard(t, ca, "spiffe://cluster.local/ns/"+ns+"/sa/follows", "1.0.0")
+	body := switchingServer(t, "127.44.4.1", own)
+	makePod(t, ns, "follows", "127.44.4.1", "follows", labels)
+	require.NoError(t, k8s.Create(ctx, selectorCard(ns, "follows", labels)))
+	waitVerifiedPod(t, ns, "follows", "follows")
+
+	unsigned := testcards.Weather("2.0.0")
+	other := signedCard(t, ca, "spiffe://cluster.local/ns/"+ns+"/sa/someone-else", "3.0.0")
+	tampered := tamper(t, own)
+	for _, step := range []struct {
+		serve       []byte
+		label       string
+		verifiedWhy string
+	}{
+		{unsigned, "<unset>", "False/NoSignature"},
+		{other, "false", "False/IdentityMismatch"},
+		{unsigned, "<unset>", "False/NoSignature"},
+		{own, "true", "True/Verified"},
+		{tampered, "false", "False/InvalidSignature"},
+	} {
+		body.Store(&step.serve)
+		eventually(t, 30*time.Second, func() string {
+			c := getCard(t, ns, "follows")
+			if l := podLabel(t, ns, "follows"); l != step.label || cond(c, "Verified") != step.verifiedWhy {
+				return fmt.Sprintf("want label %s and Verified=%s; got label %s, Verified=%s", step.label, step.verifiedWhy, l, cond(c, "Verified"))
+			}
+			return ""
+		})
+	}
 }

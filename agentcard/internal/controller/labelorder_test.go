@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -24,19 +25,94 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/devca"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/resources"
+	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// The order of one sync's API writes (a unit test of Reconcile on an intercepting fake client: the
-// envtest suite proves the verdicts, this the order): a pod with a negative verdict that may carry
-// true is labelled false before the status write; one without the label is labelled false while
-// the status is written, not before it, so that a first sync costs one API round trip, not two.
-func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
+// The label one sync writes, and when (a unit test of Reconcile on an intercepting fake client:
+// the envtest suite proves the verdicts end to end, this the writes and their order). A pod that
+// may carry true and whose verdict is not positive loses true before the status write; every other
+// label change goes out while the status is written, not before it, so that a first sync costs one
+// API round trip, not two. A card with nothing to verify (unsigned, no signature required) leaves
+// an unlabelled pod alone: no write at all.
+func TestSyncLabelsAndTheirOrder(t *testing.T) {
+	ca, err := devca.NewCA("cluster.local", time.Hour)
+	require.NoError(t, err)
+	svid, err := ca.NewSVID("spiffe://cluster.local/ns/ns/sa/order", devca.SVIDOptions{})
+	require.NoError(t, err)
+	// The controller under test has no trust bundle: a signed card fails verification (NoTrustBundle).
+	signed, err := signature.Sign(testcards.Weather("1.0.0"), signature.SignOptions{Key: svid.Key, Chain: svid.Chain})
+	require.NoError(t, err)
+
+	const absent = "<absent>"
+	for _, tc := range []struct {
+		name       string
+		body       []byte
+		requireSig bool
+		// want is each pod's label after the sync, by the pod's label before it.
+		want map[string]string
+		// revoked are the pods whose label is written before the status; the others' go out alongside it.
+		revoked []string
+		// untouched are the pods no label patch is sent for.
+		untouched []string
+	}{{
+		name: "unsigned card: nothing to verify",
+		body: testcards.Weather("1.0.0"),
+		want: map[string]string{absent: absent, "false": absent, "true": absent},
+		// true is taken away before the status write; the pod labelled false by an earlier
+		// verification loses it alongside; the unlabelled pod is not written to.
+		revoked: []string{"true"}, untouched: []string{absent},
+	}, {
+		name: "unsigned card, signature required", body: testcards.Weather("1.0.0"), requireSig: true,
+		want:    map[string]string{absent: "false", "false": "false", "true": "false"},
+		revoked: []string{"true"}, untouched: []string{"false"},
+	}, {
+		name:    "signed card that does not verify",
+		body:    signed,
+		want:    map[string]string{absent: "false", "false": "false", "true": "false"},
+		revoked: []string{"true"}, untouched: []string{"false"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			order, labels := syncOnce(t, tc.body, tc.requireSig)
+			require.Contains(t, order, "status")
+			for before, after := range tc.want {
+				pod := podLabelled(before)
+				assert.Equal(t, after, labels[pod], "the pod labelled %s before the sync", before)
+				switch {
+				case slices.Contains(tc.untouched, before):
+					assert.NotContains(t, order, "label "+pod, "no label write for the pod labelled %s: %v", before, order)
+				case slices.Contains(tc.revoked, before):
+					assert.Less(t, indexOf(order, "label "+pod), indexOf(order, "status"), "a pod that may carry true loses it before the status write: %v", order)
+				default:
+					assert.Contains(t, order, "label "+pod)
+					assert.Greater(t, indexOf(order, "label "+pod), indexOf(order, "status"),
+						"the pod labelled %s is relabelled alongside the status write (after it started), not before it: %v", before, order)
+				}
+			}
+		})
+	}
+}
+
+// podLabelled names the test pod carrying kagenti.io/signature-verified=value ("<absent>": none).
+func podLabelled(value string) string {
+	if value == "<absent>" {
+		return "unlabelled"
+	}
+	return "labelled-" + value
+}
+
+// syncOnce runs one Reconcile of an AgentCard selecting three pods serving body (unlabelled,
+// labelled false, labelled true) and returns the order of its writes ("status", "label <pod>";
+// a label patch that is not a revocation waits for the status write to start, so it can only be
+// recorded after it when both go out together) and each pod's label afterwards.
+func syncOnce(t *testing.T, body []byte, requireSig bool) ([]string, map[string]string) {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write(testcards.Weather("1.0.0")) // unsigned: a negative verdict
+		_, _ = w.Write(body)
 	}))
 	t.Cleanup(srv.Close)
 	_, portStr, err := net.SplitHostPort(srv.Listener.Addr().String())
@@ -44,26 +120,27 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 	port, err := strconv.Atoi(portStr)
 	require.NoError(t, err)
 
-	labels := map[string]string{"app": "order"}
-	fullPod := func(name string, extra map[string]string) *corev1.Pod {
+	selector := map[string]string{"app": "order"}
+	fullPod := func(label string) *corev1.Pod {
 		l := map[string]string{"app": "order"}
-		for k, v := range extra {
-			l[k] = v
+		if label != "<absent>" {
+			l[v1alpha1.LabelSignatureVerified] = label
 		}
+		name := podLabelled(label)
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Labels: l},
+			Spec:       corev1.PodSpec{ServiceAccountName: "order"},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
 				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		}
 	}
 	card := &v1alpha1.AgentCard{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "order", Generation: 1},
-		Spec: v1alpha1.AgentCardSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Endpoint: &v1alpha1.Endpoint{Port: int32(port)}},
+		Spec: v1alpha1.AgentCardSpec{Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Endpoint: &v1alpha1.Endpoint{Port: int32(port)}, RequireSignature: &requireSig},
 	}
-
-	unlabelled, labelledTrue := fullPod("unlabelled", nil), fullPod("labelled-true", map[string]string{v1alpha1.LabelSignatureVerified: "true"})
-	pods := startedPodInformers(t, unlabelled.DeepCopy(), labelledTrue.DeepCopy())
+	pods := []*corev1.Pod{fullPod("<absent>"), fullPod("false"), fullPod("true")}
+	informed := startedPodInformers(t, pods[0].DeepCopy(), pods[1].DeepCopy(), pods[2].DeepCopy())
 
 	var mu sync.Mutex
 	var order []string
@@ -74,38 +151,35 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 	}
 	statusStarted := make(chan struct{})
 	var startOnce sync.Once
-	serial := false
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
 	c := fake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(unlabelled, labelledTrue, card).
+		WithObjects(pods[0], pods[1], pods[2], card).
 		WithStatusSubresource(&v1alpha1.AgentCard{}).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				if obj.GetName() == "unlabelled" {
+				if obj.GetName() != podLabelled("true") {
 					// Waits for the status write to start: it never does while this patch is
-					// waited for before it.
+					// waited for before it (then the patch is recorded first, after 5 s).
 					select {
 					case <-statusStarted:
 					case <-time.After(5 * time.Second):
-						mu.Lock()
-						serial = true
-						mu.Unlock()
 					}
 				}
 				record("label " + obj.GetName())
 				return c.Patch(ctx, obj, patch, opts...)
 			},
 			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				// Recorded before the status write is let start: the relabelling waits for it.
 				record("status")
 				startOnce.Do(func() { close(statusStarted) })
-				return nil // the order is under test, not the apply
+				return nil // the writes are under test, not the apply
 			},
 		}).Build()
 	r := &CardReconciler{
 		Client:   c,
-		Pods:     pods,
+		Pods:     informed,
 		Fetcher:  fetch.New(4, 5*time.Second),
 		Trust:    &TrustStore{},
 		Status:   &duck.StatusApplier{Client: c, FieldOwner: FieldManager, Conditions: resources.CardConditions},
@@ -115,17 +189,19 @@ func TestUnlabelledPodsAreLabelledAlongsideTheStatusWrite(t *testing.T) {
 	_, err = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(card)})
 	require.NoError(t, err)
 
+	labels := map[string]string{}
+	for _, p := range pods {
+		var got corev1.Pod
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(p), &got))
+		v, ok := got.Labels[v1alpha1.LabelSignatureVerified]
+		if !ok {
+			v = "<absent>"
+		}
+		labels[p.Name] = v
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	assert.False(t, serial, "the unlabelled pod's label was written before the status, not alongside it")
-	require.Contains(t, order, "status")
-	assert.Less(t, indexOf(order, "label labelled-true"), indexOf(order, "status"), "a pod that may carry true is revoked before the status write: %v", order)
-	assert.Contains(t, order, "label unlabelled")
-	for _, name := range []string{"unlabelled", "labelled-true"} {
-		var p corev1.Pod
-		require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, &p))
-		assert.Equal(t, "false", p.Labels[v1alpha1.LabelSignatureVerified], name)
-	}
+	return slices.Clone(order), labels
 }
 
 func indexOf(list []string, s string) int {

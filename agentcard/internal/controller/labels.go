@@ -94,28 +94,39 @@ func (v *verifiedPods) allSynced(cards []v1alpha1.AgentCard) bool {
 	return true
 }
 
-// revokeLabels sets the label to false on every served pod whose verdict is negative (no card, or
-// a card that does not verify or bind) and that may carry true, and on every pod this card
-// verified before that it no longer selects. It runs before the status write, so a status the API
-// server refuses cannot leave a pod labelled verified. It returns the other served pods with a
-// negative verdict: those without the label, for labelUnverified.
-func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool) []servedPod {
-	var revoke, unlabelled []servedPod
+// labelChange is a pod whose label a sync sets to value ("" removes it).
+type labelChange struct {
+	pod   *pod
+	value string
+}
+
+// revokeLabels takes true away from every served pod whose verdict is not positive and that may
+// carry it, setting the value its card calls for (false, or no label when the card has nothing to
+// verify), and sets false on every pod this card verified before that it no longer selects. It
+// runs before the status write, so a status the API server refuses cannot leave a pod labelled
+// verified. It returns the other served pods whose label differs from what their card calls for,
+// for relabel.
+func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool, requireSig bool) []labelChange {
+	var revoke, relabel []labelChange
 	for _, sp := range served {
+		want := sp.state.label(requireSig)
 		switch {
-		case sp.state.verified():
+		case want == labelTrue:
 		case r.mayCarryTrue(sp.pod):
-			revoke = append(revoke, sp)
+			revoke = append(revoke, labelChange{pod: sp.pod, value: want.revokedValue()})
 		default:
 			// Forgets a verdict given to an earlier pod of the same name (another UID).
 			r.Verified.revoke(sp.pod.key())
-			unlabelled = append(unlabelled, sp)
+			if v, ok := want.value(); ok && !hasLabelValue(sp.pod, v) {
+				relabel = append(relabel, labelChange{pod: sp.pod, value: v})
+			}
 		}
 	}
-	inParallel(revoke, func(sp servedPod) {
-		r.Verified.revoke(sp.pod.key())
-		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
-			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+	inParallel(revoke, func(lc labelChange) {
+		r.Verified.revoke(lc.pod.key())
+		// Sent whatever the cache shows: our own true may not be in it yet.
+		if err := r.patchVerifiedLabel(ctx, lc.pod, lc.value); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", lc.pod.Name)
 		}
 	})
 	for _, key := range r.Verified.grantedBy(card) {
@@ -123,7 +134,7 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 			r.revokePod(ctx, key)
 		}
 	}
-	return unlabelled
+	return relabel
 }
 
 // mayCarryTrue says whether a pod may be labelled true: it is in the cache, or this process
@@ -132,14 +143,14 @@ func (r *CardReconciler) mayCarryTrue(p *pod) bool {
 	return p.Labels[v1alpha1.LabelSignatureVerified] == "true" || r.Verified.has(p.key(), p.UID)
 }
 
-// labelUnverified sets the label to false on served pods with a negative verdict that carry no
-// label (revokeLabels returns them; a pod already labelled false costs nothing). An absent label
-// grants nothing, so this is no revocation: it runs alongside the status write rather than before
-// it, and a first sync waits for one API round trip instead of two.
-func (r *CardReconciler) labelUnverified(ctx context.Context, unlabelled []servedPod) {
-	inParallel(unlabelled, func(sp servedPod) {
-		if err := r.patchVerifiedLabel(ctx, sp.pod, false); err != nil {
-			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+// relabel sets the label revokeLabels returned: false on a pod whose verification failed, none on
+// a pod whose card has nothing to verify. Neither grants anything, so this is no revocation: it
+// runs alongside the status write rather than before it, and a sync waits for one API round trip
+// instead of two.
+func (r *CardReconciler) relabel(ctx context.Context, changes []labelChange) {
+	inParallel(changes, func(lc labelChange) {
+		if err := r.patchVerifiedLabel(ctx, lc.pod, lc.value); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", lc.pod.Name)
 		}
 	})
 }
@@ -153,7 +164,10 @@ func (r *CardReconciler) grantLabels(ctx context.Context, card types.NamespacedN
 		}
 		// Remembered before the patch: the guard must never see our own label as foreign.
 		r.Verified.grant(sp.pod, card)
-		if err := r.patchVerifiedLabel(ctx, sp.pod, true); err != nil {
+		if hasLabelValue(sp.pod, "true") {
+			return
+		}
+		if err := r.patchVerifiedLabel(ctx, sp.pod, "true"); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
 		}
 	})
@@ -162,26 +176,26 @@ func (r *CardReconciler) grantLabels(ctx context.Context, card types.NamespacedN
 // labelPatchesInFlight bounds the label patches one sync makes at a time.
 const labelPatchesInFlight = 8
 
-// inParallel runs f for every served pod, at most labelPatchesInFlight at a time, and returns when
-// all are done: the order between revoking, writing the status and granting stays as it is, the
-// pods of one step are patched together instead of one after the other.
-func inParallel(served []servedPod, f func(servedPod)) {
-	if len(served) == 0 {
+// inParallel runs f for every item (a pod), at most labelPatchesInFlight at a time, and returns
+// when all are done: the order between revoking, writing the status and granting stays as it is,
+// the pods of one step are patched together instead of one after the other.
+func inParallel[T any](items []T, f func(T)) {
+	if len(items) == 0 {
 		return
 	}
-	if len(served) == 1 {
-		f(served[0])
+	if len(items) == 1 {
+		f(items[0])
 		return
 	}
 	sem := make(chan struct{}, labelPatchesInFlight)
 	var wg sync.WaitGroup
-	for _, sp := range served {
+	for _, item := range items {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			f(sp)
+			f(item)
 		}()
 	}
 	wg.Wait()
@@ -195,7 +209,7 @@ func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName
 		return // gone (or not cached): nothing to correct
 	}
 	if p.Labels[v1alpha1.LabelSignatureVerified] == "true" {
-		if err := r.patchVerifiedLabel(ctx, p, false); err != nil {
+		if err := r.patchVerifiedLabel(ctx, p, "false"); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", key.String())
 		}
 	}
@@ -216,7 +230,7 @@ type LabelGuard struct {
 	Retry time.Duration
 }
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;patch
 
 // Reconcile implements reconcile.Reconciler for pods.
 func (g *LabelGuard) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,8 +61,8 @@ func (r *CardReconciler) podSelector(ctx context.Context, c *v1alpha1.AgentCard)
 const PodLabelIndex = "kagenti.io/pod-label"
 
 // unindexedPodLabels are the pod labels the index leaves out: this controller's own verdict, on
-// every pod it syncs with one of two values (an index entry listing every such pod, which no
-// selector can use: the label is agentcard's output, never what selects an agent's pods), and the
+// every pod whose card it verified, with one of two values (an index entry listing every such pod,
+// which no selector can use: the label is agentcard's output, never what selects an agent's pods), and the
 // labels the workload controllers set to a value unique to one pod or one revision, which a
 // selector shares with a label the index keeps (a ReplicaSet's pod-template-hash comes with the
 // Deployment's labels) or, alone, selects one pod (the namespace scan is then as cheap).
@@ -136,15 +137,24 @@ func endpointFor(c *v1alpha1.AgentCard, p *pod) (scheme string, port int32, path
 	return scheme, port, paths
 }
 
-// patchVerifiedLabel sets kagenti.io/signature-verified on the pod itself (a metadata-only merge
-// patch: no restart, never the workload's template) when it differs.
-func (r *CardReconciler) patchVerifiedLabel(ctx context.Context, p *pod, verified bool) error {
-	want := fmt.Sprint(verified)
-	if p.Labels[v1alpha1.LabelSignatureVerified] == want {
-		return nil
+// patchVerifiedLabel sets kagenti.io/signature-verified on the pod itself to value, or removes it
+// when value is "" (a metadata-only merge patch: no restart, never the workload's template).
+func (r *CardReconciler) patchVerifiedLabel(ctx context.Context, p *pod, value string) error {
+	v := "null"
+	if value != "" {
+		v = strconv.Quote(value)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, v1alpha1.LabelSignatureVerified, want)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, v1alpha1.LabelSignatureVerified, v)
 	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
 	err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, []byte(patch)))
 	return client.IgnoreNotFound(err)
+}
+
+// hasLabelValue says whether the cached pod's kagenti.io/signature-verified is value ("": absent).
+func hasLabelValue(p *pod, value string) bool {
+	v, ok := p.Labels[v1alpha1.LabelSignatureVerified]
+	if value == "" {
+		return !ok
+	}
+	return ok && v == value
 }

@@ -84,6 +84,62 @@ func (s *podState) verified() bool {
 	return s.card != nil && s.verify.Verified && s.binding.Bound
 }
 
+// podLabel is what a pod's last sync calls for on its kagenti.io/signature-verified label.
+type podLabel int
+
+const (
+	// labelKept: the pod has no card (not fetched yet, a failed fetch, an invalid card), so no
+	// verification was made: its label stays as the last verification left it, except true,
+	// which is revoked.
+	labelKept podLabel = iota
+	// labelAbsent: the card has no signature and the AgentCard does not require one: nothing to
+	// verify, no label.
+	labelAbsent
+	// labelFalse: the verification failed (a signature that does not verify, a signer not bound
+	// to the pod's identity, no trust bundle, an unsigned card that must be signed).
+	labelFalse
+	// labelTrue: the card's signature verified and its signer is the pod's identity.
+	labelTrue
+)
+
+// label is what the pod's label should say after this sync; requireSig is the AgentCard's
+// (spec.requireSignature or the controller's default).
+func (s *podState) label(requireSig bool) podLabel {
+	switch {
+	case s.card == nil:
+		return labelKept
+	case s.verified():
+		return labelTrue
+	case s.verify.Reason == signature.ReasonNoSignature && !requireSig:
+		return labelAbsent
+	default:
+		return labelFalse
+	}
+}
+
+// value is the label value l sets ("" for none); false for labelKept, which sets nothing.
+func (l podLabel) value() (string, bool) {
+	switch l {
+	case labelAbsent:
+		return "", true
+	case labelFalse:
+		return "false", true
+	case labelTrue:
+		return "true", true
+	default:
+		return "", false
+	}
+}
+
+// revokedValue is what replaces true on a pod whose verdict l is not positive: none when its card
+// has nothing to verify, false otherwise (a failed verification, or no card to verify at all).
+func (l podLabel) revokedValue() string {
+	if l == labelAbsent {
+		return ""
+	}
+	return "false"
+}
+
 // cardState is per AgentCard.
 type cardState struct {
 	mu   sync.Mutex

@@ -97,9 +97,19 @@ func TestRBACReadsOnlyTheTrustBundle(t *testing.T) {
 	_, err = sa.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "ConfigMaps cluster-wide: %v", err)
 
-	// What the controller needs otherwise is still there.
-	_, err = sa.CoreV1().Pods(other).List(ctx, metav1.ListOptions{})
+	// What the controller needs otherwise is still there: its pod informers list and watch, the
+	// label is a merge patch. It never reads one pod by name (TestMain fails the suite if the
+	// controller GETs a pod), so the role grants no get.
+	pods, err := sa.CoreV1().Pods(other).List(ctx, metav1.ListOptions{})
 	assert.NoError(t, err)
+	w, err = sa.CoreV1().Pods(other).Watch(ctx, metav1.ListOptions{ResourceVersion: pods.ResourceVersion})
+	require.NoError(t, err, "watching pods")
+	w.Stop()
+	makePod(t, other, "labelled", "127.44.9.1", "labelled", map[string]string{"app": "labelled"})
+	_, err = sa.CoreV1().Pods(other).Patch(ctx, "labelled", types.MergePatchType, []byte(`{"metadata":{"labels":{"kagenti.io/signature-verified":null}}}`), metav1.PatchOptions{})
+	assert.NoError(t, err, "patching a pod's label")
+	_, err = sa.CoreV1().Pods(other).Get(ctx, "labelled", metav1.GetOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "getting a pod by name (the controller never does): %v", err)
 
 	// The bundle watcher, running as the service account, loads the bundle and follows a rotation.
 	cfg := rest.CopyConfig(restCfg)

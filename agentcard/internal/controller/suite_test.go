@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,7 +104,10 @@ func run(m *testing.M) int {
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	// The manager's requests go through podGets: the shipped role grants no get on pods.
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.Wrap(podGets.wrap)
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   controller.CacheOptions(nil),
@@ -148,8 +153,43 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		}
 	}()
-	return m.Run()
+	code := m.Run()
+	if got := podGets.seen(); len(got) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the controller read pods by name (%v), which its shipped role does not allow (deploy/rbac/agentcard/role.yaml: list, watch, patch)\n", got)
+		return 1
+	}
+	return code
 }
+
+// podGets records the controller's GETs of one pod by name (/api/v1/namespaces/<ns>/pods/<name>).
+var podGets podGetRecorder
+
+type podGetRecorder struct {
+	mu   sync.Mutex
+	gets []string
+}
+
+func (r *podGetRecorder) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+		if req.Method == http.MethodGet && len(parts) == 6 && parts[0] == "api" && parts[2] == "namespaces" && parts[4] == "pods" {
+			r.mu.Lock()
+			r.gets = append(r.gets, parts[3]+"/"+parts[5])
+			r.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (r *podGetRecorder) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.gets...)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 func zapLevel() int8 {
 	if os.Getenv("AGENTCARD_TEST_LOG") != "" {
