@@ -17,12 +17,15 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
@@ -97,8 +100,10 @@ func TestLoad(t *testing.T) {
 	s.timings.reset()
 	handshakes := s.handshakes.Load()
 	rt := readRuntimeMetrics()
+	api := s.apiServerAdmission(t)
 	with := run("with", labelled)
 	rt = readRuntimeMetrics().since(rt)
+	api = s.apiServerAdmission(t).since(api)
 	handle, serve := s.timings.sorted()
 	handshakes = s.handshakes.Load() - handshakes
 	without := run("without", map[string]string{"app": "plain"})
@@ -118,6 +123,8 @@ func TestLoad(t *testing.T) {
 	t.Logf("TLS handshakes with the webhook during those %d admissions: %d", len(serve), handshakes)
 	t.Logf("test process (the webhook and its client; the API server and etcd are other processes) during the webhook run: %d GCs, GC pause p99 %s max %s; runnable goroutines waiting for a CPU p99 %s, max %s",
 		rt.gcCycles, rt.gcPauses.quantile(.99), rt.gcPauses.max(), rt.schedLatencies.quantile(.99), rt.schedLatencies.max())
+	t.Logf("the API server's own means over those %d creates (its /metrics): the call to the webhook %s, the mutating admission step (webhook and patch) %s, a Deployment create %s",
+		n, api.webhook.mean(), api.admit.mean(), api.create.mean())
 	t.Logf("API server create, %d Deployments, concurrency %d:", n, concurrency)
 	t.Logf("  with webhook:    p50 %s  p99 %s", p(with, .5), p(with, .99))
 	t.Logf("  without webhook: p50 %s  p99 %s", p(without, .5), p(without, .99))
@@ -125,6 +132,66 @@ func TestLoad(t *testing.T) {
 	t.Logf("  ratio p50 %.2f, p99 %.2f; added p50 %s, p99 %s",
 		float64(p(with, .5))/float64(p(without, .5)), float64(p(with, .99))/float64(p(without, .99)),
 		p(with, .5)-p(without, .5), p(with, .99)-p(without, .99))
+}
+
+// apiServerTotals are sums and counts of the API server's own admission and request histograms,
+// for means over a run: apiserver_admission_webhook_admission_duration_seconds (the call to a
+// mutating webhook, from sending the review to having its answer), ..._step_admission_duration_seconds
+// of type admit (every mutating admission plugin, the webhook's patch applied) and
+// apiserver_request_duration_seconds of a Deployment create (the whole request, server side).
+type apiServerTotals struct{ webhook, admit, create sumCount }
+
+type sumCount struct {
+	sum   float64
+	count uint64
+}
+
+func (s sumCount) mean() time.Duration {
+	if s.count == 0 {
+		return 0
+	}
+	return time.Duration(s.sum / float64(s.count) * float64(time.Second))
+}
+
+func (a apiServerTotals) since(prev apiServerTotals) apiServerTotals {
+	d := func(x, y sumCount) sumCount { return sumCount{x.sum - y.sum, x.count - y.count} }
+	return apiServerTotals{d(a.webhook, prev.webhook), d(a.admit, prev.admit), d(a.create, prev.create)}
+}
+
+// apiServerAdmission reads the API server's /metrics (as the envtest admin) and sums the histograms
+// apiServerTotals names, for CREATE requests on deployments.
+func (s *suite) apiServerAdmission(t *testing.T) apiServerTotals {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(s.env.Config)
+	require.NoError(t, err)
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(t, err)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	require.NoError(t, err)
+	sum := func(family string, match map[string]string) sumCount {
+		var out sumCount
+		for _, m := range families[family].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			ok := true
+			for k, v := range match {
+				ok = ok && labels[k] == v
+			}
+			if ok {
+				out.sum += m.GetHistogram().GetSampleSum()
+				out.count += m.GetHistogram().GetSampleCount()
+			}
+		}
+		return out
+	}
+	return apiServerTotals{
+		webhook: sum("apiserver_admission_webhook_admission_duration_seconds", map[string]string{"type": "admit", "operation": "CREATE"}),
+		admit:   sum("apiserver_admission_step_admission_duration_seconds", map[string]string{"type": "admit", "operation": "CREATE"}),
+		create:  sum("apiserver_request_duration_seconds", map[string]string{"verb": "POST", "resource": "deployments"}),
+	}
 }
 
 // timings records the exact duration of every admission twice: around the Handler (the span of its
