@@ -18,7 +18,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
-	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar/sidecartest"
 )
 
 func TestParseRoles(t *testing.T) {
@@ -114,23 +114,7 @@ func TestAggregateStatus(t *testing.T) {
 
 // testConfig is a role configuration on the defaults alone.
 func testConfig(t *testing.T) *sidecar.Config {
-	p := func(i int32) *int32 { return &i }
-	uid := int64(1337)
-	cfg, err := sidecar.NewConfig(sidecar.Source{
-		Dir:      t.TempDir(),
-		Workload: authconfig.Workload{Namespace: "agents", Name: "weather", PodName: "weather-abc", ServiceAccount: "weather"},
-		Defaults: authconfig.Spec{
-			Spiffe: &authconfig.SpiffeSpec{TrustDomain: "cluster.local", SocketPath: "/run/spire/agent-sockets/agent.sock", Audience: "a"},
-			ClientRegistration: &authconfig.ClientRegistrationSpec{Provider: "oidc",
-				OIDC:     &authconfig.OIDCSpec{Issuer: "http://idp", TokenURL: "http://idp/token", JWKSURL: "http://idp/keys", RegistrationURL: "http://idp/register"},
-				Keycloak: &authconfig.KeycloakSpec{ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}"}},
-			Inbound: &authconfig.InboundSpec{Port: p(8080), TargetPort: p(8081)},
-			Outbound: &authconfig.OutboundSpec{TrafficInterception: &authconfig.TrafficInterceptionSpec{ProxyPort: p(15123), ProxyUID: &uid},
-				TokenExchange: &authconfig.TokenExchangeSpec{DefaultTarget: &authconfig.ExchangeTarget{Audience: "d"}}},
-		},
-	}, zaptest.NewLogger(t))
-	require.NoError(t, err)
-	return cfg
+	return sidecartest.Config(t, t.TempDir(), "http://idp/register")
 }
 
 // fakeRole is a role whose readiness and failure the test controls.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar/sidecartest"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -116,23 +117,7 @@ func TestDynamicRegistration(t *testing.T) {
 
 func runnerConfig(t *testing.T, registrationURL string) (*sidecar.Config, string) {
 	dir := t.TempDir()
-	p := func(i int32) *int32 { return &i }
-	uid := int64(1337)
-	cfg, err := sidecar.NewConfig(sidecar.Source{
-		Dir:      dir,
-		Workload: authconfig.Workload{Namespace: "agents", Name: "weather", PodName: "weather-abc", ServiceAccount: "weather"},
-		Defaults: authconfig.Spec{
-			Spiffe: &authconfig.SpiffeSpec{TrustDomain: "cluster.local", SocketPath: "/run/spire/agent-sockets/agent.sock", Audience: "a"},
-			ClientRegistration: &authconfig.ClientRegistrationSpec{Provider: "oidc",
-				OIDC:     &authconfig.OIDCSpec{Issuer: "http://idp", TokenURL: "http://idp/token", JWKSURL: "http://idp/keys", RegistrationURL: registrationURL},
-				Keycloak: &authconfig.KeycloakSpec{ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}"}},
-			Inbound: &authconfig.InboundSpec{Port: p(8080), TargetPort: p(8081)},
-			Outbound: &authconfig.OutboundSpec{TrafficInterception: &authconfig.TrafficInterceptionSpec{ProxyPort: p(15123), ProxyUID: &uid},
-				TokenExchange: &authconfig.TokenExchangeSpec{DefaultTarget: &authconfig.ExchangeTarget{Audience: "d"}}},
-		},
-	}, zaptest.NewLogger(t))
-	require.NoError(t, err)
-	return cfg, dir
+	return sidecartest.Config(t, dir, registrationURL), dir
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
