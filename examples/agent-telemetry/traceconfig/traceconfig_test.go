@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // A trimmed copy of what kagenti-agenttrace renders (see agenttrace/internal/resources/testdata).
@@ -71,6 +73,64 @@ func TestDirFromEnvironment(t *testing.T) {
 	t.Setenv("KAGENTI_TRACE_DIR", "")
 	if Dir() != DefaultDir {
 		t.Fatal(Dir())
+	}
+}
+
+// injectorGoldens are the injector's golden Deployments (what it renders for each input).
+const injectorGoldens = "../../../injector/internal/inject/testdata/golden/deployment.*.yaml"
+
+// Dir, in each container the injector gives the trace mount, is that mount: since injection v4
+// the injector sets no KAGENTI_TRACE_DIR, so the default must be its mount path (a container's own
+// variable, which the injector keeps, must name the mount too).
+func TestDirIsTheInjectedMount(t *testing.T) {
+	files, err := filepath.Glob(filepath.FromSlash(injectorGoldens))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the injector's golden Deployments moved (%v): update injectorGoldens", err)
+	}
+	type container struct {
+		Name         string
+		Env          []struct{ Name, Value string }
+		VolumeMounts []struct {
+			Name      string
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
+	}
+	var seen int
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Spec struct {
+				Template struct {
+					Spec struct{ Containers []container }
+				}
+			}
+		}
+		if err := yaml.Unmarshal(raw, &d); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, m := range c.VolumeMounts {
+				if m.Name != "kagenti-trace" {
+					continue
+				}
+				seen++
+				t.Setenv("KAGENTI_TRACE_DIR", "")
+				for _, e := range c.Env {
+					if e.Name == "KAGENTI_TRACE_DIR" {
+						t.Setenv("KAGENTI_TRACE_DIR", e.Value)
+					}
+				}
+				if Dir() != m.MountPath {
+					t.Errorf("%s, container %s: Dir() is %q, the trace volume is mounted at %q", filepath.Base(file), c.Name, Dir(), m.MountPath)
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no golden container mounts kagenti-trace")
 	}
 }
 
