@@ -93,7 +93,7 @@ LOAD_PILLARS ?= tokenexchange agenttrace agentbuild injector agentcard netpol
 LOAD_N ?= 1000
 
 .PHONY: load
-load: ## Load tests of LOAD_PILLARS (default: all five; e.g. LOAD_PILLARS=netpol LOAD_N=10000), each controller as its own process (output: LOAD lines).
+load: ## Load tests of LOAD_PILLARS (default: all six; e.g. LOAD_PILLARS=netpol LOAD_N=10000), each controller as its own process (output: LOAD lines).
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	@set -e; for p in $(LOAD_PILLARS); do \
 		KAGENTI_LOAD=1 KAGENTI_LOAD_N=$(LOAD_N) go test -count=1 -run '^TestLoad$$' -v -timeout 180m ./$$p/cmd/kagenti-$$p/; \
