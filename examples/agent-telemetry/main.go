@@ -96,18 +96,15 @@ func callTool(ctx context.Context, tracer trace.Tracer, g traceconfig.GenAI) {
 	_, span := tracer.Start(ctx, "execute_tool "+toolName, trace.WithAttributes(
 		semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(toolName)))
 	defer span.End()
-	if !g.Enabled {
-		return
-	}
-	if g.CapturePrompts {
+	if g.Enabled && g.CapturePrompts {
 		span.SetAttributes(semconv.GenAIInputMessagesKey.String(inputMessages))
 	}
-	if g.CaptureModelParameters {
+	if g.Enabled && g.CaptureModelParameters {
 		span.SetAttributes(semconv.GenAIRequestModel(model), semconv.GenAIRequestTemperature(0.2),
 			semconv.GenAIRequestMaxTokens(256))
 	}
 	time.Sleep(10 * time.Millisecond) // the "tool"
-	if g.CaptureCompletions {
+	if g.Enabled && g.CaptureCompletions {
 		span.SetAttributes(semconv.GenAIOutputMessagesKey.String(outputMessage))
 	}
 }

@@ -95,7 +95,8 @@ type Config struct {
 	ServiceName string
 	// ResourceAttributes is resource_attributes, decoded (k=v pairs, values percent-encoded).
 	ResourceAttributes map[string]string
-	// GenAI is genai_enabled and genai_capture_*; the capture flags are false unless enabled.
+	// GenAI is genai_enabled and genai_capture_*. agenttrace writes the capture flags false unless
+	// enabled; act on them only when Enabled, as they are read as written.
 	GenAI GenAI
 	// MLflow is mlflow_tracking_uri and mlflow_experiment_name; nil when MLflow is off.
 	MLflow *MLflow
