@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -47,9 +48,10 @@ func main() {
 			slog.Error("building tracer provider; keeping the previous one", "err", err)
 			return
 		} else {
-			next = &providerHolder{tp: tp, shutdown: tp.Shutdown}
-			slog.Info("trace configuration loaded", "version", cfg.Version,
-				"endpoint", cfg.Env["OTEL_EXPORTER_OTLP_ENDPOINT"], "sampler", cfg.Env["OTEL_TRACES_SAMPLER"])
+			next = &providerHolder{tp: tp, genai: cfg.GenAI, shutdown: tp.Shutdown}
+			slog.Info("trace configuration loaded", "version", cfg.Version, "exporters", cfg.TracesExporters,
+				"endpoint", cfg.Env["OTEL_EXPORTER_OTLP_ENDPOINT"], "sampler", cfg.Sampler, "genai", cfg.GenAI)
+			warnDeprecated(slog.Default(), cfg)
 		}
 		if old := current.Swap(next); old.shutdown != nil {
 			_ = old.shutdown(context.Background()) // flushes spans of the old configuration
@@ -66,16 +68,58 @@ func main() {
 			}
 			return
 		case <-t.C:
-			_, span := current.Load().tp.Tracer("agent-telemetry").Start(ctx, "tool_execution")
-			time.Sleep(10 * time.Millisecond) // the "tool"
-			span.End()
+			h := current.Load()
+			callTool(ctx, h.tp.Tracer("agent-telemetry"), h.genai)
 		}
 	}
 }
 
 type providerHolder struct {
 	tp       trace.TracerProvider
+	genai    traceconfig.GenAI
 	shutdown func(context.Context) error
+}
+
+// The simulated tool call: what the model was asked, what it answered, with which parameters.
+const (
+	toolName      = "get_weather"
+	model         = "granite-3.3-8b-instruct"
+	inputMessages = `[{"role":"user","parts":[{"type":"text","content":"Weather in Paris?"}]}]`
+	outputMessage = `[{"role":"assistant","parts":[{"type":"text","content":"Rainy, 14 °C."}],"finish_reason":"stop"}]`
+)
+
+// callTool is the agent's simulated tool call: one execute_tool span named by the OpenTelemetry
+// GenAI semantic conventions. Message content, which may hold personal data, is recorded only when
+// the AgentTrace captures it (genai_capture_prompts, genai_capture_completions), and the request's
+// model parameters only with genai_capture_model_parameters.
+func callTool(ctx context.Context, tracer trace.Tracer, g traceconfig.GenAI) {
+	_, span := tracer.Start(ctx, "execute_tool "+toolName, trace.WithAttributes(
+		semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(toolName)))
+	defer span.End()
+	if g.Enabled && g.CapturePrompts {
+		span.SetAttributes(semconv.GenAIInputMessagesKey.String(inputMessages))
+	}
+	if g.Enabled && g.CaptureModelParameters {
+		span.SetAttributes(semconv.GenAIRequestModel(model), semconv.GenAIRequestTemperature(0.2),
+			semconv.GenAIRequestMaxTokens(256))
+	}
+	time.Sleep(10 * time.Millisecond) // the "tool"
+	if g.Enabled && g.CaptureCompletions {
+		span.SetAttributes(semconv.GenAIOutputMessagesKey.String(outputMessage))
+	}
+}
+
+// warnDeprecated logs each exporter config.json marks deprecated: the AgentTrace asks for an
+// exporter this agent's SDK does not have (jaeger), or has only through otel.env (zipkin).
+func warnDeprecated(log *slog.Logger, cfg *traceconfig.Config) {
+	if cfg.Resolved == nil {
+		return
+	}
+	for _, e := range cfg.Resolved.Exporters {
+		if e.Deprecated != "" {
+			log.Warn("deprecated exporter in the AgentTrace", "type", e.Type, "endpoint", e.Endpoint, "why", e.Deprecated)
+		}
+	}
 }
 
 // newProvider applies otel.env to the process environment, which is where the OpenTelemetry SDK

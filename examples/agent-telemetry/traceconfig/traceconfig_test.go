@@ -28,6 +28,20 @@ func write(t *testing.T, dir, name, content string) {
 	}
 }
 
+// writeAtomically replaces a file by a rename, as kubelet's symlink swap replaces a ConfigMap's
+// files: a poll never sees it half written. The temporary name starts with "..", which Load's
+// version hash skips, as it skips kubelet's.
+func writeAtomically(t *testing.T, dir, name, content string) {
+	t.Helper()
+	tmp := filepath.Join(dir, "..tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "otel.env", otelEnv)
@@ -138,23 +152,31 @@ func TestDirIsTheInjectedMount(t *testing.T) {
 func TestWatchSeesChanges(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	got := make(chan *Config, 8)
-	go Watch(ctx, dir, 10*time.Millisecond, func(c *Config, err error) {
-		if err != nil {
-			t.Error(err)
-		}
-		got <- c
-	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Watch(ctx, dir, 10*time.Millisecond, func(c *Config, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			select {
+			case got <- c:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	// Watch ends before the test does (and before t.TempDir is removed under it).
+	defer func() { cancel(); <-done }()
 	if c := <-got; c != nil {
 		t.Fatalf("empty directory: want nil config, got %+v", c)
 	}
-	write(t, dir, "otel.env", otelEnv)
+	writeAtomically(t, dir, "otel.env", otelEnv)
 	first := <-got
 	if first == nil || first.Env["OTEL_TRACES_SAMPLER_ARG"] != "0.1" {
 		t.Fatalf("first config %+v", first)
 	}
-	write(t, dir, "otel.env", "OTEL_TRACES_SAMPLER=always_on\n")
+	writeAtomically(t, dir, "otel.env", "OTEL_TRACES_SAMPLER=always_on\n")
 	second := <-got
 	if second == nil || second.Env["OTEL_TRACES_SAMPLER"] != "always_on" || second.Version == first.Version {
 		t.Fatalf("second config %+v", second)
