@@ -306,6 +306,9 @@ type clusterWatch struct {
 	mu    sync.Mutex
 	// kindAt is when each policy was last seen with its current kind annotation.
 	kindAt map[string]kindSeen
+	// readyAt is when each card was last seen with its current NetworkPolicyReady (status and
+	// reason, "" while it has none): the exact arrival times the 1 s polls round up.
+	readyAt map[string]kindSeen
 }
 
 type kindSeen struct {
@@ -317,7 +320,7 @@ func watchCluster(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k
 	t.Helper()
 	cc, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	require.NoError(t, err)
-	w := &clusterWatch{cache: cc, ns: ns, kindAt: map[string]kindSeen{}}
+	w := &clusterWatch{cache: cc, ns: ns, kindAt: map[string]kindSeen{}, readyAt: map[string]kindSeen{}}
 	inf, err := cc.GetInformer(ctx, &networkingv1.NetworkPolicy{})
 	require.NoError(t, err)
 	record := func(obj any) {
@@ -334,7 +337,21 @@ func watchCluster(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k
 	}
 	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) }})
 	require.NoError(t, err)
-	_, err = cc.GetInformer(ctx, view.NewAgentCard())
+	cards, err := cc.GetInformer(ctx, view.NewAgentCard())
+	require.NoError(t, err)
+	recordCard := func(obj any) {
+		card, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		ready := readyCondition(card)
+		w.mu.Lock()
+		if w.readyAt[card.GetName()].kind != ready {
+			w.readyAt[card.GetName()] = kindSeen{kind: ready, at: time.Now()}
+		}
+		w.mu.Unlock()
+	}
+	_, err = cards.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: recordCard, UpdateFunc: func(_, obj any) { recordCard(obj) }})
 	require.NoError(t, err)
 	go func() { _ = cc.Start(ctx) }()
 	require.True(t, cc.WaitForCacheSync(ctx))
@@ -389,8 +406,34 @@ func waitConverged(ctx context.Context, t *testing.T, w *clusterWatch, verified 
 		return reported == len(verified), nil
 	})
 	require.NoError(t, err, "%s: %s", what, last)
-	t.Logf("LOAD %s, n=%d: every policy of the right kind after %v, every NetworkPolicyReady condition after %v; load average %s",
-		what, len(verified), policies.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), ducktest.Loadavg())
+	conditions := time.Since(start)
+	// The polls above see convergence up to a second late; the watch's arrival times are exact.
+	var lastPolicy, lastCondition time.Time
+	w.mu.Lock()
+	for i := range verified {
+		if at := w.kindAt[configmap.AgentPolicyName(workloadName(i))].at; at.After(lastPolicy) {
+			lastPolicy = at
+		}
+		if at := w.readyAt[workloadName(i)+"-card"].at; at.After(lastCondition) {
+			lastCondition = at
+		}
+	}
+	w.mu.Unlock()
+	t.Logf("LOAD %s, n=%d: every policy of the right kind after %v, every NetworkPolicyReady condition after %v (1 s polls); the last of them arrived on the test's watch after %v and %v; load average %s",
+		what, len(verified), policies.Round(time.Millisecond), conditions.Round(time.Millisecond),
+		max(0, lastPolicy.Sub(start)).Round(time.Millisecond), max(0, lastCondition.Sub(start)).Round(time.Millisecond), ducktest.Loadavg())
+}
+
+// readyCondition is a card's NetworkPolicyReady as "status/reason", "" when it has none.
+func readyCondition(u *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions")
+	list, _ := conds.([]any)
+	for _, c := range list {
+		if m, ok := c.(map[string]any); ok && m["type"] == api.ConditionNetworkPolicyReady {
+			return fmt.Sprint(m["status"], "/", m["reason"])
+		}
+	}
+	return ""
 }
 
 // conditionIs reads a condition of an unstructured object without decoding the whole status.
