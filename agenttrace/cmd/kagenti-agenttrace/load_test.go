@@ -42,7 +42,9 @@ import (
 //	KAGENTI_LOAD=1 KUBEBUILDER_ASSETS=$PWD/bin go test -count=1 -run TestLoad -v -timeout 30m ./agenttrace/cmd/kagenti-agenttrace/
 //
 // KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
-// (e.g. "--max-concurrent-reconciles=8"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB").
+// (e.g. "--max-concurrent-reconciles=8"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB");
+// KAGENTI_LOAD_MEMORY_MAX (e.g. 256Mi) runs the controller in a memory cgroup with that limit
+// (ducktest.StartController; root and a writable cgroup needed).
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
 		t.Skip("load test: set KAGENTI_LOAD=1")
@@ -77,9 +79,8 @@ func TestLoad(t *testing.T) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	pid := cmd.Process.Pid
+	ctl := ducktest.StartController(t, cmd)
+	pid := ctl.Pid
 	t.Logf("load average at start: %s", ducktest.Loadavg())
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		_, err := ducktest.APIRequests(metricsAddr)
@@ -119,6 +120,9 @@ func TestLoad(t *testing.T) {
 	created := time.Since(start)
 	// Polled once a second: at 10,000 objects a faster poll's LISTs would compete with the controller.
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := ctl.Exited(); err != nil {
+			return false, err
+		}
 		var list v1alpha1.AgentTraceList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			// A LIST of 10,000 objects on a saturated machine can time out or lose its stream;
