@@ -65,6 +65,8 @@ const loadCardPort = 18482
 // controller is given (every pod verified and labelled true; by default the cards are unsigned:
 // nothing to verify, no label);
 // KAGENTI_LOAD_ARGS adds flags, KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=50MiB"),
+// KAGENTI_LOAD_MEMORY_MAX (e.g. 256Mi) runs the controller in a memory cgroup with that limit
+// (ducktest.StartController; root and a writable cgroup needed),
 // KAGENTI_LOAD_PROFILE saves the converged controller's heap profile.
 func TestLoad(t *testing.T) {
 	if os.Getenv("KAGENTI_LOAD") != "1" {
@@ -173,7 +175,7 @@ func TestLoad(t *testing.T) {
 	ctl := startController(t, bin, dir)
 	t.Cleanup(ctl.stop)
 	cpuProfileWritten := ducktest.StartCPUProfile(t, ctl.pprofAddr)
-	statusesDone, firstSync := sw.await(ctx, t, ctl.started)
+	statusesDone, firstSync := sw.await(ctx, t, ctl.started, ctl.ctl.Exited)
 	if signer != nil {
 		t.Logf("LOAD every pod labelled %s=true %v after the controller started (the last status %v after)",
 			v1alpha1.LabelSignatureVerified, firstSync.Round(time.Millisecond), statusesDone.Round(time.Millisecond))
@@ -217,11 +219,10 @@ func TestLoad(t *testing.T) {
 
 // controllerProcess is one run of the binary.
 type controllerProcess struct {
-	cmd                    *exec.Cmd
+	ctl                    *ducktest.Controller
 	pid                    int
 	started                time.Time
 	metricsAddr, pprofAddr string
-	once                   sync.Once
 }
 
 // startController starts the binary with its default settings (plain-HTTP metrics and pprof on
@@ -236,12 +237,12 @@ func startController(t *testing.T, bin, dir string) *controllerProcess {
 		"--health-probe-bind-address", "0", "--zap-log-level=error",
 		"--discovery-bind-address", fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t)), "--discovery-rotator-cert-dir", t.TempDir()}
 	args = append(args, strings.Fields(os.Getenv("KAGENTI_LOAD_ARGS"))...)
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
-	p.cmd.Env = append(p.cmd.Env, strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
-	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, p.cmd.Start())
-	p.started, p.pid = time.Now(), p.cmd.Process.Pid
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
+	cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	p.ctl = ducktest.StartController(t, cmd)
+	p.started, p.pid = time.Now(), p.ctl.Pid
 	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		_, err := ducktest.APIRequests(p.metricsAddr)
 		return err == nil, nil
@@ -251,7 +252,7 @@ func startController(t *testing.T, bin, dir string) *controllerProcess {
 }
 
 func (p *controllerProcess) stop() {
-	p.once.Do(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	p.ctl.Stop()
 }
 
 // liveHeap forces a GC in the controller (its pprof heap endpoint with gc=1) and returns the
@@ -395,10 +396,13 @@ func (sw *syncWatch) mark(set map[string]bool, name string, ok bool, want int, d
 
 // await waits for the first sync to complete and returns how long after since the last card's
 // status arrived, and the last of everything (the pods' labels included).
-func (sw *syncWatch) await(ctx context.Context, t *testing.T, since time.Time) (statuses, all time.Duration) {
+func (sw *syncWatch) await(ctx context.Context, t *testing.T, since time.Time, exited func() error) (statuses, all time.Duration) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Minute, true, func(context.Context) (bool, error) {
+		if err := exited(); err != nil {
+			return false, err
+		}
 		sw.mu.Lock()
 		defer sw.mu.Unlock()
 		last = fmt.Sprintf("%d of %d AgentCards synced, %d of %d pods labelled true", len(sw.synced), sw.n, len(sw.labelled), sw.pods)

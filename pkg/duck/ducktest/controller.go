@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,15 @@ func StartController(t *testing.T, cmd *exec.Cmd) *Controller {
 		}
 	})
 	return c
+}
+
+// Stop kills the controller, if it still runs, and waits until it has exited (the test's cleanup
+// does the same; Stop is for a test that starts another controller after this one).
+func (c *Controller) Stop() {
+	if c.Exited() == nil {
+		_ = c.Cmd.Process.Kill()
+	}
+	<-c.done
 }
 
 // Exited is nil while the controller runs, else what ended it (and the cgroup's OOM kills).
@@ -148,12 +158,16 @@ func scrape(t *testing.T, addr string, names ...string) map[string]float64 {
 }
 
 // newMemoryCgroup makes a memory cgroup below the test process's own with limit bytes.
+// cgroups numbers the memory cgroups this process made.
+var cgroups atomic.Int64
+
 func newMemoryCgroup(t *testing.T, limit int64) *memlimit.Cgroup {
 	t.Helper()
 	own, err := memlimit.OwnCgroup("/")
 	require.NoError(t, err, "%s needs the test's own memory cgroup", MemoryMaxEnv)
 	cg := own
-	cg.Dir = filepath.Join(own.Dir, fmt.Sprintf("kagenti-load-%d", os.Getpid()))
+	// One cgroup per controller: a test may start several, one after the other.
+	cg.Dir = filepath.Join(own.Dir, fmt.Sprintf("kagenti-load-%d-%d", os.Getpid(), cgroups.Add(1)))
 	require.NoError(t, os.Mkdir(cg.Dir, 0o755), "%s needs a writable memory cgroup (root, cgroup v1 or a delegated v2 subtree)", MemoryMaxEnv)
 	if cg.V2 {
 		// The memory controller must be enabled for the children of the test's cgroup.
