@@ -62,6 +62,8 @@ import (
 //
 // KAGENTI_LOAD_N and KAGENTI_LOAD_UPDATES override 1000 and 200; KAGENTI_LOAD_ARGS adds flags
 // (e.g. "--max-concurrent-reconciles=4"), KAGENTI_LOAD_ENV environment (e.g. "GOMEMLIMIT=32MiB");
+// KAGENTI_LOAD_MEMORY_MAX (e.g. 256Mi) runs the controller in a memory cgroup with that limit
+// (ducktest.StartController; root and a writable cgroup needed);
 // KAGENTI_LOAD_PROFILE names a file for the controller's heap profile at the end,
 // KAGENTI_LOAD_CPUPROFILE one for its CPU profile of the first KAGENTI_LOAD_CPU_SECONDS
 // (20) of the first sync.
@@ -148,7 +150,7 @@ func TestLoad(t *testing.T) {
 	serverBefore := server.CPUSeconds()
 	proc := ctl.start(t)
 	cpuProfileWritten := ducktest.StartCPUProfile(t, proc.pprofAddr)
-	waitConverged(ctx, t, w, verified, proc.started, 90*time.Minute, "first sync")
+	waitConverged(ctx, t, w, verified, proc.started, 90*time.Minute, "first sync", proc.exited)
 	serverAfter := server.CPUSeconds()
 	t.Logf("LOAD API server CPU time from the controller's start until converged (the test's own watch and 1 s polls included): kube-apiserver %.2f s, etcd %.2f s",
 		serverAfter[0]-serverBefore[0], serverAfter[1]-serverBefore[1])
@@ -176,7 +178,7 @@ func TestLoad(t *testing.T) {
 		}), "flip %d of card %d never made its policy %s", u, i, want)
 	}
 	if len(lat) > 0 {
-		waitConverged(ctx, t, w, verified, time.Now(), 30*time.Minute, "after the flips")
+		waitConverged(ctx, t, w, verified, time.Now(), 30*time.Minute, "after the flips", proc.exited)
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		pct := func(p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)].Round(time.Millisecond / 10) }
 		t.Logf("LOAD %d verdict flips: agentcard's status apply → policy of the new kind on a watch p50=%v p90=%v p99=%v max=%v; load average %s",
@@ -205,6 +207,8 @@ type runningController struct {
 	metricsAddr, pprofAddr string
 	started                time.Time
 	stop                   func()
+	// exited is nil while the controller runs, else what ended it (an OOM kill in its cgroup).
+	exited func() error
 }
 
 // start runs the controller until the test ends (or stop is called) and waits for its metrics.
@@ -218,11 +222,8 @@ func (p controllerProcess) start(t *testing.T) runningController {
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("KAGENTI_LOAD_ENV"))...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	r.started = time.Now()
-	require.NoError(t, cmd.Start())
-	var once sync.Once
-	r.stop = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
-	t.Cleanup(r.stop)
-	r.pid = cmd.Process.Pid
+	ctl := ducktest.StartController(t, cmd)
+	r.stop, r.exited, r.pid = ctl.Stop, ctl.Exited, ctl.Pid
 	t.Logf("controller: pid %d, %s %s", r.pid, os.Getenv("KAGENTI_LOAD_ENV"), strings.Join(extra, " "))
 	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		_, err := ducktest.APIRequests(r.metricsAddr)
@@ -368,11 +369,14 @@ func (w *clusterWatch) policyKindSince(name, kind string, since time.Time) (time
 
 // waitConverged waits until every card's policy has the kind its verdict asks for, then until
 // every card reports NetworkPolicyReady=True with the matching reason; it logs both times from start.
-func waitConverged(ctx context.Context, t *testing.T, w *clusterWatch, verified []bool, start time.Time, timeout time.Duration, what string) {
+func waitConverged(ctx context.Context, t *testing.T, w *clusterWatch, verified []bool, start time.Time, timeout time.Duration, what string, exited func() error) {
 	t.Helper()
 	last := ""
 	// Polled once a second from the test's cache: cheap for the API server and the controller.
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(context.Context) (bool, error) {
+		if err := exited(); err != nil {
+			return false, err
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		right := 0
@@ -387,6 +391,9 @@ func waitConverged(ctx context.Context, t *testing.T, w *clusterWatch, verified 
 	require.NoError(t, err, "%s: %s", what, last)
 	policies := time.Since(start)
 	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := exited(); err != nil {
+			return false, err
+		}
 		list := view.NewAgentCardList()
 		if err := w.cache.List(ctx, list, client.InNamespace(w.ns), client.UnsafeDisableDeepCopy); err != nil {
 			return false, err
