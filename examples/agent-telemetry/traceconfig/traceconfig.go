@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -172,22 +174,19 @@ var ErrNotConfigured = errors.New("no AgentTrace configuration")
 
 // Load reads dir. A malformed file is an error naming it.
 func Load(dir string) (*Config, error) {
-	envFile, err := os.ReadFile(filepath.Join(dir, FileEnv))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotConfigured
-	}
+	files, err := readDir(dir)
 	if err != nil {
 		return nil, err
+	}
+	envFile, ok := files[FileEnv]
+	if !ok {
+		return nil, ErrNotConfigured
 	}
 	env, err := ParseEnv(string(envFile))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, FileEnv), err)
 	}
-	version, err := hashDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	r := reader{dir: dir}
+	r := reader{dir: dir, files: files}
 	cfg := &Config{
 		Env:             env,
 		Endpoint:        r.str(FileEndpoint),
@@ -205,7 +204,7 @@ func Load(dir string) (*Config, error) {
 			CaptureCompletions:     r.boolean(FileGenAICaptureCompletions),
 			CaptureModelParameters: r.boolean(FileGenAICaptureModelParameters),
 		},
-		Version: version,
+		Version: versionOf(files),
 	}
 	if s, ok := r.read(FileResourceAttributes); ok {
 		attrs, err := ParseResourceAttributes(s)
@@ -267,10 +266,11 @@ func decodeStrict(s string, into any) error {
 	return nil
 }
 
-// reader reads the optional files of one directory and keeps the first error.
+// reader reads the optional files of one directory, as readDir read them, and keeps the first error.
 type reader struct {
-	dir string
-	err error
+	dir   string
+	files map[string][]byte
+	err   error
 }
 
 func (r *reader) fail(name string, err error) {
@@ -281,15 +281,8 @@ func (r *reader) fail(name string, err error) {
 
 // read returns the file without a trailing newline; false when it does not exist.
 func (r *reader) read(name string) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(r.dir, name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", false
-	}
-	if err != nil {
-		r.fail(name, err)
-		return "", false
-	}
-	return strings.TrimRight(string(b), "\r\n"), true
+	b, ok := r.files[name]
+	return strings.TrimRight(string(b), "\r\n"), ok
 }
 
 func (r *reader) str(name string) string {
@@ -373,29 +366,42 @@ func ParseEnv(s string) (map[string]string, error) {
 	return out, sc.Err()
 }
 
-// hashDir hashes the visible files (kubelet's ..data indirection is followed by ReadFile).
-func hashDir(dir string) (string, error) {
+// readDir reads every visible file of dir once (kubelet's ..data indirection and its symlinks are
+// followed by ReadFile). A directory that does not exist reads as empty: the volume is optional.
+func readDir(dir string) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	var names []string
+	files := make(map[string][]byte, len(entries))
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "..") {
-			names = append(names, e.Name())
+		if strings.HasPrefix(e.Name(), "..") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		switch {
+		case err == nil:
+			files[e.Name()] = b
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.EISDIR):
+			// removed mid-swap (the next poll sees the new state), or a directory
+		default:
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err)
 		}
 	}
-	sort.Strings(names)
+	return files, nil
+}
+
+// versionOf hashes the files read: it changes whenever any of them does.
+func versionOf(files map[string][]byte) string {
 	h := sha256.New()
-	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(dir, n))
-		if err != nil {
-			continue // a directory, or a file removed mid-swap: the next poll sees the new state
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
-		h.Write(b)
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(files[n]))
+		h.Write(files[n])
 	}
-	return fmt.Sprintf("%x", h.Sum(nil))[:16], nil
+	return fmt.Sprintf("%x", h.Sum(nil))[:16]
 }
 
 // Watch calls onChange with the current configuration (nil when not configured) and then again
