@@ -70,10 +70,8 @@ func writeFiles(t *testing.T, data map[string]string) string {
 // The check that every rendered key is known catches a key traceconfig does not read.
 func TestUnknownKeysFindsANewKey(t *testing.T) {
 	for name, data := range goldenConfigMaps(t) {
-		withNew := map[string]string{"otel_new_setting": "x"}
-		for k, v := range data {
-			withNew[k] = v
-		}
+		withNew := maps.Clone(data)
+		withNew["otel_new_setting"] = "x"
 		if got := unknownKeys(withNew); !slices.Equal(got, []string{"otel_new_setting"}) {
 			t.Errorf("%s plus otel_new_setting: unknown keys %v", name, got)
 		}
@@ -112,9 +110,6 @@ func checkAgreement(t *testing.T, cfg *Config) {
 			t.Errorf("%s: %#v, want %#v", what, got, want)
 		}
 	}
-	// envVal is env[k] and whether it is set.
-	envVal := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-
 	eq("service_name vs OTEL_SERVICE_NAME", cfg.ServiceName, env["OTEL_SERVICE_NAME"])
 	eq("service_name vs config.json serviceName", cfg.ServiceName, js.ServiceName)
 	envAttrs, err := ParseResourceAttributes(env["OTEL_RESOURCE_ATTRIBUTES"])
@@ -155,7 +150,7 @@ func checkAgreement(t *testing.T, cfg *Config) {
 	if otlp == nil {
 		eq("otel_endpoint without an otlp exporter", cfg.Endpoint, "")
 		eq("otel_protocol without an otlp exporter", cfg.Protocol, "")
-		_, set := envVal("OTEL_EXPORTER_OTLP_ENDPOINT")
+		_, set := env["OTEL_EXPORTER_OTLP_ENDPOINT"]
 		eq("OTEL_EXPORTER_OTLP_ENDPOINT set without an otlp exporter", set, false)
 	} else {
 		eq("otel_endpoint vs config.json", cfg.Endpoint, otlp.Endpoint)
@@ -172,14 +167,13 @@ func checkAgreement(t *testing.T, cfg *Config) {
 	} else {
 		eq("zipkin_endpoint vs config.json url", cfg.ZipkinEndpoint, zipkin.URL)
 	}
-	zipkinEnv, _ := envVal("OTEL_EXPORTER_ZIPKIN_ENDPOINT")
-	eq("zipkin_endpoint vs OTEL_EXPORTER_ZIPKIN_ENDPOINT", cfg.ZipkinEndpoint, zipkinEnv)
+	eq("zipkin_endpoint vs OTEL_EXPORTER_ZIPKIN_ENDPOINT", cfg.ZipkinEndpoint, env["OTEL_EXPORTER_ZIPKIN_ENDPOINT"])
 
 	// Sampling.
 	eq("sampler vs OTEL_TRACES_SAMPLER", cfg.Sampler, env["OTEL_TRACES_SAMPLER"])
 	eq("sampler vs config.json", cfg.Sampler, js.Sampling.Sampler)
-	eq("sampler_arg vs OTEL_TRACES_SAMPLER_ARG", cfg.SamplerArg, ratio(t, env, "OTEL_TRACES_SAMPLER_ARG"))
-	eq("sampler_arg vs config.json rate", cfg.SamplerArg, ratio(t, map[string]string{"rate": js.Sampling.Rate}, "rate"))
+	eq("sampler_arg vs OTEL_TRACES_SAMPLER_ARG", cfg.SamplerArg, ratio(t, env["OTEL_TRACES_SAMPLER_ARG"]))
+	eq("sampler_arg vs config.json rate", cfg.SamplerArg, ratio(t, js.Sampling.Rate))
 
 	// GenAI: otel.env has one capture switch, on when prompts or completions are captured.
 	eq("genai_* vs config.json", cfg.GenAI, js.GenAI)
@@ -192,17 +186,14 @@ func checkAgreement(t *testing.T, cfg *Config) {
 
 	// Integrations.
 	eq("mlflow_* vs config.json", cfg.MLflow, js.Integration.MLflow)
-	uri, uriSet := envVal("MLFLOW_TRACKING_URI")
-	experiment, _ := envVal("MLFLOW_EXPERIMENT_NAME")
-	if cfg.MLflow == nil {
-		eq("MLFLOW_TRACKING_URI set without mlflow_tracking_uri", uriSet, false)
+	if uri, set := env["MLFLOW_TRACKING_URI"]; cfg.MLflow == nil {
+		eq("MLFLOW_TRACKING_URI set without mlflow_tracking_uri", set, false)
 	} else {
 		eq("mlflow_tracking_uri vs MLFLOW_TRACKING_URI", cfg.MLflow.TrackingURI, uri)
-		eq("mlflow_experiment_name vs MLFLOW_EXPERIMENT_NAME", cfg.MLflow.ExperimentName, experiment)
+		eq("mlflow_experiment_name vs MLFLOW_EXPERIMENT_NAME", cfg.MLflow.ExperimentName, env["MLFLOW_EXPERIMENT_NAME"])
 	}
 	eq("prometheus_* vs config.json", cfg.Prometheus, js.Integration.Prometheus)
-	port, portSet := envVal("OTEL_EXPORTER_PROMETHEUS_PORT")
-	if cfg.Prometheus == nil {
+	if port, portSet := env["OTEL_EXPORTER_PROMETHEUS_PORT"]; cfg.Prometheus == nil {
 		eq("OTEL_EXPORTER_PROMETHEUS_PORT set without prometheus_port", portSet, false)
 	} else {
 		eq("prometheus_port vs OTEL_EXPORTER_PROMETHEUS_PORT", strconv.Itoa(cfg.Prometheus.Port), port)
@@ -210,15 +201,15 @@ func checkAgreement(t *testing.T, cfg *Config) {
 	}
 }
 
-// ratio parses m[k] as sampler_arg is parsed; nil when absent or empty.
-func ratio(t *testing.T, m map[string]string, k string) *float64 {
+// ratio parses s as sampler_arg is parsed; nil when empty.
+func ratio(t *testing.T, s string) *float64 {
 	t.Helper()
-	if m[k] == "" {
+	if s == "" {
 		return nil
 	}
-	f, err := strconv.ParseFloat(m[k], 64)
+	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		t.Fatalf("%s: %v", k, err)
+		t.Fatalf("ratio %q: %v", s, err)
 	}
 	return &f
 }
