@@ -405,7 +405,7 @@ func waitConverged(ctx context.Context, t *testing.T, w *clusterWatch, verified 
 				continue
 			}
 			want := map[bool]string{true: api.ReasonPermissive, false: api.ReasonRestrictive}[verified[i]]
-			if conditionIs(&card, api.ConditionNetworkPolicyReady, "True", want) {
+			if readyCondition(&card) == "True/"+want {
 				reported++
 			}
 		}
@@ -431,7 +431,8 @@ func waitConverged(ctx context.Context, t *testing.T, w *clusterWatch, verified 
 		max(0, lastPolicy.Sub(start)).Round(time.Millisecond), max(0, lastCondition.Sub(start)).Round(time.Millisecond), ducktest.Loadavg())
 }
 
-// readyCondition is a card's NetworkPolicyReady as "status/reason", "" when it has none.
+// readyCondition is a card's NetworkPolicyReady as "status/reason", "" when it has none, read
+// without decoding the whole status.
 func readyCondition(u *unstructured.Unstructured) string {
 	conds, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions")
 	list, _ := conds.([]any)
@@ -441,17 +442,4 @@ func readyCondition(u *unstructured.Unstructured) string {
 		}
 	}
 	return ""
-}
-
-// conditionIs reads a condition of an unstructured object without decoding the whole status.
-func conditionIs(u *unstructured.Unstructured, condType, status, reason string) bool {
-	conds, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions")
-	list, _ := conds.([]any)
-	for _, c := range list {
-		m, _ := c.(map[string]any)
-		if m["type"] == condType {
-			return m["status"] == status && m["reason"] == reason
-		}
-	}
-	return false
 }
