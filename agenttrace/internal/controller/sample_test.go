@@ -14,7 +14,7 @@ import (
 )
 
 // deploy/samples/agenttrace.yaml is accepted by the API server and becomes Active for an injected
-// weather-agent.
+// weather-agent, with no warning: a newcomer's first status is not DeprecatedExporter.
 func TestSampleIsValid(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(crdDir(), "..", "..", "samples", "agenttrace.yaml"))
 	require.NoError(t, err)
@@ -24,7 +24,7 @@ func TestSampleIsValid(t *testing.T) {
 	at.Namespace = ns
 	deployment(t, ns, at.Spec.TargetRef.Name, true)
 	create(t, &at)
-	got := waitStatus(t, ns, at.Name, v1alpha1.PhaseActive, v1alpha1.ReasonDeprecatedExporter)
+	got := waitStatus(t, ns, at.Name, v1alpha1.PhaseActive, v1alpha1.ReasonActive)
 	require.Equal(t, metav1.ConditionTrue, findCond(got, v1alpha1.ConditionReady).Status)
 	var cm corev1.ConfigMap
 	require.NoError(t, k8s.Get(ctx, keyOf(ns, "weather-agent-trace"), &cm))
