@@ -43,7 +43,8 @@ tokenexchange_summary() {
   kubectl get tokenexchange -n "${ns}" "${name}" -o \
     jsonpath='{"tokenexchange: "}{.metadata.name}{" phase="}{.status.phase}{" ready="}{.status.conditions[?(@.type=="Ready")].reason}{" pods="}{.status.pods}{" configuredPods="}{.status.configuredPods}{"\n  "}{.status.message}{"\n"}'
   if kubectl get configmap -n "${ns}" "${cm}" >/dev/null 2>&1; then
-    echo "  ConfigMap ${ns}/${cm}: $(kubectl get configmap -n "${ns}" "${cm}" -o jsonpath='{.data}' | wc -c) bytes (config.yaml, routes.yaml, helper.conf)"
+    # What the ConfigMap holds, as read back from the API server: each key and its size.
+    echo "  ConfigMap ${ns}/${cm}: $(kubectl get configmap -n "${ns}" "${cm}" -o go-template='{{range $k, $v := .data}}{{$k}} ({{len $v}} bytes) {{end}}')"
   else
     echo "  ConfigMap ${ns}/${cm}: missing"
   fi
