@@ -247,3 +247,24 @@ func FuzzPublicPath(f *testing.F) {
 		}
 	})
 }
+
+// TestRepeatedAuthorizationIsRefused: a request with two Authorization headers (in any case) is
+// refused: the proxy would validate the first, and the agent might read the other.
+func TestRepeatedAuthorizationIsRefused(t *testing.T) {
+	f := newFixture(t)
+	tok := f.token(f.valid(nil))
+	for _, tc := range []struct {
+		path string
+		hdr  http.Header
+	}{
+		{"/tasks", http.Header{"Authorization": {"Bearer forged"}}},
+		{"/tasks", http.Header{"authorization": {"Bearer forged"}}},
+		{"/.well-known/agent.json", http.Header{"AUTHORIZATION": {"Basic Zm9vOmJhcg=="}}},
+	} {
+		a := f.raw(tc.path, tok, tc.hdr)
+		assert.Equal(t, http.StatusBadRequest, a.status, "%s %v: %s", tc.path, tc.hdr, a.text)
+		assert.Equal(t, ErrInvalidRequest, a.body["error"])
+		assert.Equal(t, "more than one Authorization header", a.body["error_description"])
+		assert.Empty(t, a.header.Get("X-Seen-URI"), "nothing reached the agent")
+	}
+}

@@ -142,6 +142,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, decoded, err := canonicalPath(r.URL.EscapedPath())
+	if err == nil && len(r.Header.Values("Authorization")) > 1 {
+		// Authorization is a singleton field (RFC 9110 §11.6.2): the proxy would validate one
+		// value, and the agent might read another.
+		err = errors.New("more than one Authorization header")
+	}
 	if err != nil {
 		p.log.Info("request refused", zap.String("error", ErrInvalidRequest), zap.String("reason", err.Error()))
 		writeError(w, http.StatusBadRequest, ErrInvalidRequest, err.Error())

@@ -169,6 +169,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := Decide(c, p.routeName(r.Host, dst), strconv.Itoa(int(dst.Port())))
 	if d.Exchange {
+		if len(r.Header.Values("Authorization")) > 1 {
+			// The proxy would exchange one value and the destination might read another, the
+			// caller's own token.
+			writeError(w, http.StatusBadRequest, "invalid_request", "kagenti outbound proxy: more than one Authorization header")
+			return
+		}
 		if subject, ok := bearer(r); ok {
 			creds, err := p.creds.Get(c)
 			if err != nil {

@@ -315,6 +315,27 @@ func TestForgedHostLeavesNoTokenUnexchanged(t *testing.T) {
 	assert.Len(t, f.idp.Calls(), 1, "one exchange, cached")
 }
 
+// TestRepeatedAuthorizationIsRefused: a request with two Authorization headers on a route that
+// exchanges is refused: the proxy would exchange (or, were the first not a bearer token, skip) one
+// value while the destination might read the other, the caller's own token.
+func TestRepeatedAuthorizationIsRefused(t *testing.T) {
+	f := newFixture(t, rules)
+	f.dst.Store(new(callee(t)))
+	for _, values := range [][]string{{"Basic Zm9vOmJhcg==", "Bearer user-token"}, {"Bearer user-token", "Bearer other"}} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+f.addr+"/", nil)
+		require.NoError(t, err)
+		req.Host = "api.example.com"
+		req.Header["Authorization"] = values
+		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%v: %s", values, b)
+		assert.Contains(t, string(b), "more than one Authorization header")
+	}
+	assert.Empty(t, f.idp.Calls())
+}
+
 func TestRouteChangeTakesEffectWithoutRestart(t *testing.T) {
 	f := newFixture(t, rules)
 	up := callee(t)
