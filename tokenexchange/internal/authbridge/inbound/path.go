@@ -84,8 +84,9 @@ func canonicalPath(escaped string) (raw, decoded string, err error) {
 	return raw, decoded, nil
 }
 
-// checkPathBytes refuses backslashes, control characters and encoded slashes, backslashes and
-// control characters, in either case of hex digit.
+// checkPathBytes refuses backslashes, control characters, other bytes that an escaped path never
+// holds unencoded, and encoded slashes, backslashes and control characters, in either case of hex
+// digit.
 func checkPathBytes(escaped string) error {
 	for i := 0; i < len(escaped); i++ {
 		c := escaped[i]
@@ -94,6 +95,8 @@ func checkPathBytes(escaped string) error {
 			return fmt.Errorf("request path %q contains a backslash", escaped)
 		case c < 0x20 || c == 0x7f:
 			return fmt.Errorf("request path %q contains a control character", escaped)
+		case !pathByte(c):
+			return fmt.Errorf("request path %q contains %q, which must be percent-encoded", escaped, c)
 		case c == '%':
 			if i+2 >= len(escaped) || !isHex(escaped[i+1]) || !isHex(escaped[i+2]) {
 				return fmt.Errorf("request path %q has an invalid percent-encoding at byte %d", escaped, i)
@@ -146,6 +149,16 @@ func dotSegment(name string) string {
 		}
 	}
 	return [...]string{"", ".", ".."}[dots]
+}
+
+// pathByte reports whether c may appear unencoded in an escaped path: what RFC 3986 allows in a
+// segment, '/', '%', and the '[' and ']' that Go's URL parser keeps as they came.
+func pathByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()*+,;=:@/%[]", c) >= 0
 }
 
 func isHex(c byte) bool {

@@ -185,6 +185,11 @@ func TestCanonicalPath(t *testing.T) {
 		{"/a\x01", "", "", "contains a control character"},
 		{"/a%0a", "", "", "encoded control character (%0a)"},
 		{"/a/.;x", "", "", "dot segment with parameters"},
+		{"/ ", "", "", `contains ' ', which must be percent-encoded`},
+		{"/a\xff", "", "", "must be percent-encoded"},
+		{"/a?b", "", "", "must be percent-encoded"},
+		{"/a[0]", "/a[0]", "/a[0]", ""},
+		{"/a!$&'()*+,=:@~", "/a!$&'()*+,=:@~", "/a!$&'()*+,=:@~", ""},
 	} {
 		raw, decoded, err := canonicalPath(tc.in)
 		if tc.err != "" {
