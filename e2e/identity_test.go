@@ -112,10 +112,26 @@ func TestIdentityFlow(t *testing.T) {
 	})
 
 	t.Run("a pass-through route leaves the token alone", func(t *testing.T) {
-		res := f.agentCall(t, user, "http://"+f.echoAddr+"/passthrough", "passthrough.example")
+		res := f.agentCall(t, user, "http://"+f.echoAddr+"/passthrough", forgedHost)
 		got := decodeReport(t, res)
 		if got.Pod != "host-echo" || bearer(got.Headers) != user {
 			t.Fatalf("pass-through: %+v; want the host echo server with the original token", got)
+		}
+	})
+
+	t.Run("a Host naming the pass-through or the IdP does not carry the token elsewhere", func(t *testing.T) {
+		idp, err := url.Parse(f.idp.issuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, host := range []string{forgedHost, f.echoAddr, idp.Host} {
+			res := f.agentCall(t, user, "http://"+f.calleeInbound()+"/tasks", host)
+			if res.Status != http.StatusOK {
+				t.Fatalf("Host %s to the callee: %d %s; want the call exchanged as its destination says (the callee refuses the user's own token)", host, res.Status, res.Body)
+			}
+			if got := decodeReport(t, res); bearer(got.Headers) == user {
+				t.Fatalf("Host %s to the callee: the callee received the caller's original token", host)
+			}
 		}
 	})
 
@@ -150,6 +166,7 @@ const (
 	identityTaint      = "kagenti.io/identity-e2e"
 	identityPodCIDR    = "10.78.0.0/25"   // kwok hands out .1 … .126
 	identityHostAddr   = "10.78.0.254/24" // the bridge's address, outside what kwok hands out
+	identityPodHosts   = "10.78.0.*"      // a destination rule's host for the node's pods
 	agentImage         = "example.com/e2e/identity-agent:test"
 	agentPort          = 8081
 	inboundPort        = 8080
@@ -299,17 +316,24 @@ func (f *identityFlow) createTokenExchanges() {
 	})
 }
 
-// callerRules: the callee's host gets a token for audience; passthrough.example is left alone.
+// callerRules: the host echo server (on the bridge's address) is left alone; the identity node's
+// pods on the inbound port, the callee among them, get a token for audience. The rules name
+// addresses: the outbound proxy chooses a route by a Host name only when that name resolves to the
+// connection's destination, and the pods use the host's resolver, where callee.<ns>.svc means
+// nothing (in a cluster it resolves to the Service's ClusterIP, the destination of such calls).
 func (f *identityFlow) callerRules(audience string) []any {
 	return []any{
-		map[string]any{"match": map[string]any{"host": f.calleeHost()},
+		map[string]any{"match": map[string]any{"host": f.hostIP}},
+		map[string]any{"match": map[string]any{"host": identityPodHosts + ":" + strconv.Itoa(inboundPort)},
 			"target": map[string]any{"audience": audience, "scopes": []any{"agent:invoke"}}},
-		map[string]any{"match": map[string]any{"host": "passthrough.example"}},
 	}
 }
 
 // calleeHost is the Host of the caller's requests to the callee, as if through a Service.
 func (f *identityFlow) calleeHost() string { return "callee." + f.ns + ".svc" }
+
+// forgedHost names the pass-through destination on requests that go elsewhere.
+const forgedHost = "passthrough.example"
 
 func (f *identityFlow) createTokenExchange(name string, spec map[string]any) {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}

@@ -22,30 +22,8 @@ import (
 
 // ClaimsHeader carries a validated token's claims to the agent: the token's payload segment
 // (base64url-encoded JSON, as Envoy's jwt_authn forwards it). A value sent by the client is
-// always removed.
+// always removed, in every spelling (removeSpellings).
 const ClaimsHeader = "X-Kagenti-Claims"
-
-// Unauthenticated paths: discovery documents (the A2A agent card) and health checks reach the
-// agent without a token.
-var (
-	publicPrefixes = []string{"/.well-known/"}
-	publicPaths    = []string{"/healthz", "/readyz", "/livez", "/health"}
-)
-
-// Public reports whether path is served without a token.
-func Public(path string) bool {
-	for _, p := range publicPrefixes {
-		if strings.HasPrefix(path, p) {
-			return true
-		}
-	}
-	for _, p := range publicPaths {
-		if path == p {
-			return true
-		}
-	}
-	return false
-}
 
 // Proxy is the inbound reverse proxy: inbound port → 127.0.0.1:targetPort.
 type Proxy struct {
@@ -155,10 +133,27 @@ func (p *Proxy) Ready() []string {
 }
 
 // ServeHTTP admits the request when its path is public or its bearer token is valid.
+// The path is first made canonical (canonicalPath): the decision and the agent see the same one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r.Header.Del(ClaimsHeader)
+	removeSpellings(r.Header, proxySetHeaders)
 	st := p.state.Load()
-	if !st.validate || Public(r.URL.Path) {
+	if !st.validate {
+		p.proxy.ServeHTTP(w, r)
+		return
+	}
+	raw, decoded, err := canonicalPath(r.URL.EscapedPath())
+	if err == nil && len(r.Header.Values("Authorization")) > 1 {
+		// Authorization is a singleton field (RFC 9110 §11.6.2): the proxy would validate one
+		// value, and the agent might read another.
+		err = errors.New("more than one Authorization header")
+	}
+	if err != nil {
+		p.log.Info("request refused", zap.String("error", ErrInvalidRequest), zap.String("reason", err.Error()))
+		writeError(w, http.StatusBadRequest, ErrInvalidRequest, err.Error())
+		return
+	}
+	r.URL.Path, r.URL.RawPath = decoded, raw
+	if Public(decoded) {
 		p.proxy.ServeHTTP(w, r)
 		return
 	}

@@ -38,6 +38,12 @@ func agent(t testing.TB) (port int32) {
 		w.Header().Set("X-Seen-Claims", r.Header.Get(ClaimsHeader))
 		w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
 		w.Header().Set("X-Seen-Proto", r.Proto)
+		w.Header().Set("X-Seen-URI", r.RequestURI)
+		names := make([]string, 0, len(r.Header))
+		for k := range r.Header {
+			names = append(names, k)
+		}
+		w.Header().Set("X-Seen-Headers", strings.Join(names, ","))
 		_, _ = io.WriteString(w, "agent: "+r.URL.Path)
 	}))
 	srv.Config.Protocols = ServerProtocols() // HTTP/1.1 and h2c, like a gRPC-capable agent

@@ -81,3 +81,23 @@ func benchFixture(b *testing.B) (*fixture, netip.AddrPort) {
 	f.dst.Store(&up)
 	return f, up
 }
+
+// BenchmarkDecide is the per-request cost of choosing a request's route: the Host name checked
+// against the destination (answered from the cache) and the rules applied.
+func BenchmarkDecide(b *testing.B) {
+	p := decideProxy(newFakeDNS(decideDNS))
+	for _, tc := range []struct{ name, host, dst string }{
+		{"name", "api.example.com", "10.0.0.1:443"},
+		{"address", "10.0.0.9", "10.0.0.9:80"},
+		{"forged", "storage.googleapis.com", "10.0.0.66:80"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			dst := netip.MustParseAddrPort(tc.dst)
+			p.decide(decideConfig, tc.host, dst)
+			b.ReportAllocs()
+			for b.Loop() {
+				p.decide(decideConfig, tc.host, dst)
+			}
+		})
+	}
+}

@@ -35,6 +35,10 @@ type Proxy struct {
 	// Destination finds where a redirected connection was going (OriginalDestination; tests
 	// that run without a network namespace give another).
 	Destination func(net.Conn) (netip.AddrPort, error)
+	// Resolver looks up the Host names of requests, to check that they name the destination
+	// (routeName); net.DefaultResolver unless a test gives another.
+	Resolver Resolver
+	names    *nameCache
 	// DetectionTimeout is how long the proxy waits for a client's first bytes before it takes the
 	// connection for a server-first protocol and tunnels it.
 	DetectionTimeout time.Duration
@@ -48,6 +52,8 @@ func New(cfg *sidecar.Config, creds *CredentialSource, exchanger *Exchanger, log
 		cfg: cfg, creds: creds, exchanger: exchanger, log: log,
 		dialer:           &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
 		Destination:      OriginalDestination,
+		Resolver:         net.DefaultResolver,
+		names:            newNameCache(),
 		DetectionTimeout: 5 * time.Second,
 	}
 	h1 := &http.Transport{
@@ -161,8 +167,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if host == "" {
 		host = dst.Addr().String()
 	}
-	d := Decide(c, host, strconv.Itoa(int(dst.Port())))
+	d := Decide(c, p.routeName(r.Host, dst), strconv.Itoa(int(dst.Port())))
 	if d.Exchange {
+		if len(r.Header.Values("Authorization")) > 1 {
+			// The proxy would exchange one value and the destination might read another, the
+			// caller's own token.
+			writeError(w, http.StatusBadRequest, "invalid_request", "kagenti outbound proxy: more than one Authorization header")
+			return
+		}
 		if subject, ok := bearer(r); ok {
 			creds, err := p.creds.Get(c)
 			if err != nil {

@@ -109,6 +109,14 @@ type fixture struct {
 	creds  *CredentialSource
 	addr   string
 	dst    atomic.Pointer[netip.AddrPort] // where the "redirected" connections were going
+	dns    *fakeDNS
+}
+
+// fixtureDNS: the names the tests call resolve to the loopback address their servers listen on;
+// elsewhere.googleapis.com matches the pass-through rule but is somewhere else.
+var fixtureDNS = map[string]string{
+	"api.example.com": "127.0.0.1", "svc.example.com": "127.0.0.1", "weather.tools.svc.cluster.local": "127.0.0.1",
+	"storage.googleapis.com": "127.0.0.1", "elsewhere.example.org": "127.0.0.1", "elsewhere.googleapis.com": "192.0.2.1",
 }
 
 const rules = `outbound:
@@ -159,6 +167,8 @@ func newFixture(t testing.TB, configYAML string) *fixture {
 	f.creds = NewCredentialSource(f.shared)
 	f.proxy = New(f.cfg, f.creds, NewExchanger(http.DefaultClient), log)
 	f.proxy.Destination = func(net.Conn) (netip.AddrPort, error) { return *f.dst.Load(), nil }
+	f.dns = newFakeDNS(fixtureDNS)
+	f.proxy.Resolver = f.dns
 	f.proxy.DetectionTimeout = 200 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -194,8 +204,8 @@ func TestRoutesDecideTheExchangedToken(t *testing.T) {
 	for _, tc := range []struct{ host, want string }{
 		{"api.example.com", "auth=Bearer exchanged(user-token→api|read write)"},
 		{"API.example.com:80", "auth=Bearer exchanged(user-token→api|read write)"},
-		{"svc.example.com:9443", "auth=Bearer exchanged(user-token→svc-tls-port|)"},
-		{"svc.example.com", "auth=Bearer exchanged(user-token→fallback|)"}, // the rule's port does not match
+		{"svc.example.com:9443", "auth=Bearer exchanged(user-token→fallback|)"}, // the destination's port is not 9443
+		{"svc.example.com", "auth=Bearer exchanged(user-token→fallback|)"},
 		{"weather.tools.svc.cluster.local", "auth=Bearer exchanged(user-token→tools|)"},
 		{"storage.googleapis.com", "auth=Bearer user-token"}, // pass-through rule
 		{"elsewhere.example.org", "auth=Bearer exchanged(user-token→fallback|)"},
@@ -279,6 +289,51 @@ func TestTokenEndpointIsNeverExchanged(t *testing.T) {
 	status, _ := f.call(netip.MustParseAddrPort(u.Host), u.Host, "user-token")
 	assert.Equal(t, http.StatusMethodNotAllowed, status, "the token endpoint got the request as sent (and refused the GET)")
 	assert.Empty(t, f.idp.Calls(), "no exchange for a request to the identity provider")
+}
+
+// TestForgedHostLeavesNoTokenUnexchanged: a request whose Host names the identity provider or a
+// pass-through host, on a connection to somewhere else, is exchanged as its real destination says;
+// the caller's own token never leaves with it.
+func TestForgedHostLeavesNoTokenUnexchanged(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	idp, _ := url.Parse(f.idp.URL)
+	for _, host := range []string{
+		idp.Host,                        // the token endpoint's address and port, on a connection to the callee's port
+		"elsewhere.googleapis.com",      // a pass-through rule's host that resolves elsewhere
+		"unresolvable.googleapis.com",   // a pass-through rule's host that does not resolve
+		"storage.googleapis.com:" + "1", // a pass-through host that resolves here, with a port: exchanged below
+	} {
+		status, body := f.call(up, host, "user-token")
+		require.Equal(t, http.StatusOK, status, "%s: %s", host, body)
+		if host == "storage.googleapis.com:1" {
+			assert.Contains(t, body, "auth=Bearer user-token", "%s: the name is the destination: its rule applies, whatever the port in Host", host)
+			continue
+		}
+		assert.Contains(t, body, "auth=Bearer exchanged(user-token→fallback|)", host)
+	}
+	assert.Len(t, f.idp.Calls(), 1, "one exchange, cached")
+}
+
+// TestRepeatedAuthorizationIsRefused: a request with two Authorization headers on a route that
+// exchanges is refused: the proxy would exchange (or, were the first not a bearer token, skip) one
+// value while the destination might read the other, the caller's own token.
+func TestRepeatedAuthorizationIsRefused(t *testing.T) {
+	f := newFixture(t, rules)
+	f.dst.Store(new(callee(t)))
+	for _, values := range [][]string{{"Basic Zm9vOmJhcg==", "Bearer user-token"}, {"Bearer user-token", "Bearer other"}} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+f.addr+"/", nil)
+		require.NoError(t, err)
+		req.Host = "api.example.com"
+		req.Header["Authorization"] = values
+		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%v: %s", values, b)
+		assert.Contains(t, string(b), "more than one Authorization header")
+	}
+	assert.Empty(t, f.idp.Calls())
 }
 
 func TestRouteChangeTakesEffectWithoutRestart(t *testing.T) {

@@ -14,26 +14,25 @@ type Decision struct {
 	Target   authconfig.Target
 	// Rule is the matching destination rule's host, or "" for the default target.
 	Rule string
+	// IdP is true for a request to the identity provider, which passes through.
+	IdP bool
 }
 
-// Decide applies the configuration to a request for host (the Host header or :authority, with or
-// without a port) on destination port port: the first route whose host pattern matches decides;
-// a pattern with a port matches only that port. With no match, the default target applies when
-// exchange is on. Requests to the identity provider (any host:port of its issuer, token, JWKS or
-// registration endpoint, or of the inbound validation's issuer and JWKS) pass through untouched:
-// the workload's own calls to the IdP carry its own tokens, and this, not an excluded port, keeps
-// them out of the exchange (so an agent may serve on the IdP's port, 8080 for both by default).
-func Decide(c authconfig.Config, host string, port string) Decision {
+// Decide applies the configuration to a request whose route is chosen by name (routeName: a host
+// name its destination address answers to, or that address) on the destination's port port: the
+// first route whose host pattern matches decides; a pattern with a port matches only that port.
+// With no match, the default target applies when exchange is on. Requests to the identity provider
+// (any host:port of its issuer, token, JWKS or registration endpoint, or of the inbound
+// validation's issuer and JWKS) pass through untouched: the workload's own calls to the IdP carry
+// its own tokens, and this, not an excluded port, keeps them out of the exchange (so an agent may
+// serve on the IdP's port, 8080 for both by default).
+func Decide(c authconfig.Config, name string, port string) Decision {
 	if !c.Exchanges() {
 		return Decision{}
 	}
-	name := strings.ToLower(host)
-	if h, p, err := net.SplitHostPort(name); err == nil {
-		name, port = h, p
-	}
-	name = strings.TrimSuffix(strings.Trim(name, "[]"), ".")
+	name = hostName(name)
 	if isIdPHost(c, net.JoinHostPort(name, port)) {
-		return Decision{}
+		return Decision{IdP: true}
 	}
 	for _, r := range c.Outbound.TokenExchange.Routes {
 		if !matchHost(strings.ToLower(r.Host), name, port) {

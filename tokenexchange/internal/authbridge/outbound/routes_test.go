@@ -44,12 +44,12 @@ func TestDecide(t *testing.T) {
 		want       Decision
 	}{
 		{"api.example.com", "8443", Decision{Exchange: true, Target: authconfig.Target{Audience: "api-8443"}, Rule: "api.example.com:8443"}},
-		{"api.example.com:8443", "15123", Decision{Exchange: true, Target: authconfig.Target{Audience: "api-8443"}, Rule: "api.example.com:8443"}},
+		{"api.example.com:8443", "15123", Decision{Exchange: true, Target: authconfig.Target{Audience: "api"}, Rule: "API.example.com"}}, // a port in the name never counts
 		{"api.example.com.", "80", Decision{Exchange: true, Target: authconfig.Target{Audience: "api"}, Rule: "API.example.com"}},
 		{"db.internal", "80", Decision{Rule: "*.internal"}},
 		{"10.0.0.7", "80", Decision{Exchange: true, Target: authconfig.Target{Audience: "fallback"}}},
 		{"[fd00::1]:80", "80", Decision{Exchange: true, Target: authconfig.Target{Audience: "fallback"}}},
-		{"keycloak.kagenti-system.svc:8080", "8080", Decision{}},
+		{"keycloak.kagenti-system.svc", "8080", Decision{IdP: true}},
 	} {
 		assert.Equal(t, tc.want, Decide(c, tc.host, tc.port), "%s (port %s)", tc.host, tc.port)
 	}
@@ -76,12 +76,12 @@ func TestDecidePassesTheIdPThrough(t *testing.T) {
 		host, port string
 		want       Decision
 	}{
-		{"idp.example.com", "443", Decision{}},
-		{"IDP.example.com.", "443", Decision{}},
-		{"idp-internal.example.com:9000", "9000", Decision{}},
-		{"keys.example.com", "80", Decision{}},
-		{"[fd00::5]:9001", "9001", Decision{}},
-		{"validation.example.com:8443", "8443", Decision{}},
+		{"idp.example.com", "443", Decision{IdP: true}},
+		{"IDP.example.com.", "443", Decision{IdP: true}},
+		{"idp-internal.example.com:9000", "9000", Decision{IdP: true}},
+		{"keys.example.com", "80", Decision{IdP: true}},
+		{"[fd00::5]:9001", "9001", Decision{IdP: true}},
+		{"validation.example.com:8443", "8443", Decision{IdP: true}},
 		{"idp.example.com", "8080", exchanged},
 		{"idp-internal.example.com", "8080", exchanged},
 		{"agent-b.team.svc:8080", "8080", exchanged},
