@@ -21,6 +21,10 @@ type clientMetadata struct {
 	ClientName              string   `json:"client_name"`
 	GrantTypes              []string `json:"grant_types"`
 	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method,omitempty"`
+	// Owner is kagenti-authbridge's owner marker, a metadata member of its own (RFC 7591 §2 lets
+	// a server keep the members it knows): kept, and returned with the client, so that the
+	// registrant can check whose client an answer describes.
+	Owner string `json:"kagenti_owner,omitempty"`
 }
 
 func (h *registrationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +56,7 @@ func (h *registrationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 			writeOAuthError(w, http.StatusUnauthorized, "invalid_token", "an initial access token is required")
 			return
 		}
-		c := &client{id: "dyn-" + randomID(8), secret: randomID(24), name: m.ClientName, grants: grants, regToken: randomID(24)}
+		c := &client{id: "dyn-" + randomID(8), secret: randomID(24), name: m.ClientName, grants: grants, regToken: randomID(24), owner: m.Owner}
 		h.s.addClient(c)
 		w.WriteHeader(http.StatusCreated)
 		h.answer(w, c, true)
@@ -64,7 +68,7 @@ func (h *registrationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 			return
 		}
 		h.s.mu.Lock()
-		c.name, c.grants = m.ClientName, grants
+		c.name, c.grants, c.owner = m.ClientName, grants, m.Owner
 		h.s.mu.Unlock()
 		h.answer(w, c, false)
 	default:
@@ -76,6 +80,9 @@ func (h *registrationHandler) answer(w http.ResponseWriter, c *client, withSecre
 	out := map[string]any{
 		"client_id": c.id, "client_name": c.name, "grant_types": c.grants, "token_endpoint_auth_method": "client_secret_basic",
 		"registration_access_token": c.regToken, "registration_client_uri": h.issuer + "/register/" + c.id,
+	}
+	if c.owner != "" {
+		out["kagenti_owner"] = c.owner
 	}
 	if withSecret {
 		out["client_secret"], out["client_secret_expires_at"] = c.secret, 0

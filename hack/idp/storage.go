@@ -26,6 +26,9 @@ type client struct {
 	audience []string // of the tokens it gets with client credentials; default its own ID
 	grants   []oidc.GrantType
 	regToken string // RFC 7592 registration access token
+	// owner is the registrant's kagenti_owner metadata (kagenti-authbridge's owner marker, its
+	// workload's namespace/name), kept and returned as registered metadata.
+	owner    string
 	lifetime time.Duration
 }
 

@@ -357,6 +357,14 @@ func (c *Config) Validate() error {
 			add("%s: must be one line", field)
 		}
 	}
+	// A cluster-wide template without the namespace first would make two namespaces' workloads of
+	// the same name share one client (and one secret) without anyone's malice; the same rule as
+	// for a TokenExchange's template (identity.ValidateNamespacedClientName).
+	if id.ClientNameTemplate != "" {
+		if err := identity.ValidateNamespacedClientName(id.ClientNameTemplate); err != nil {
+			add("identity.clientNameTemplate: %q %v", id.ClientNameTemplate, err)
+		}
+	}
 	for field, v := range providerRequired {
 		if v == "" {
 			add("%s: required for identity.provider %s", field, id.Provider)

@@ -84,6 +84,12 @@ func TestParseInvalid(t *testing.T) {
 		"keycloak url":       {"identity: {idpURL: ''}", "identity.idpURL: required for identity.provider keycloak"},
 		"oidc url scheme":    {"identity: {oidc: {jwksURL: 'ftp://idp.example.com/keys'}}", `identity.oidc.jwksURL: "ftp://idp.example.com/keys" must be an http or https URL with a host`},
 		"oidc url no host":   {"identity: {oidc: {registrationURL: 'https:///register'}}", "identity.oidc.registrationURL"},
+		// Issue 26: a cluster-wide client name without the namespace first lets two namespaces'
+		// workloads of the same name share one client.
+		"client name without namespace": {"identity: {clientNameTemplate: '{{.WorkloadName}}'}",
+			`identity.clientNameTemplate: "{{.WorkloadName}}" must start with {{.Namespace}} followed by '/'`},
+		"client name with namespace last": {"identity: {clientNameTemplate: '{{.WorkloadName}}-{{.Namespace}}'}",
+			"so that no two namespaces can register clients of the same name"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))

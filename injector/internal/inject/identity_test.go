@@ -35,7 +35,7 @@ func everyFieldChanged(id *config.Identity) {
 		IdPURL:               "https://keycloak.example.org",
 		Realm:                "agents",
 		OIDC:                 config.OIDC{Issuer: "https://idp.example.org", TokenURL: "https://idp.example.org/token", JWKSURL: "https://idp.example.org/keys", RegistrationURL: "https://idp.example.org/register"},
-		ClientNameTemplate:   "{{.ServiceAccount}}",
+		ClientNameTemplate:   "{{.Namespace}}/{{.ServiceAccount}}",
 		IdPCredentialsSecret: "other-credentials",
 		TokenExchange:        false,
 		InboundPort:          9080,

@@ -3,8 +3,8 @@
 // annotation kagenti.io/identity-defaults) leaves out, and the injector's own defaults. The injector
 // writes a variable only where its configuration differs (issue 15: most pods carry none of them).
 //
-// It imports nothing, so that kagenti-authbridge links it without the controller libraries of
-// package configmap.
+// It imports only the standard library, so that kagenti-authbridge links it without the
+// controller libraries of package configmap.
 package identity
 
 // The shipped defaults (docs/architecture.md §5).

@@ -184,15 +184,16 @@ type KeycloakSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	AdminCredentialsSecret string `json:"adminCredentialsSecret,omitempty"`
 
-	// ClientNameTemplate is the registered client's name: literal text (no whitespace, control
-	// characters, '{' or '}') with the placeholders {{.PodName}}, {{.Namespace}},
-	// {{.WorkloadName}} and {{.ServiceAccount}}, which the client-registration sidecar substitutes
-	// per pod. It is not a Go template: functions, pipelines, variables and actions are rejected.
+	// ClientNameTemplate names the registered client: {{.Namespace}} first, then '/' (or another
+	// character no namespace name has), so no two namespaces name the same client; then literal
+	// text (no whitespace, control characters, '{' or '}') and the placeholders {{.PodName}},
+	// {{.Namespace}}, {{.WorkloadName}}, {{.ServiceAccount}}. Not a Go template.
 	// Default {{.Namespace}}/{{.WorkloadName}}.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^([^{}[:space:][:cntrl:]]|[{][{] *[.](PodName|Namespace|WorkloadName|ServiceAccount) *[}][}])+$')`,message="must be literal text (no whitespace, control characters, '{' or '}') and the placeholders {{.PodName}}, {{.Namespace}}, {{.WorkloadName}}, {{.ServiceAccount}}; functions, pipelines and variables are not supported"
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[{][{] *[.]Namespace *[}][}]([^-a-z0-9{]|$)')`,message="must start with {{.Namespace}} followed by '/' (or the end, or another character that cannot occur in a namespace name), so that no two namespaces can register clients of the same name"
 	ClientNameTemplate string `json:"clientNameTemplate,omitempty"`
 
 	// TokenExchangeEnabled enables the RFC 8693 token-exchange grant on the registered client.
@@ -390,8 +391,8 @@ const (
 	ConditionConfigMapReady = "ConfigMapReady"
 	// ConditionConfigPropagated: every running pod of the workload runs the ConfigMap's current
 	// content, as its identity sidecars report (GET /status). False names the pods that do not,
-	// and why: not updated yet (Propagating), rejected (ConfigRejected), or not answering
-	// (StatusUnavailable).
+	// and why: not updated yet (Propagating), rejected (ConfigRejected), not answering
+	// (StatusUnavailable), or refusing another workload's client (ClientOwnedElsewhere).
 	ConditionConfigPropagated = "ConfigPropagated"
 	// ConditionStartupSettingsCurrent: no pod runs old values of the settings that take effect
 	// only when a pod starts (ports, outbound.trafficInterception, spiffe-helper's). False
@@ -419,6 +420,12 @@ const (
 	ReasonConfigMapNotOwned = "ConfigMapNotOwned"
 	// ReasonApplyFailed (Reconciling): the API server refused the ConfigMap write; retried.
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonClientOwnedElsewhere (Stalled, and ConfigPropagated=False): the client-registration
+	// sidecar found the client it would register under the rendered name owned by another
+	// workload, or by none (made by hand or by an older kagenti-authbridge), and left it
+	// untouched: the pods get no credentials until clientNameTemplate changes or a person adopts
+	// the client (docs/identity.md, "Client registration").
+	ReasonClientOwnedElsewhere = "ClientOwnedElsewhere"
 )
 
 // Reasons of the other conditions.

@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kagenti/platform/pkg/configmap/identity"
+
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -25,6 +27,19 @@ const MaxClientNameTemplateLength = authconfig.MaxClientNameTemplateLength
 // a test compares them). It accepts exactly what ValidateClientNameTemplate accepts: literal runs
 // without '{', '}', ASCII whitespace or control characters, and the four placeholders.
 const ClientNameTemplatePattern = `^([^{}[:space:][:cntrl:]]|[{][{] *[.](PodName|Namespace|WorkloadName|ServiceAccount) *[}][}])+$`
+
+// ClientNameNamespacePattern is the regular expression of the CRD's second CEL rule on
+// clientNameTemplate (keep the marker identical; a test compares them): the template starts with
+// {{.Namespace}}, followed by the end or a character that cannot occur in a namespace name, so
+// that client names are unique per namespace by construction. It accepts exactly what
+// ValidateNamespacedClientName accepts (identity.ValidateNamespacedClientName says why).
+const ClientNameNamespacePattern = `^[{][{] *[.]Namespace *[}][}]([^-a-z0-9{]|$)`
+
+// ValidateNamespacedClientName reports why the clientNameTemplate s does not start with the
+// namespace, or nil.
+func ValidateNamespacedClientName(s string) error {
+	return identity.ValidateNamespacedClientName(s)
+}
 
 // ClientNameVars are the values of a clientNameTemplate's placeholders; the client-registration
 // sidecar fills them in for each pod.
@@ -82,9 +97,11 @@ func (t *TokenExchange) Validate() field.ErrorList {
 		if cr.Keycloak.AdminCredentialsSecret != "" {
 			errs = append(errs, field.Forbidden(kc.Child("adminCredentialsSecret"), msgAdminCredentialsSecret))
 		}
-		if cr.Keycloak.ClientNameTemplate != "" {
-			if err := ValidateClientNameTemplate(cr.Keycloak.ClientNameTemplate); err != nil {
-				errs = append(errs, field.Invalid(kc.Child("clientNameTemplate"), cr.Keycloak.ClientNameTemplate, err.Error()))
+		if tmpl := cr.Keycloak.ClientNameTemplate; tmpl != "" {
+			if err := ValidateClientNameTemplate(tmpl); err != nil {
+				errs = append(errs, field.Invalid(kc.Child("clientNameTemplate"), tmpl, err.Error()))
+			} else if err := ValidateNamespacedClientName(tmpl); err != nil {
+				errs = append(errs, field.Invalid(kc.Child("clientNameTemplate"), tmpl, err.Error()))
 			}
 		}
 	}

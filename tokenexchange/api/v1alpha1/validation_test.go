@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 // templateBomb is testdata/template-bomb.txt (issue 12): 116 characters of nested printf/print
@@ -75,8 +77,53 @@ func TestValidateFieldPath(t *testing.T) {
 	if assert.Len(t, errs, 1) {
 		assert.Equal(t, "spec.clientRegistration.keycloak.clientNameTemplate", errs[0].Field)
 	}
-	te.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "{{.PodName}}"
+	te.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "{{.Namespace}}/{{.PodName}}"
 	assert.Empty(t, te.Validate())
+}
+
+// TestValidateRefusesAClientNameThatCouldBeAnotherNamespaces is issue 26's takeover at
+// admission: team-a's TokenExchange naming team-b's client ("team-b/agent"), or any template that
+// does not start with the namespace, is refused with the field path.
+func TestValidateRefusesAClientNameThatCouldBeAnotherNamespaces(t *testing.T) {
+	for _, tmpl := range []string{"team-b/agent", "agent-{{.PodName}}", "{{.WorkloadName}}-{{.Namespace}}", "{{.Namespace}}-{{.WorkloadName}}"} {
+		te := &TokenExchange{Spec: TokenExchangeSpec{ClientRegistration: &ClientRegistrationSpec{
+			Keycloak: &KeycloakSpec{ClientNameTemplate: tmpl}}}}
+		errs := te.Validate()
+		if assert.Len(t, errs, 1, tmpl) {
+			assert.Equal(t, "spec.clientRegistration.keycloak.clientNameTemplate", errs[0].Field)
+			assert.Contains(t, errs[0].Error(), "must start with {{.Namespace}} followed by '/'")
+		}
+	}
+}
+
+// namespaceCorpus holds templates on both sides of ClientNameNamespacePattern.
+var namespaceCorpus = []string{
+	"{{.Namespace}}/{{.WorkloadName}}", "{{ .Namespace }}/x", "{{.Namespace}}", "{{.Namespace}}.x", "{{.Namespace}}X",
+	"{{.Namespace}}é", "{{.Namespace}}_{{.PodName}}", "{{  .Namespace}}:{{.ServiceAccount}}",
+	"team-b/agent", "x{{.Namespace}}/", "{{.Namespace}}-x", "{{.Namespace}}a", "{{.Namespace}}0", "{{.Namespace}}{{.PodName}}",
+	"{{.NamespaceX}}/x", "{{.Namespace", "{{.Namespace }", "{{ . Namespace}}/x", "{{.WorkloadName}}/{{.Namespace}}", "",
+}
+
+func TestClientNameNamespacePatternAgreesWithValidator(t *testing.T) {
+	pattern := regexp.MustCompile(ClientNameNamespacePattern)
+	for _, s := range append(namespaceCorpus, patternCorpus...) {
+		assert.Equal(t, ValidateNamespacedClientName(s) == nil, pattern.MatchString(s), "%q", s)
+	}
+}
+
+func FuzzClientNameNamespacePatternAgreesWithValidator(f *testing.F) {
+	for _, s := range namespaceCorpus {
+		f.Add(s)
+	}
+	pattern := regexp.MustCompile(ClientNameNamespacePattern)
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		if (ValidateNamespacedClientName(s) == nil) != pattern.MatchString(s) {
+			t.Errorf("%q: validator and pattern disagree", s)
+		}
+	})
 }
 
 // TestValidateRejectsFieldsWithoutEffect: a TokenExchange stored before the CRD rejected them
@@ -197,8 +244,10 @@ func TestCRDRuleIsThePattern(t *testing.T) {
 		Properties["clientRegistration"].Properties["keycloak"].Properties["clientNameTemplate"]
 	require.NotNil(t, prop.MaxLength)
 	assert.EqualValues(t, MaxClientNameTemplateLength, *prop.MaxLength)
-	require.Len(t, prop.XValidations, 1)
+	require.Len(t, prop.XValidations, 2)
 	assert.Equal(t, "self.matches('"+ClientNameTemplatePattern+"')", prop.XValidations[0].Rule)
+	assert.Equal(t, "self.matches('"+ClientNameNamespacePattern+"')", prop.XValidations[1].Rule)
+	assert.Equal(t, identity.ErrClientNameNotNamespaced.Error(), prop.XValidations[1].Message)
 }
 
 // TestValidatingTheBombAllocatesLittle: checking a template is one scan of at most 253 characters,

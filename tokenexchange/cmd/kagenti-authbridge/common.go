@@ -96,7 +96,9 @@ type role struct {
 	name       string
 	statusAddr string
 	readiness  sidecar.Readiness
-	tasks      []func(context.Context) error
+	// refusal reports what the role refuses to do until someone acts; nil for roles that never refuse.
+	refusal sidecar.Refusals
+	tasks   []func(context.Context) error
 }
 
 // prepareRole builds a role on a loaded configuration (each role's options implement it).
@@ -132,7 +134,7 @@ var errTaskEnded = errors.New("a task ended on its own")
 func serveRole(ctx context.Context, r *role, cfg *sidecar.Config, log *zap.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness), log); err != nil {
+		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness, r.refusal), log); err != nil {
 			return fmt.Errorf("status server on %s: %w", r.statusAddr, err)
 		}
 		return nil

@@ -43,7 +43,7 @@ func (o *registerOptions) prepare(common *commonFlags, cfg *sidecar.Config, clie
 		return nil
 	}
 	run := func(ctx context.Context) error { r.Run(ctx); return nil }
-	return &role{name: "register", statusAddr: o.statusAddr, readiness: r.Ready, tasks: []func(context.Context) error{run, watchCredentials}}, nil
+	return &role{name: "register", statusAddr: o.statusAddr, readiness: r.Ready, refusal: r.Refusal, tasks: []func(context.Context) error{run, watchCredentials}}, nil
 }
 
 func newRegisterCommand(common *commonFlags) *cobra.Command {

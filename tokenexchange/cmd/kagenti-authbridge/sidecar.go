@@ -138,7 +138,7 @@ func runRoles(ctx context.Context, common *commonFlags, cfg *sidecar.Config, sta
 				st.stop()
 				return fmt.Errorf("role %s: %w", st.name, err)
 			}
-			st.run(func() sidecar.Status { return sidecar.StatusOf(r.name, cfg, r.readiness) })
+			st.run(func() sidecar.Status { return sidecar.StatusOf(r.name, cfg, r.readiness, r.refusal) })
 			err = serveRole(ctx, r, cfg, rlog)
 			st.stop()
 			if err != nil {

@@ -56,7 +56,7 @@ func TestControllerGoldensResolve(t *testing.T) {
 	seed := load("seed")
 	assert.Equal(t, "spiffe://prod.cluster.local/ns/agents/sa/agent-sa", seed.Inbound.Validation.Audience)
 	assert.Equal(t, "/run/spire/agent-sockets/agent.sock", seed.Spiffe.SocketPath, "unix:// is dropped")
-	assert.Equal(t, "agent-weather-agent-7d9f-abcde", seed.ClientRegistration.ClientName)
+	assert.Equal(t, "agents/agent-weather-agent-7d9f-abcde", seed.ClientRegistration.ClientName)
 	assert.Equal(t, "http://keycloak-prod.example.com/realms/production", seed.Inbound.Validation.Issuer)
 	assert.Equal(t, []int32{5432, 8080, 9901}, seed.Outbound.Interception.ExcludePorts)
 	assert.Equal(t, "kagenti-agents", seed.Spiffe.Audience, "a field the spec leaves out keeps the injector's default")

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 // Resolve merges overrides (config.yaml) over defaults (the injector's environment) for the
@@ -197,10 +199,12 @@ func (c Config) validate() []error {
 		add("clientRegistration.provider", "%q is not one of keycloak, oidc", c.IdP.Provider)
 	}
 	if c.ClientRegistration.Enabled {
+		if c.Workload.Name == "" {
+			add("workload.name", "required by client registration, for the client's name and its owner marker (environment variable %s)", EnvWorkload)
+		}
 		if required("clientRegistration.keycloak.clientNameTemplate", c.ClientRegistration.ClientNameTemplate) {
-			if strings.Contains(c.ClientRegistration.ClientNameTemplate, "{{") && c.Workload.Name == "" &&
-				strings.Contains(c.ClientRegistration.ClientNameTemplate, "WorkloadName") {
-				add("workload.name", "required by the client name template (environment variable %s)", EnvWorkload)
+			if err := identity.ValidateNamespacedClientName(c.ClientRegistration.ClientNameTemplate); err != nil {
+				add("clientRegistration.keycloak.clientNameTemplate", "%q %v", c.ClientRegistration.ClientNameTemplate, err)
 			}
 			if strings.Contains(c.ClientRegistration.ClientNameTemplate, "PodName") && c.Workload.PodName == "" {
 				add("workload.podName", "required by the client name template (environment variable %s)", EnvPodName)

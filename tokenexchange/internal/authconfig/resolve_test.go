@@ -321,3 +321,26 @@ func TestPodNameOrHostname(t *testing.T) {
 	require.Empty(t, w.PodName, "Resolve reports it when a client name template needs it")
 	require.Empty(t, from)
 }
+
+// TestResolveRefusesAClientNameWithoutTheNamespaceFirst: kagenti-authbridge itself refuses a
+// client name template that could name another namespace's client (whatever admitted it: a
+// TokenExchange stored under an older CRD, or the injector's environment), and registration needs
+// the workload's name for the client's owner marker.
+func TestResolveRefusesAClientNameWithoutTheNamespaceFirst(t *testing.T) {
+	for _, tmpl := range []string{"team-b/agent", "agent-{{.PodName}}", "{{.WorkloadName}}-{{.Namespace}}"} {
+		_, err := resolveEnv(t, seedEnv(), Spec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: tmpl}}})
+		assert.ErrorContains(t, err, `clientRegistration.keycloak.clientNameTemplate: "`+tmpl+`" must start with {{.Namespace}} followed by '/'`)
+	}
+	env := seedEnv()
+	env["KAGENTI_CLIENT_NAME_TEMPLATE"] = "shared-client"
+	_, err := resolveEnv(t, env, Spec{})
+	assert.ErrorContains(t, err, `clientRegistration.keycloak.clientNameTemplate: "shared-client" must start with {{.Namespace}}`)
+
+	env = seedEnv()
+	delete(env, "KAGENTI_WORKLOAD")
+	_, err = resolveEnv(t, env, Spec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: "{{.Namespace}}/{{.PodName}}"}}})
+	assert.ErrorContains(t, err, "workload.name: required by client registration, for the client's name and its owner marker (environment variable KAGENTI_WORKLOAD)")
+
+	_, err = resolveEnv(t, seedEnv(), Spec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: "{{ .Namespace }}/{{.ServiceAccount}}"}}})
+	assert.NoError(t, err)
+}

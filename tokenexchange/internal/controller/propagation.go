@@ -105,6 +105,21 @@ type podObservation struct {
 	unreachable string
 	// pendingRestart: startup settings the pod's roles run with old values.
 	pendingRestart []string
+	// ownedElsewhere: a role refused a client owned by another workload (its message).
+	ownedElsewhere string
+	// notReady: a role reported it is not ready. Such a pod is asked again at every reconcile
+	// (and a reconcile comes back for it): a role may turn a wait into a refusal without any
+	// change the pod informer sees.
+	notReady bool
+	// ready is the pod's container readiness (cachedPod.ready) when it was asked: a change (a
+	// role that refuses a client fails its readiness probe) means asking again.
+	ready uint8
+}
+
+// current: o, made when pod's containers had their present readiness, is the steady state of a
+// pod on content want, which Probe need not ask again.
+func (o podObservation) current(pod *cachedPod, want string) bool {
+	return o.hash == want && want != "" && !o.notReady && o.ownedElsewhere == "" && o.ready == pod.ready
 }
 
 // Propagation is the state of one TokenExchange's pods against the content it wants.
@@ -119,6 +134,10 @@ type Propagation struct {
 	Behind, Rejected, Unreachable map[string]string
 	// PendingRestart: pod name → startup settings it runs with old values.
 	PendingRestart map[string][]string
+	// OwnedElsewhere: pod name → the refusal of its register role (sidecar.ReasonClientOwnedElsewhere).
+	OwnedElsewhere map[string]string
+	// NotReady counts the pods with a role that reported it is not ready.
+	NotReady int
 }
 
 // Forget drops what is remembered for a deleted TokenExchange.
@@ -138,7 +157,7 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	for i, pod := range pods {
-		if o, ok := before[pod.UID]; ok && o.hash == want && want != "" {
+		if o, ok := before[pod.UID]; ok && o.current(pod, want) {
 			obs[i] = o
 			continue
 		}
@@ -154,12 +173,17 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 
 	now := map[types.UID]podObservation{}
 	prop := Propagation{Want: want, Pods: len(pods), Behind: map[string]string{}, Rejected: map[string]string{},
-		Unreachable: map[string]string{}, PendingRestart: map[string][]string{}}
+		Unreachable: map[string]string{}, PendingRestart: map[string][]string{}, OwnedElsewhere: map[string]string{}}
 	for i, o := range obs {
-		if o.hash == want && want != "" {
-			now[pods[i].UID] = o // only a pod on the wanted content stays there: remember it
+		if o.current(pods[i], want) {
+			now[pods[i].UID] = o // only a pod on the wanted content, all ready, stays there: remember it
+		}
+		if o.notReady {
+			prop.NotReady++
 		}
 		switch {
+		case o.ownedElsewhere != "":
+			prop.OwnedElsewhere[o.name] = o.ownedElsewhere
 		case o.unreachable != "":
 			prop.Unreachable[o.name] = o.unreachable
 		case o.rejected != "":
@@ -182,7 +206,7 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 
 // observe asks every role of pod for its status.
 func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want string) podObservation {
-	o := podObservation{name: pod.Name}
+	o := podObservation{name: pod.Name, ready: pod.ready}
 	containers := pod.roles
 	if len(containers) == 0 {
 		// Nothing in the pod follows the file at run time (spiffe-helper alone): the content it
@@ -195,7 +219,7 @@ func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want stri
 		return o
 	}
 	hashes := map[string][]string{} // hash → containers
-	var rejected, unreachable []string
+	var rejected, unreachable, ownedElsewhere []string
 	for _, c := range containers {
 		st, err := p.status(ctx, pod.ip, statusPorts[c])
 		if err != nil {
@@ -203,6 +227,12 @@ func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want stri
 			continue
 		}
 		hashes[st.ContentHash] = append(hashes[st.ContentHash], c)
+		o.notReady = o.notReady || !st.Ready
+		// Only the refusal this controller knows becomes a reason: what a pod answers is not
+		// trusted to name a condition reason (an invalid one would fail the status write).
+		if r := st.Refusal; r != nil && r.Reason == sidecar.ReasonClientOwnedElsewhere {
+			ownedElsewhere = append(ownedElsewhere, fmt.Sprintf("%s: %s", c, r.Message))
+		}
 		if st.ConfigError != "" {
 			rejected = append(rejected, fmt.Sprintf("%s: %s", c, st.ConfigError))
 		}
@@ -215,6 +245,7 @@ func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want stri
 	sort.Strings(o.pendingRestart)
 	o.unreachable = strings.Join(unreachable, "; ")
 	o.rejected = strings.Join(rejected, "; ")
+	o.ownedElsewhere = strings.Join(ownedElsewhere, "; ")
 	if len(unreachable) == 0 && len(hashes) == 1 {
 		for h := range hashes {
 			o.hash = h
@@ -266,6 +297,8 @@ func (st status) setPropagation(prop Propagation, cmName, restartHint string) ti
 	case prop.Pods == 0:
 		st.set(v1alpha1.ConditionConfigPropagated, true, v1alpha1.ReasonNoPods,
 			fmt.Sprintf("no running pod mounts ConfigMap %s", cmName))
+	case len(prop.OwnedElsewhere) > 0:
+		st.set(v1alpha1.ConditionConfigPropagated, false, v1alpha1.ReasonClientOwnedElsewhere, prop.ownedElsewhereMessage())
 	case len(prop.Rejected) > 0:
 		st.set(v1alpha1.ConditionConfigPropagated, false, v1alpha1.ReasonConfigRejected,
 			fmt.Sprintf("%d of %d pods run content %s; the sidecars of %s rejected it and keep the previous configuration",
@@ -287,7 +320,7 @@ func (st status) setPropagation(prop Propagation, cmName, restartHint string) ti
 		st.set(v1alpha1.ConditionConfigPropagated, true, v1alpha1.ReasonPropagated,
 			fmt.Sprintf("all %d pods run content %s of ConfigMap %s", prop.Pods, prop.Want, cmName))
 	}
-	if len(prop.Behind) > 0 && len(prop.Unreachable) > 0 && retry == 0 {
+	if (len(prop.Behind) > 0 && len(prop.Unreachable) > 0 || prop.NotReady > 0) && retry == 0 {
 		retry = unreachableRetry
 	}
 	if len(prop.PendingRestart) == 0 {
@@ -303,6 +336,12 @@ func (st status) setPropagation(prop Propagation, cmName, restartHint string) ti
 				describe(pending), restartHint))
 	}
 	return retry
+}
+
+// ownedElsewhereMessage says which pods' register role refused which client, and whose it is.
+func (prop Propagation) ownedElsewhereMessage() string {
+	return fmt.Sprintf("%d of %d pods run content %s; the client-registration sidecars of %s refused to touch the client they would register, and the pods get no client credentials",
+		len(prop.Current), prop.Pods, prop.Want, describe(prop.OwnedElsewhere))
 }
 
 // describe lists pods with what is said of each, sorted, at most listedPods of them.

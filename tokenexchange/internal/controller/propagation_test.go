@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
@@ -62,6 +63,9 @@ type rolePod struct {
 	pod *corev1.Pod
 	vol string
 	gen int
+	// refusal, when set, is what the client-registration role refuses (as register.Runner
+	// reports it: on /status, and as the reason it is not ready).
+	refusal atomic.Pointer[sidecar.Refusal]
 }
 
 func startRolePod(t *testing.T, ns, name, app string) *rolePod {
@@ -85,6 +89,12 @@ func startCombinedRolePod(t *testing.T, ns, name, app string) *rolePod {
 // status ports.
 func runRolePod(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string]int) *rolePod {
 	t.Helper()
+	return runRolePodWith(t, p, sidecars, roles, nil)
+}
+
+// runRolePodWith is runRolePod with the register role refusing refusal (nil: none) from the start.
+func runRolePodWith(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string]int, refusal *sidecar.Refusal) *rolePod {
+	t.Helper()
 	ctx := context.Background()
 	ns, name, app := p.Namespace, p.Name, p.Labels["app"]
 	must(t, k8s.Create(ctx, p))
@@ -96,6 +106,7 @@ func runRolePod(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string
 	setPodStatus(t, p, sidecars, nil)
 
 	rp := &rolePod{pod: p, vol: t.TempDir()}
+	rp.refusal.Store(refusal)
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -107,9 +118,20 @@ func runRolePod(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string
 		podNetwork.route(net.JoinHostPort(ip, fmt.Sprint(port)), ln.Addr().String())
 		wg.Add(2)
 		go func() { defer wg.Done(); cfg.Run(runCtx, 50e6) }()
+		var readiness sidecar.Readiness
+		var refusal sidecar.Refusals
+		if role == configmap.ComponentClientRegistration {
+			refusal = rp.refusal.Load
+			readiness = func() []string {
+				if r := rp.refusal.Load(); r != nil {
+					return []string{"registration refused: " + r.Message}
+				}
+				return nil
+			}
+		}
 		go func() {
 			defer wg.Done()
-			_ = sidecar.ServeListener(runCtx, ln, sidecar.AdminHandler(role, cfg, nil), zaptest.NewLogger(t))
+			_ = sidecar.ServeListener(runCtx, ln, sidecar.AdminHandler(role, cfg, readiness, refusal), zaptest.NewLogger(t))
 		}()
 	}
 	return rp
@@ -301,6 +323,57 @@ func TestCombinedSidecarPodFollowsTheRunningContentHash(t *testing.T) {
 	assert.Equal(t, hash, got.Status.ContentHash)
 	assert.Equal(t, v1alpha1.IdentityStatus{SpiffeEnabled: true, IdpRegistered: true, InboundProxyReady: true, OutboundProxyReady: true},
 		*got.Status.IdentityStatus)
+}
+
+// TestClientOwnedElsewhereReachesTheTokenExchange is issue 26's refused takeover as the user sees
+// it: the register role of a pod refuses a client owned by another workload, and the TokenExchange
+// says so (ConfigPropagated=False and Stalled, reason ClientOwnedElsewhere, the message naming the
+// client and its owner), with a Warning Event. Adopting the client makes it Ready again; a
+// refusal that appears later, on a pod already counted, is reported too.
+func TestClientOwnedElsewhereReachesTheTokenExchange(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	const cmName = "agent-token-exchange"
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
+	waitCondition(t, ns, "tx", v1alpha1.ConditionConfigMapReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	refusal := &sidecar.Refusal{Reason: sidecar.ReasonClientOwnedElsewhere,
+		Message: `client "` + ns + `/agent" (id 0f1e) in Keycloak realm default belongs to workload team-b/agent, not to ` + ns + `/agent, and is left untouched: choose another clientNameTemplate`}
+	// The pod reports the refusal before the reconciler first asks it (its containers' readiness
+	// is not what tells: the controller asks the roles).
+	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+	p := combinedPod(ns, "agent-0", "agent", "register", "inbound", "outbound")
+	pod := runRolePodRefusing(t, p, sidecars, refusal)
+	pod.sync(t, ns, cmName)
+	got := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonClientOwnedElsewhere)
+	assert.Equal(t, metav1.ConditionTrue, condition(got, duck.ConditionStalled).Status, "Stalled: it needs a person, it does not resolve itself")
+	assert.Equal(t, v1alpha1.PhaseError, got.Status.Phase)
+	assert.Contains(t, got.Status.Message, "pod agent-0 (client-registration: "+refusal.Message+")")
+	prop := condition(got, v1alpha1.ConditionConfigPropagated)
+	assert.Equal(t, metav1.ConditionFalse, prop.Status)
+	assert.Equal(t, v1alpha1.ReasonClientOwnedElsewhere, prop.Reason)
+	assert.Contains(t, prop.Message, "belongs to workload team-b/agent")
+	assert.Equal(t, int32(0), got.Status.ConfiguredPods, "a pod without credentials is not configured")
+	waitEvent(t, ns, "tx", v1alpha1.ReasonClientOwnedElsewhere)
+
+	// Adopted: the role registers, the TokenExchange is Ready.
+	pod.refusal.Store(nil)
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+
+	// Refused again later (the client's owner marker changed at the provider): the register role
+	// fails its readiness probe, and the controller asks the pod again.
+	pod.refusal.Store(refusal)
+	setPodStatus(t, pod.pod, sidecars, map[string]bool{configmap.ContainerAuthbridge: true})
+	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonClientOwnedElsewhere)
+}
+
+// runRolePodRefusing is runRolePod for a combined-sidecar pod whose register role refuses from
+// the start.
+func runRolePodRefusing(t *testing.T, p *corev1.Pod, sidecars []string, refusal *sidecar.Refusal) *rolePod {
+	t.Helper()
+	return runRolePodWith(t, p, sidecars, map[string]int{configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
+		configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort}, refusal)
 }
 
 // A pod whose sidecars do not answer is reported, not counted, and not taken for one on an old

@@ -155,6 +155,12 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 			w.Kind(), w.Name(), configmap.InjectionStatusAnnotation, desired.Name))
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
+	if len(prop.OwnedElsewhere) > 0 {
+		// Stalled, not Reconciling: nothing changes until someone changes clientNameTemplate or
+		// adopts the client. The Ready change is the Warning Event (duck.StatusApplier).
+		s.stalled(v1alpha1.PhaseError, v1alpha1.ReasonClientOwnedElsewhere, prop.ownedElsewhereMessage())
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
 	s.ready(fmt.Sprintf("Identity infrastructure configured: %d of %d running pod(s) of %s %s run the current content of ConfigMap %s",
 		len(prop.Current), prop.Pods, w.Kind(), w.Name(), desired.Name))
 	return ctrl.Result{RequeueAfter: retry}, nil

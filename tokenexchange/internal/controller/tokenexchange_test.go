@@ -259,8 +259,25 @@ func TestStoredTemplateBombIsReportedNotExecuted(t *testing.T) {
 	assert.Less(t, allocated, uint64(1<<30))
 
 	// Fixing it recovers.
-	must(t, updateRetrying(ctx, got, func() { got.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "agent-{{.PodName}}" }))
+	must(t, updateRetrying(ctx, got, func() { got.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "{{.Namespace}}/agent-{{.PodName}}" }))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+}
+
+// TestStoredTakeoverTemplateIsInvalidSpec is issue 26's takeover in a TokenExchange stored before
+// the CRD had its namespace rule: the controller refuses it (InvalidSpec, with the field path)
+// and writes no ConfigMap, so no sidecar ever registers under team-b's client name.
+func TestStoredTakeoverTemplateIsInvalidSpec(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
+	te := tokenExchange(ns, "tx", "agent")
+	te.Labels = map[string]string{SkipWebhookLabel: "true"} // the webhook would deny it too
+	te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: "team-b/agent"}}
+	createWithoutTemplateRule(t, te)
+	got := waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	assert.Contains(t, got.Status.Message, `spec.clientRegistration.keycloak.clientNameTemplate: Invalid value: "team-b/agent": must start with {{.Namespace}} followed by '/'`)
+	_, err := getCM(ctx, ns, "agent-token-exchange")
+	assert.True(t, apierrors.IsNotFound(err), "nothing is written for an invalid spec")
 }
 
 // templateBomb is the template of issue 12 that made Go's text/template allocate 6 GB.

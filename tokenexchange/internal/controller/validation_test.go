@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -51,6 +52,10 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "placeholders {{.PodName}}, {{.Namespace}}"}},
 		{"template with a pipeline", `{keycloak: {clientNameTemplate: "{{.PodName | printf \"%s\"}}"}}`,
 			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "functions, pipelines and variables are not supported"}},
+		{"template naming another namespace's client", `{keycloak: {clientNameTemplate: "team-b/agent"}}`,
+			[]string{`spec.clientRegistration.keycloak.clientNameTemplate: Invalid value: "team-b/agent": must start with {{.Namespace}} followed by '/'`}},
+		{"template with the namespace after a label character", `{keycloak: {clientNameTemplate: "{{.WorkloadName}}-{{.Namespace}}"}}`,
+			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "so that no two namespaces can register clients of the same name"}},
 		{"template too long", `{keycloak: {clientNameTemplate: "` + strings.Repeat("a", 254) + `"}}`,
 			[]string{"spec.clientRegistration.keycloak.clientNameTemplate", "Too long: may not be more than 253"}},
 	} {
@@ -102,21 +107,24 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 	}
 }
 
-// TestAPIServerAgreesWithTemplateParser: the CRD's CEL rule and v1alpha1.ValidateClientNameTemplate
-// (webhook, controller, sidecar) accept the same templates, on the real API server.
+// TestAPIServerAgreesWithTemplateParser: the CRD's CEL rules and v1alpha1.ValidateClientNameTemplate
+// with v1alpha1.ValidateNamespacedClientName (webhook, controller, sidecar) accept the same
+// templates, on the real API server.
 func TestAPIServerAgreesWithTemplateParser(t *testing.T) {
 	ns := namespace(t)
 	for _, tmpl := range []string{
 		"agent-{{.PodName}}", "{{.Namespace}}/{{.WorkloadName}}", "{{ .ServiceAccount }}@x", "é-{{.PodName}}",
 		"{{.Pod}}", "{{.}}", "{{$.PodName}}", "{{.PodName}}}", "{{{.PodName}}", "a b", "{{.PodName",
 		"{{if .PodName}}x{{end}}", "{{- .PodName}}", "x}", "{{.PodName.Foo}}",
+		"{{.Namespace}}/agent-{{.PodName}}", "{{ .Namespace }}/{{ .ServiceAccount }}@x", "{{.Namespace}}", "{{.Namespace}}.é",
+		"team-b/agent", "{{.Namespace}}-{{.WorkloadName}}", "{{.Namespace}}{{.PodName}}", "x/{{.Namespace}}",
 	} {
 		t.Run(tmpl, func(t *testing.T) {
 			te := tokenExchange(ns, "t", "agent")
 			te.Labels = map[string]string{SkipWebhookLabel: "true"} // the schema alone decides
 			te.Spec.ClientRegistration = &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: tmpl}}
 			apiErr := k8s.Create(context.Background(), te, client.DryRunAll)
-			parseErr := v1alpha1.ValidateClientNameTemplate(tmpl)
+			parseErr := errors.Join(v1alpha1.ValidateClientNameTemplate(tmpl), v1alpha1.ValidateNamespacedClientName(tmpl))
 			assert.Equal(t, parseErr == nil, apiErr == nil, "API server: %v; parser: %v", apiErr, parseErr)
 		})
 	}

@@ -14,9 +14,11 @@ import (
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 )
 
 // TestGitOpsVerdicts drives TokenExchanges into every state the controller reports and checks what
@@ -37,7 +39,7 @@ func TestGitOpsVerdicts(t *testing.T) {
 	assert.Equal(t, int64(0), observed)
 	checkVerdict(t, fresh, kstatus.InProgressStatus, "Progressing", "right after create")
 
-	for name, injected := range map[string]bool{"injected": true, "injected-too": true, "plain": false, "taken": true, "checked": true} {
+	for name, injected := range map[string]bool{"injected": true, "injected-too": true, "plain": false, "taken": true, "checked": true, "refused": true} {
 		must(t, k8s.Create(ctx, deployment(ns, name, 1, injected)))
 	}
 	must(t, k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken-token-exchange"}}))
@@ -87,6 +89,17 @@ func TestGitOpsVerdicts(t *testing.T) {
 			createWithoutTemplateRule(t, te)
 		},
 		reason: v1alpha1.ReasonInvalidSpec, verdict: kstatus.FailedStatus, argo: "Degraded",
+	}, {
+		name: "client owned by another workload",
+		create: func(name string) {
+			must(t, k8s.Create(ctx, tokenExchange(ns, name, "refused")))
+			waitCondition(t, ns, name, v1alpha1.ConditionConfigMapReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
+			pod := runRolePodRefusing(t, combinedPod(ns, "refused-0", "refused", "register", "inbound", "outbound"),
+				[]string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge},
+				&sidecar.Refusal{Reason: sidecar.ReasonClientOwnedElsewhere, Message: `client "x" belongs to workload team-b/x`})
+			pod.sync(t, ns, "refused-token-exchange")
+		},
+		reason: v1alpha1.ReasonClientOwnedElsewhere, verdict: kstatus.FailedStatus, argo: "Degraded",
 	}}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -146,7 +146,11 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	assert.Contains(t, denial.Error(), "spec.clientRegistration.keycloak.clientNameTemplate")
 	assert.Contains(t, denial.Error(), "not a placeholder")
 	t.Logf("denial: %v", denial)
-	require.NoError(t, c.Create(ctx, tokenExchange("good", "agent-{{.PodName}}-{{.Namespace}}")))
+	// Issue 26: a template naming another namespace's client is denied with the field path.
+	takeover := c.Create(ctx, tokenExchange("takeover", "team-b/agent"), client.DryRunAll)
+	require.True(t, apierrors.IsInvalid(takeover), "got %v", takeover)
+	assert.Contains(t, takeover.Error(), `spec.clientRegistration.keycloak.clientNameTemplate: Invalid value: "team-b/agent": must start with {{.Namespace}} followed by '/'`)
+	require.NoError(t, c.Create(ctx, tokenExchange("good", "{{.Namespace}}/agent-{{.PodName}}")))
 
 	// failurePolicy Ignore: with the controller gone, writes still go through (the reconciler
 	// reports InvalidSpec for them when it is back).
@@ -154,7 +158,7 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	require.NoError(t, c.Create(ctx, bad.DeepCopy()), "with the webhook down, a TokenExchange must still be accepted")
 }
 
-// crdWithoutTemplateRule is the shipped TokenExchange CRD minus the CEL rule on clientNameTemplate.
+// crdWithoutTemplateRule is the shipped TokenExchange CRD minus the CEL rules on clientNameTemplate.
 func crdWithoutTemplateRule(t *testing.T, root string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(root, "deploy", "crds", "tokenexchange", "kagenti.io_tokenexchanges.yaml"))

@@ -30,8 +30,15 @@ func templateBomb(t *testing.T) string {
 func TestValidator(t *testing.T) {
 	ctx := context.Background()
 	v := Validator{}
-	_, err := v.ValidateCreate(ctx, withTemplate("agent-{{.PodName}}"))
+	_, err := v.ValidateCreate(ctx, withTemplate("{{.Namespace}}/agent-{{.PodName}}"))
 	assert.NoError(t, err)
+
+	// Issue 26: team-a naming team-b's client, or any name that does not start with the namespace.
+	for _, tmpl := range []string{"team-b/agent", "agent-{{.PodName}}"} {
+		_, err = v.ValidateCreate(ctx, withTemplate(tmpl))
+		assert.True(t, apierrors.IsInvalid(err), tmpl)
+		assert.ErrorContains(t, err, `spec.clientRegistration.keycloak.clientNameTemplate: Invalid value: "`+tmpl+`": must start with {{.Namespace}} followed by '/'`)
+	}
 
 	_, err = v.ValidateCreate(ctx, withTemplate("agent-{{.Secret}}"))
 	assert.True(t, apierrors.IsInvalid(err))

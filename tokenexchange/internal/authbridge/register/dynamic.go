@@ -23,6 +23,14 @@ import (
 //
 // RFC 7591 has no lookup by name: what was registered is remembered in StateFile on the shared
 // volume, which lives as long as the pod. A recreated pod registers a new client.
+//
+// Ownership: RFC 7592 lets only the holder of a client's registration access token read or
+// change it, and that token is in StateFile alone. The owner marker is sent as well, as the
+// client metadata member kagenti_owner (RFC 7591 §2 lets a provider keep metadata it defines;
+// one that does not returns the registered metadata without it), and kept in StateFile: a
+// remembered registration made for another owner is neither reused nor updated, and an answer
+// whose kagenti_owner names another owner (a provider that hands back an existing client for a
+// known client_name) is not used.
 type DynamicRegistration struct {
 	URL       string
 	HTTP      *http.Client
@@ -38,6 +46,8 @@ type metadata struct {
 	ResponseTypes           []string `json:"response_types"`
 	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method"`
 	SoftwareID              string   `json:"software_id"`
+	// Owner is the owner marker (OwnerOf).
+	Owner string `json:"kagenti_owner"`
 }
 
 // registration is the RFC 7591 §3.2.1 answer, and what StateFile keeps.
@@ -46,6 +56,9 @@ type registration struct {
 	ClientSecret            string `json:"client_secret"`
 	RegistrationAccessToken string `json:"registration_access_token,omitempty"`
 	RegistrationClientURI   string `json:"registration_client_uri,omitempty"`
+	// Owner is the owner marker: in an answer, what the provider kept ("" when it keeps no
+	// kagenti_owner); in StateFile, the owner the client was registered for.
+	Owner string `json:"kagenti_owner,omitempty"`
 	// Kept in StateFile only: what the client was registered with and where.
 	Endpoint     string `json:"kagenti_registration_endpoint,omitempty"`
 	MetadataHash string `json:"kagenti_metadata_hash,omitempty"`
@@ -57,7 +70,7 @@ func metadataFor(c Client) metadata {
 		grants = append(grants, "urn:ietf:params:oauth:grant-type:token-exchange")
 	}
 	return metadata{ClientName: c.Name, GrantTypes: grants, ResponseTypes: []string{},
-		TokenEndpointAuthMethod: "client_secret_basic", SoftwareID: "kagenti-authbridge"}
+		TokenEndpointAuthMethod: "client_secret_basic", SoftwareID: "kagenti-authbridge", Owner: c.Owner}
 }
 
 func hashOf(m metadata) string {
@@ -67,12 +80,23 @@ func hashOf(m metadata) string {
 }
 
 // Register reuses the client registered earlier in this pod when its metadata is unchanged,
-// updates it (RFC 7592) when it changed, and registers a new one otherwise.
+// updates it (RFC 7592) when it changed, and registers a new one otherwise. A remembered client
+// of another owner, or of none, is refused (*ClientOwnedElsewhereError), as is an answer that
+// names another owner.
 func (d *DynamicRegistration) Register(ctx context.Context, c Client) (Credentials, error) {
+	if c.Owner == "" {
+		return Credentials{}, errNoOwner
+	}
 	m := metadataFor(c)
 	h := hashOf(m)
 	prev, _ := d.load()
 	if prev != nil && prev.Endpoint == d.URL && prev.ClientSecret != "" {
+		if prev.Owner != c.Owner {
+			return Credentials{}, &ClientOwnedElsewhereError{
+				Client: fmt.Sprintf("%s registered at %s (remembered in %s)", prev.ClientID, d.URL, d.StateFile), Owner: prev.Owner, Want: c.Owner,
+				Adopt: fmt.Sprintf("delete %s (or the pod) to register a new client", d.StateFile),
+			}
+		}
 		if prev.MetadataHash == h {
 			return Credentials{ClientID: prev.ClientID, ClientSecret: prev.ClientSecret}, nil
 		}
@@ -81,7 +105,7 @@ func (d *DynamicRegistration) Register(ctx context.Context, c Client) (Credentia
 			upd.ClientID = prev.ClientID
 			reg, status, err := d.send(ctx, http.MethodPut, prev.RegistrationClientURI, prev.RegistrationAccessToken, upd)
 			if err == nil && status == http.StatusOK {
-				return d.keep(reg, prev, h)
+				return d.keep(reg, prev, c.Owner, h)
 			}
 			// The provider forgot the client or does not manage registrations: register anew.
 		}
@@ -97,13 +121,21 @@ func (d *DynamicRegistration) Register(ctx context.Context, c Client) (Credentia
 	if status != http.StatusCreated && status != http.StatusOK {
 		return Credentials{}, fmt.Errorf("registering client %q at %s: %d %s", c.Name, d.URL, status, reg.errorText)
 	}
-	return d.keep(reg, nil, h)
+	return d.keep(reg, nil, c.Owner, h)
 }
 
-// keep stores a successful answer (fields the provider left out keep their previous value, as
-// RFC 7592 allows for the secret) and returns its credentials.
-func (d *DynamicRegistration) keep(r answer, prev *registration, hash string) (Credentials, error) {
+// keep stores a successful answer for owner (fields the provider left out keep their previous
+// value, as RFC 7592 allows for the secret) and returns its credentials. An answer that names
+// another owner is neither stored nor returned.
+func (d *DynamicRegistration) keep(r answer, prev *registration, owner, hash string) (Credentials, error) {
 	st := r.registration
+	if st.Owner != "" && st.Owner != owner {
+		return Credentials{}, &ClientOwnedElsewhereError{
+			Client: fmt.Sprintf("%s at %s", st.ClientID, d.URL), Owner: st.Owner, Want: owner,
+			Adopt: "the provider answered with a client registered for someone else",
+		}
+	}
+	st.Owner = owner
 	if prev != nil {
 		if st.ClientSecret == "" {
 			st.ClientSecret = prev.ClientSecret

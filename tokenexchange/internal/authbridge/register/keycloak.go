@@ -59,7 +59,7 @@ func desired(c Client) clientRepresentation {
 		Enabled: &t, Protocol: "openid-connect", PublicClient: &f, ClientAuthenticatorType: "client-secret",
 		// A workload acts on its own (client credentials) and exchanges tokens; it logs no one in.
 		ServiceAccountsEnabled: &t, StandardFlowEnabled: &f, ImplicitFlowEnabled: &f, DirectAccessGrantsEnabled: &f,
-		Attributes: map[string]string{TokenExchangeAttribute: fmt.Sprint(c.TokenExchange)},
+		Attributes: map[string]string{TokenExchangeAttribute: fmt.Sprint(c.TokenExchange), OwnerAttribute: c.Owner},
 	}
 }
 
@@ -83,8 +83,12 @@ func differs(have, want clientRepresentation) bool {
 
 // Register finds the client by clientId, creates it or brings its settings to the desired ones,
 // and returns its secret. The secret is read, never regenerated: the replicas of a workload
-// share one client.
+// share one client. A client found with another owner marker than c.Owner, or none, is neither
+// updated nor has its secret read; also when it appeared between the lookup and the creation.
 func (k *Keycloak) Register(ctx context.Context, c Client) (Credentials, error) {
+	if c.Owner == "" {
+		return Credentials{}, errNoOwner
+	}
 	want := desired(c)
 	have, err := k.find(ctx, c.Name)
 	if err != nil {
@@ -105,7 +109,14 @@ func (k *Keycloak) Register(ctx context.Context, c Client) (Credentials, error) 
 		if have == nil {
 			return Credentials{}, fmt.Errorf("client %q not found after creating it", c.Name)
 		}
-	} else if differs(*have, want) {
+	}
+	if owner := have.Attributes[OwnerAttribute]; owner != c.Owner {
+		return Credentials{}, &ClientOwnedElsewhereError{
+			Client: fmt.Sprintf("%q (id %s) in Keycloak realm %s", have.ClientID, have.ID, k.Realm), Owner: owner, Want: c.Owner,
+			Adopt: fmt.Sprintf("to let workload %s manage it, set its attribute %s=%s", c.Owner, OwnerAttribute, c.Owner),
+		}
+	}
+	if differs(*have, want) {
 		want.ID = have.ID
 		status, body, err := k.do(ctx, http.MethodPut, k.admin("clients", have.ID), want, nil)
 		if err != nil {

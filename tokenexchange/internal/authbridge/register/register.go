@@ -26,6 +26,9 @@ import (
 // Client is what is registered.
 type Client struct {
 	Name string
+	// Owner is the owner marker of the workload (OwnerOf): an existing client is touched only
+	// when it carries the same one.
+	Owner string
 	// Description says which workload the client is for.
 	Description string
 	// TokenExchange enables the RFC 8693 grant on the client.
@@ -39,7 +42,9 @@ type Credentials struct {
 }
 
 // Provider registers clients with one kind of identity provider. Register is idempotent: a
-// client that exists is brought to the desired settings and its credentials returned.
+// client that exists and carries c.Owner is brought to the desired settings and its credentials
+// returned; one that carries another owner marker, or none, is left untouched
+// (*ClientOwnedElsewhereError).
 type Provider interface {
 	Register(ctx context.Context, c Client) (Credentials, error)
 }
@@ -90,6 +95,8 @@ type Runner struct {
 	mu   sync.Mutex
 	done string // key of the registration whose credentials are written
 	err  error
+	// refused is the owner-marker refusal behind err, if it is one.
+	refused *ClientOwnedElsewhereError
 }
 
 // NewRunner builds the runner.
@@ -169,12 +176,22 @@ func (r *Runner) pass(ctx context.Context, force bool) error {
 	}
 	client := Client{
 		Name:          c.ClientRegistration.ClientName,
+		Owner:         OwnerOf(c.Workload),
 		Description:   fmt.Sprintf("Kagenti workload %s/%s (%s), registered by kagenti-authbridge", c.Workload.Namespace, c.Workload.Name, c.SpiffeID),
 		TokenExchange: c.ClientRegistration.TokenExchangeEnabled,
 	}
 	creds, err := p.Register(ctx, client)
 	if err == nil {
 		err = r.write(creds)
+	}
+	if refused := (*ClientOwnedElsewhereError)(nil); errors.As(err, &refused) {
+		// Retried like any failure (with backoff, up to a minute apart), so that a client adopted
+		// by setting its owner marker is picked up without a restart; each retry reads only the
+		// client's marker.
+		r.log.Error("registration refused: the client belongs to another workload; retrying", zap.String("client", client.Name),
+			zap.String("owner", refused.Owner), zap.String("provider", c.IdP.Provider), zap.Error(err))
+		r.set("", err)
+		return err
 	}
 	if err != nil {
 		r.log.Error("registration failed; retrying", zap.String("client", client.Name), zap.String("provider", c.IdP.Provider), zap.Error(err))
@@ -189,7 +206,8 @@ func (r *Runner) pass(ctx context.Context, force bool) error {
 func (r *Runner) set(done string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.done, r.err = done, err
+	r.done, r.err, r.refused = done, err, nil
+	_ = errors.As(err, &r.refused)
 }
 
 // write puts the credentials on the shared volume, each file replaced atomically; the secret goes
@@ -211,10 +229,23 @@ func (r *Runner) Ready() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
+	case r.refused != nil:
+		return []string{"registration refused: " + r.err.Error()}
 	case r.err != nil:
 		return []string{"registration with the identity provider failed: " + r.err.Error()}
 	case r.done != k:
 		return []string{"not registered yet for the current configuration"}
 	}
 	return nil
+}
+
+// Refusal reports a registration refused because the client belongs to another workload (the
+// status field the controller turns into reason ClientOwnedElsewhere), nil otherwise.
+func (r *Runner) Refusal() *sidecar.Refusal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused == nil {
+		return nil
+	}
+	return &sidecar.Refusal{Reason: sidecar.ReasonClientOwnedElsewhere, Message: r.err.Error()}
 }

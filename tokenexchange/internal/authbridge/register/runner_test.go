@@ -30,6 +30,9 @@ type dcr struct {
 	clients  map[string]map[string]any
 	requests []string
 	down     bool
+	// dedupe: a registration with a known client_name gets the existing client back (some
+	// providers do), with the owner marker it was registered with.
+	dedupe bool
 }
 
 func newDCR(t *testing.T) *dcr {
@@ -53,10 +56,16 @@ func newDCR(t *testing.T) *dcr {
 				return
 			}
 			id := fmt.Sprintf("client-%d", len(d.clients)+1)
+			for known, c := range d.clients {
+				if d.dedupe && c["client_name"] == m["client_name"] {
+					id, m = known, c
+				}
+			}
 			d.clients[id] = m
 			w.WriteHeader(http.StatusCreated)
 			_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "client_secret": "secret-of-" + id, "client_name": m["client_name"],
-				"registration_access_token": "rat-" + id, "registration_client_uri": d.URL + "/register/" + id, "client_secret_expires_at": 0})
+				"kagenti_owner": m["kagenti_owner"], "registration_access_token": "rat-" + id, "registration_client_uri": d.URL + "/register/" + id,
+				"client_secret_expires_at": 0})
 		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/register/"):
 			id := strings.TrimPrefix(r.URL.Path, "/register/")
 			if _, ok := d.clients[id]; !ok || r.Header.Get("Authorization") != "Bearer rat-"+id || m["client_id"] != id {
@@ -64,7 +73,7 @@ func newDCR(t *testing.T) *dcr {
 				return
 			}
 			d.clients[id] = m
-			_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "client_name": m["client_name"]}) // secret left out: unchanged
+			_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "client_name": m["client_name"], "kagenti_owner": m["kagenti_owner"]}) // secret left out: unchanged
 		default:
 			w.WriteHeader(http.StatusNotFound)
 		}
@@ -86,7 +95,7 @@ func TestDynamicRegistration(t *testing.T) {
 	p := &DynamicRegistration{URL: d.URL + "/register", HTTP: http.DefaultClient, StateFile: state,
 		Admin: adminDir(t, map[string]string{"initial-access-token": "initial-token"})}
 	ctx := context.Background()
-	c := Client{Name: "agents/weather", TokenExchange: true}
+	c := Client{Name: "agents/weather", Owner: "agents/weather", TokenExchange: true}
 	creds, err := p.Register(ctx, c)
 	require.NoError(t, err)
 	assert.Equal(t, Credentials{ClientID: "client-1", ClientSecret: "secret-of-client-1"}, creds)
@@ -113,6 +122,57 @@ func TestDynamicRegistration(t *testing.T) {
 	p.StateFile = filepath.Join(t.TempDir(), "registration.json")
 	_, err = p.Register(ctx, c)
 	assert.ErrorContains(t, err, "401 invalid_token (initial access token required)")
+}
+
+// TestDynamicRegistrationRefusesAClientOfAnotherOwner: a provider that answers a registration
+// with an existing client of the same client_name (registered for team-b) does not give team-a's
+// pod that client's secret: the answer is neither used nor remembered.
+func TestDynamicRegistrationRefusesAClientOfAnotherOwner(t *testing.T) {
+	d := newDCR(t)
+	d.dedupe = true
+	ctx := context.Background()
+	teamB := &DynamicRegistration{URL: d.URL + "/register", HTTP: http.DefaultClient, Admin: adminDir(t, nil),
+		StateFile: filepath.Join(t.TempDir(), authconfig.RegistrationFile)}
+	_, err := teamB.Register(ctx, Client{Name: "team-b/agent", Owner: "team-b/agent", TokenExchange: true})
+	require.NoError(t, err)
+	assert.Equal(t, "team-b/agent", d.clients["client-1"]["kagenti_owner"], "the owner marker is sent as client metadata")
+
+	state := filepath.Join(t.TempDir(), authconfig.RegistrationFile)
+	teamA := &DynamicRegistration{URL: d.URL + "/register", HTTP: http.DefaultClient, Admin: adminDir(t, nil), StateFile: state}
+	creds, err := teamA.Register(ctx, Client{Name: "team-b/agent", Owner: "team-a/thief"})
+	var refused *ClientOwnedElsewhereError
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, "team-b/agent", refused.Owner)
+	assert.ErrorContains(t, err, "client client-1 at "+d.URL+"/register belongs to workload team-b/agent, not to team-a/thief, and is left untouched")
+	assert.Equal(t, Credentials{}, creds)
+	assert.NoFileExists(t, state, "nothing of team-b's client is remembered in team-a's pod")
+}
+
+// TestDynamicRegistrationRefusesARememberedClientOfAnotherOwner: a registration remembered on
+// the shared volume for another owner, or for none (written by something else than this
+// workload's register role), is neither reused nor updated, and the provider is not called.
+func TestDynamicRegistrationRefusesARememberedClientOfAnotherOwner(t *testing.T) {
+	for name, owner := range map[string]string{"another owner": "team-b/agent", "no owner": ""} {
+		t.Run(name, func(t *testing.T) {
+			d := newDCR(t)
+			state := filepath.Join(t.TempDir(), authconfig.RegistrationFile)
+			c := Client{Name: "team-a/agent", Owner: "team-a/agent"}
+			// The metadata hash is c's: only the owner keeps the remembered client from being reused.
+			remembered, err := json.Marshal(registration{ClientID: "client-9", ClientSecret: "secret-of-client-9", Owner: owner,
+				RegistrationAccessToken: "rat-client-9", RegistrationClientURI: d.URL + "/register/client-9",
+				Endpoint: d.URL + "/register", MetadataHash: hashOf(metadataFor(c))})
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(state, remembered, 0o600))
+			p := &DynamicRegistration{URL: d.URL + "/register", HTTP: http.DefaultClient, Admin: adminDir(t, nil), StateFile: state}
+			creds, err := p.Register(context.Background(), c)
+			var refused *ClientOwnedElsewhereError
+			require.ErrorAs(t, err, &refused)
+			assert.Equal(t, owner, refused.Owner)
+			assert.ErrorContains(t, err, "client client-9 registered at "+d.URL+"/register (remembered in "+state+")")
+			assert.Equal(t, Credentials{}, creds)
+			assert.Empty(t, d.Requests(), "the provider is not called")
+		})
+	}
 }
 
 func runnerConfig(t *testing.T, registrationURL string) (*sidecar.Config, string) {
@@ -150,12 +210,12 @@ func TestRunnerRegistersAndFollowsTheConfiguration(t *testing.T) {
 	assert.Equal(t, "agents/weather", d.clients["client-1"]["client_name"])
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile),
-		[]byte("clientRegistration: {keycloak: {clientNameTemplate: 'agent-{{.PodName}}'}}\n"), 0o644))
+		[]byte("clientRegistration: {keycloak: {clientNameTemplate: '{{.Namespace}}/agent-{{.PodName}}'}}\n"), 0o644))
 	cfg.Reload()
 	eventually(t, "re-registered under the new name", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.clients["client-1"]["client_name"] == "agent-weather-abc"
+		return d.clients["client-1"]["client_name"] == "agents/agent-weather-abc"
 	})
 	eventually(t, "ready again", func() bool { return len(r.Ready()) == 0 })
 
@@ -178,4 +238,45 @@ func TestRunnerRegistersAndFollowsTheConfiguration(t *testing.T) {
 		t.Fatal("the runner must keep running (a native sidecar must not exit)")
 	default:
 	}
+}
+
+// TestRunnerReportsAClientOwnedElsewhere: the runner writes no credentials for a refused client,
+// says why on /readyz, and reports the refusal (reason ClientOwnedElsewhere) for /status; once a
+// person adopts the client, it registers.
+func TestRunnerReportsAClientOwnedElsewhere(t *testing.T) {
+	kc := newKeycloak(t, "agents")
+	kc.store("billing-id", map[string]any{"clientId": "agents/weather", "attributes": map[string]any{OwnerAttribute: "agents/billing"}})
+	cfg, _ := runnerConfig(t, "http://unused/register")
+	shared := t.TempDir()
+	r := NewRunner(cfg, AdminCredentials{Dir: t.TempDir()}, shared, http.DefaultClient, zaptest.NewLogger(t))
+	admin := adminDir(t, serviceAccount)
+	r.newProvider = func(authconfig.Config) (Provider, error) {
+		return &Keycloak{URL: kc.URL, Realm: "agents", HTTP: http.DefaultClient, Admin: admin}, nil
+	}
+	assert.Nil(t, r.Refusal(), "no refusal before a registration")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	eventually(t, "refusal reported", func() bool { return r.Refusal() != nil })
+	refusal := r.Refusal()
+	assert.Equal(t, sidecar.ReasonClientOwnedElsewhere, refusal.Reason)
+	assert.Equal(t, `client "agents/weather" (id billing-id) in Keycloak realm agents belongs to workload agents/billing, not to agents/weather, and is left untouched: choose another clientNameTemplate`, refusal.Message)
+	assert.Equal(t, []string{"registration refused: " + refusal.Message}, r.Ready())
+	entries, err := os.ReadDir(shared)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "no client ID or secret is written")
+	readsNoSecretAndChangesNothing(t, kc.Requests())
+
+	kc.mu.Lock()
+	kc.clients["billing-id"]["attributes"].(map[string]any)[OwnerAttribute] = "agents/weather"
+	kc.mu.Unlock()
+	r.Kick()
+	eventually(t, "registered after adoption", func() bool { return len(r.Ready()) == 0 })
+	assert.Nil(t, r.Refusal())
+	b, err := os.ReadFile(filepath.Join(shared, authconfig.ClientIDFile))
+	require.NoError(t, err)
+	assert.Equal(t, "agents/weather", string(b))
 }

@@ -28,14 +28,33 @@ type Status struct {
 	ConfigError string `json:"configError,omitempty"`
 	// PendingRestart lists changed settings that take effect only when the pod is recreated.
 	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// Refusal is set while the role refuses to act on its configuration for a reason that only a
+	// person can remove (a registered client that belongs to another workload). The controller
+	// reports it on the TokenExchange with Reason; NotReady says the same.
+	Refusal *Refusal `json:"refusal,omitempty"`
 }
+
+// Refusal is a role's standing refusal: Reason is one of the Reason constants below (the
+// controller maps each to a TokenExchange reason and ignores others), Message says what was
+// refused and how to lift it.
+type Refusal struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// ReasonClientOwnedElsewhere: the register role found the client it would register under the
+// configured name, owned by another workload or by no one it can tell, and left it untouched.
+const ReasonClientOwnedElsewhere = "ClientOwnedElsewhere"
+
+// Refusals reports a role's standing refusal, nil when there is none.
+type Refusals func() *Refusal
 
 // Readiness reports what, besides a valid configuration, a role still waits for (an empty list
 // when it is ready).
 type Readiness func() []string
 
-// StatusOf assembles the status of role.
-func StatusOf(role string, cfg *Config, readiness Readiness) Status {
+// StatusOf assembles the status of role; readiness and refusal may be nil.
+func StatusOf(role string, cfg *Config, readiness Readiness, refusal Refusals) Status {
 	snap := cfg.Current()
 	s := Status{
 		Role:           role,
@@ -51,20 +70,23 @@ func StatusOf(role string, cfg *Config, readiness Readiness) Status {
 	if readiness != nil {
 		s.NotReady = append(s.NotReady, readiness()...)
 	}
+	if refusal != nil {
+		s.Refusal = refusal()
+	}
 	s.Ready = len(s.NotReady) == 0
 	return s
 }
 
 // AdminHandler serves /healthz (the process answers), /readyz (ready: 200, else 503 with the
 // reasons) and /status (JSON Status).
-func AdminHandler(role string, cfg *Config, readiness Readiness) http.Handler {
+func AdminHandler(role string, cfg *Config, readiness Readiness, refusal Refusals) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		s := StatusOf(role, cfg, readiness)
+		s := StatusOf(role, cfg, readiness, refusal)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !s.Ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -79,7 +101,7 @@ func AdminHandler(role string, cfg *Config, readiness Readiness) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(StatusOf(role, cfg, readiness))
+		_ = enc.Encode(StatusOf(role, cfg, readiness, refusal))
 	})
 	return mux
 }

@@ -121,7 +121,7 @@ func TestConfigKeepsLastGoodOnMalformedFile(t *testing.T) {
 			cfg.Reload()
 			require.Error(t, cfg.Err())
 			assert.Equal(t, good.Config, cfg.Current().Config, "the last good configuration stays in effect")
-			st := StatusOf("inbound", cfg, nil)
+			st := StatusOf("inbound", cfg, nil, nil)
 			assert.False(t, st.Ready)
 			assert.Equal(t, good.ContentHash, st.ContentHash, "the status reports the content in effect")
 			assert.NotEmpty(t, st.ConfigError)
@@ -135,7 +135,7 @@ func TestConfigKeepsLastGoodOnMalformedFile(t *testing.T) {
 	cfg.Reload()
 	require.NoError(t, cfg.Err())
 	assert.Equal(t, []string{"b"}, cfg.Current().Config.Inbound.Validation.RequiredScopes)
-	assert.True(t, StatusOf("inbound", cfg, nil).Ready)
+	assert.True(t, StatusOf("inbound", cfg, nil, nil).Ready)
 }
 
 func TestConfigStartsOnDefaultsWhenTheFileIsBad(t *testing.T) {
@@ -145,7 +145,7 @@ func TestConfigStartsOnDefaultsWhenTheFileIsBad(t *testing.T) {
 	require.NoError(t, err)
 	assert.Error(t, cfg.Err())
 	assert.Empty(t, cfg.Current().ContentHash)
-	assert.False(t, StatusOf("outbound", cfg, nil).Ready)
+	assert.False(t, StatusOf("outbound", cfg, nil, nil).Ready)
 
 	src := testSource(vol.dir)
 	src.Defaults.Inbound.Port = nil
@@ -186,7 +186,7 @@ func TestAdminEndpoints(t *testing.T) {
 	cfg, err := NewConfig(testSource(vol.dir), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	waiting := []string{"no client credentials yet"}
-	srv := httptest.NewServer(AdminHandler("outbound", cfg, func() []string { return waiting }))
+	srv := httptest.NewServer(AdminHandler("outbound", cfg, func() []string { return waiting }, nil))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
