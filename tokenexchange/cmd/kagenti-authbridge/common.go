@@ -66,11 +66,20 @@ func (c *commonFlags) baseLogger() (*zap.Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	return logConfig(lvl).Build()
+}
+
+// logConfig is zap's production configuration without its stack traces on errors: the errors this
+// binary logs are conditions of its surroundings (an IdP that refuses, a configuration rejected),
+// logged again on every retry, where a Go stack trace says nothing and buries the message. A panic
+// still prints its stack.
+func logConfig(lvl zapcore.Level) zap.Config {
 	cfg := zap.NewProductionConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	cfg.Sampling = nil
-	return cfg.Build()
+	cfg.DisableStacktrace = true
+	return cfg
 }
 
 // config loads the role's configuration (defaults from the environment, config.yaml over them).
