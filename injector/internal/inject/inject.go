@@ -376,7 +376,7 @@ func Remove(t *corev1.PodTemplateSpec) (out *corev1.PodTemplateSpec, changed boo
 // present reports whether everything s says was injected is still in t. It is called with the
 // rendering of s.Hash, so what was injected is r's names but the kept ones (v2), or s's lists (v1).
 func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
-	if defaults, _ := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults]); defaults != r.IdentityDefaults || !r.probesPresent(t) {
+	if defaults, _ := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults]); defaults != r.IdentityDefaults || !r.probesPresent(t, slices.Contains(s.Kept, configmap.ContainerAuthbridge)) {
 		return false
 	}
 	has := names(t.Spec.InitContainers, t.Spec.Containers)

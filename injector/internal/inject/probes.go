@@ -193,8 +193,13 @@ func restoreProbes(t *corev1.PodTemplateSpec) {
 }
 
 // probesPresent reports whether t's probes are as Inject with r leaves them: every probe the
-// interception catches rewritten, every rewritten one recorded, nothing else recorded.
-func (r *Rendered) probesPresent(t *corev1.PodTemplateSpec) bool {
+// interception catches rewritten, every rewritten one recorded, nothing else recorded. keptAuthbridge:
+// the template has the user's own authbridge container, so none is rewritten.
+func (r *Rendered) probesPresent(t *corev1.PodTemplateSpec, keptAuthbridge bool) bool {
+	rewrite := r.appProbes
+	if keptAuthbridge {
+		rewrite = nil
+	}
 	_, line := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults])
 	originals, err := configmap.ParseAppProbes(line)
 	if err != nil {
@@ -209,14 +214,14 @@ func (r *Rendered) probesPresent(t *corev1.PodTemplateSpec) bool {
 			}
 			for _, k := range probesOf(c) {
 				if isRewritten(*k.probe, c.Name, k.kind) {
-					if _, ok := originals[configmap.AppProbeKey(c.Name, k.kind)]; !ok || r.appProbes == nil {
+					if _, ok := originals[configmap.AppProbeKey(c.Name, k.kind)]; !ok || rewrite == nil {
 						return false
 					}
 					rewritten++
 					continue
 				}
-				if r.appProbes != nil {
-					if _, caught := r.appProbes.original(c, *k.probe); caught {
+				if rewrite != nil {
+					if _, caught := rewrite.original(c, *k.probe); caught {
 						return false
 					}
 				}

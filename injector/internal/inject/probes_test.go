@@ -177,6 +177,14 @@ func TestProbesOfInitContainersAndOverride(t *testing.T) {
 	own.Spec.Containers = append(own.Spec.Containers, corev1.Container{Name: config.Authbridge, Image: "mine:1"})
 	out = injectWith(t, config.Default(), nil, own)
 	require.Equal(t, own.Spec.Containers[0].ReadinessProbe, out.Spec.Containers[0].ReadinessProbe)
+	o, err := inject.ParseOptions("weather-agent", nil, nil)
+	require.NoError(t, err)
+	o.ReadTemplate(out)
+	r, err := inject.Render(config.Default(), o)
+	require.NoError(t, err)
+	_, changed, err := inject.Inject(out, r)
+	require.NoError(t, err)
+	require.False(t, changed, "injecting again changes nothing")
 }
 
 // testdata/v4 holds what an injector of status v4 wrote for the DaemonSet input, whose agent has
