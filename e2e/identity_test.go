@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +53,20 @@ func TestIdentityFlow(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("the agent's own probes pass through the authbridge: Ready, never restarted", func(t *testing.T) {
+		for _, p := range []*podrunner.RunningPod{f.caller, f.callee} {
+			agent := p.Pod.Spec.Containers[0]
+			for kind, probe := range map[string]*corev1.Probe{"readyz": agent.ReadinessProbe, "livez": agent.LivenessProbe} {
+				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/app-health/agent/"+kind || probe.HTTPGet.Port.IntValue() != sidecarStatusPort {
+					t.Fatalf("pod %s: the agent's %s probe %+v; want the injector's rewrite to the authbridge status port", p.Pod.Name, kind, probe)
+				}
+			}
+			// Through the pod IP as the kubelet: the inbound proxy would answer 401 to the original.
+			p.WaitReady(t, time.Minute, 500*time.Millisecond)
+		}
+		// A liveness probe failing three times in a row fails the test when it ends (podrunner).
 	})
 
 	t.Run("spiffe-helper wrote the caller's JWT SVID from SPIRE", func(t *testing.T) {
@@ -173,6 +188,7 @@ const (
 	registerStatusPort = 15124
 	inboundStatusPort  = 15125
 	outboundStatusPort = 15126
+	sidecarStatusPort  = 15128
 )
 
 type identityFlow struct {
@@ -372,6 +388,10 @@ func (f *identityFlow) createAgent(name string, labels map[string]string) *corev
 					Containers: []corev1.Container{{
 						Name: "agent", Image: agentImage,
 						Ports: []corev1.ContainerPort{{Name: "a2a", ContainerPort: agentPort}},
+						// The agent's own probes on its own port, which the inbound interception
+						// catches: the injector rewrites them to the authbridge (issue 27).
+						ReadinessProbe: agentProbe("/ready"),
+						LivenessProbe:  agentProbe("/live"),
 						Env: []corev1.EnvVar{
 							{Name: "AGENT_LISTEN", Value: "127.0.0.1:" + strconv.Itoa(agentPort)},
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -387,6 +407,12 @@ func (f *identityFlow) createAgent(name string, labels map[string]string) *corev
 	}
 	pods := framework.PodsOf(t, f.c, f.ns, map[string]string{"app": name}, 1)
 	return &pods[0]
+}
+
+// agentProbe is an HTTP probe of the agent's port, every 2 s (3 failures: the kubelet would restart it).
+func agentProbe(path string) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("a2a")}},
+		PeriodSeconds: 2}
 }
 
 // spiffeHelperUID is the user the injected spiffe-helper runs as: SPIRE's unix attestor selects

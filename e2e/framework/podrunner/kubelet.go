@@ -95,6 +95,48 @@ type RunningPod struct {
 
 	mu         sync.Mutex
 	containers map[string]*process
+	ready      map[string]bool // by container: its latest readiness (superviseProbes)
+}
+
+func (p *RunningPod) setReady(container string, ready bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready == nil {
+		p.ready = map[string]bool{}
+	}
+	p.ready[container] = ready
+}
+
+// Ready reports whether every long-running container is ready, as the kubelet's Ready condition:
+// started, past its startup probe, and its latest readiness probe passed; the names of those that
+// are not.
+func (p *RunningPod) Ready() (bool, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var not []string
+	for name := range p.containers {
+		if !p.ready[name] {
+			not = append(not, name)
+		}
+	}
+	return len(not) == 0, not
+}
+
+// WaitReady waits until Ready, polling every poll, and fails the test after timeout naming the
+// containers that are not ready.
+func (p *RunningPod) WaitReady(t testing.TB, timeout, poll time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ready, not := p.Ready()
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: containers %v not ready after %s", p.Pod.Name, not, timeout)
+		}
+		time.Sleep(poll)
+	}
 }
 
 type process struct {

@@ -108,6 +108,11 @@ type Config struct {
 	SpireSocket SpireSocket `json:"spireSocket"`
 	// Identity holds the defaults passed to the sidecars as environment variables.
 	Identity Identity `json:"identity"`
+	// RewriteAppProbes (default true) rewrites the probes of the user's containers that the inbound
+	// interception catches into GETs on the authbridge container's status port, which runs them
+	// against the app on loopback (docs/injector.md, "The agent's probes"); false leaves every
+	// probe as written. A workload opts out with kagenti.io/rewrite-app-probes: "false".
+	RewriteAppProbes bool `json:"rewriteAppProbes"`
 }
 
 // Images are pinned by tag or digest (":latest" and untagged images are rejected).
@@ -223,7 +228,8 @@ func Default() *Config {
 			// load (docs/injector.md, "Resources").
 			Authbridge: {Resources: res("40m", "64Mi", "256Mi")},
 		},
-		SpireSocket: SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
+		SpireSocket:      SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
+		RewriteAppProbes: true,
 		Identity: Identity{
 			// The data plane's built-in defaults (package identity): the injector writes only
 			// what differs from them into a workload's identity defaults.

@@ -33,11 +33,19 @@ const (
 	// the authbridge container has no liveness probe, and POD_NAME is projected only when the
 	// hostname is not the pod's name. A v3 template is stripped as v3 and injected afresh.
 	StatusV4 = "v4"
+	// StatusV5 is StatusV4 with the agent's probes rewritten (issue 27): a probe of a user
+	// container that the inbound interception catches becomes a GET on the authbridge container's
+	// status port, and the original is recorded in the identity defaults
+	// (configmap.AppProbesVariable), from which removal restores it. The names are v4's. An injector
+	// that knows no v5 refuses to touch the template rather than leave the rewritten probes without
+	// their originals; a v4 template is stripped as v4 and injected afresh when it has a probe to
+	// rewrite, and left alone otherwise (it is what v5 writes).
+	StatusV5 = "v5"
 	// StatusVersion is the version this injector writes.
-	StatusVersion = StatusV4
+	StatusVersion = StatusV5
 )
 
-// InjectedContainers returns the container names a v2, v3 or v4 status records exceptions to:
+// InjectedContainers returns the container names a v2 to v5 status records exceptions to:
 // the names an injector writing version v may add.
 func InjectedContainers(v string) []string {
 	if v == StatusV2 {
@@ -82,9 +90,9 @@ func ReadStatus(t *corev1.PodTemplateSpec) (*Status, error) {
 		return nil, invalid(AnnotationStatus, v, "not written by this injector (%v); remove the annotation", err)
 	}
 	switch s.Version {
-	case StatusV1, StatusV2, StatusV3, StatusV4:
+	case StatusV1, StatusV2, StatusV3, StatusV4, StatusV5:
 	default:
-		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s, %s, %s", s.Version, StatusV1, StatusV2, StatusV3, StatusV4)
+		return nil, invalid(AnnotationStatus, v, "unknown version %q; accepted: %s, %s, %s, %s, %s", s.Version, StatusV1, StatusV2, StatusV3, StatusV4, StatusV5)
 	}
 	return &s, nil
 }
@@ -168,6 +176,15 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 			}
 		}
 	}
+	defaults := r.IdentityDefaults
+	if r.appProbes != nil && !taken[configmap.ContainerAuthbridge] {
+		// Only the injected authbridge container serves the rewritten probes.
+		line, err := configmap.FormatAppProbes(r.rewriteProbes(spec))
+		if err != nil {
+			return nil, false, err
+		}
+		defaults += line
+	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, false, fmt.Errorf("encoding injection status: %w", err)
@@ -175,8 +192,8 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	if r.IdentityDefaults != "" {
-		out.Annotations[AnnotationIdentityDefaults] = r.IdentityDefaults
+	if defaults != "" {
+		out.Annotations[AnnotationIdentityDefaults] = defaults
 	}
 	out.Annotations[AnnotationStatus] = string(b)
 	return out, true, nil
@@ -266,6 +283,7 @@ func Strip(t *corev1.PodTemplateSpec, s *Status) {
 	if s == nil {
 		return
 	}
+	restoreProbes(t) // from the identity defaults, deleted below
 	if s.Version == StatusV1 {
 		stripV1(t, s)
 	} else {
@@ -304,7 +322,7 @@ func stripV1(t *corev1.PodTemplateSpec, s *Status) {
 	}
 }
 
-// stripV2 removes (v2 to v4) every injected name of the status's version but the kept ones, and
+// stripV2 removes (v2 to v5) every injected name of the status's version but the kept ones, and
 // the trace mount from every remaining container that did not have its own, and (v2, v3) the
 // trace variable from every one that did not have its own.
 func stripV2(t *corev1.PodTemplateSpec, s *Status) {
@@ -322,7 +340,7 @@ func stripV2(t *corev1.PodTemplateSpec, s *Status) {
 		if !slices.Contains(s.OwnTraceMount, c.Name) {
 			c.VolumeMounts = deleteMounts(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == VolumeTrace })
 		}
-		if s.Version != StatusV4 && !slices.Contains(s.OwnTraceEnv, c.Name) {
+		if (s.Version == StatusV2 || s.Version == StatusV3) && !slices.Contains(s.OwnTraceEnv, c.Name) {
 			c.Env = deleteEnv(c.Env, func(e corev1.EnvVar) bool { return e.Name == EnvTraceDir })
 		}
 	}
@@ -358,7 +376,7 @@ func Remove(t *corev1.PodTemplateSpec) (out *corev1.PodTemplateSpec, changed boo
 // present reports whether everything s says was injected is still in t. It is called with the
 // rendering of s.Hash, so what was injected is r's names but the kept ones (v2), or s's lists (v1).
 func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
-	if t.Annotations[AnnotationIdentityDefaults] != r.IdentityDefaults {
+	if defaults, _ := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults]); defaults != r.IdentityDefaults || !r.probesPresent(t, slices.Contains(s.Kept, configmap.ContainerAuthbridge)) {
 		return false
 	}
 	has := names(t.Spec.InitContainers, t.Spec.Containers)

@@ -75,6 +75,8 @@ type Options struct {
 	// OutboundPortsExclude and InboundPortsExclude are passed to proxy-init (sorted, unique).
 	OutboundPortsExclude []int32
 	InboundPortsExclude  []int32
+	// KeepAppProbes leaves the containers' probes as written (AnnotationRewriteAppProbes "false").
+	KeepAppProbes bool
 	// Resources overrides per injected container (config.Containers), from the resource annotations.
 	Resources map[string]corev1.ResourceRequirements
 	// resourceText is the user's own text of each resource annotation read, by key, so a denial
@@ -153,6 +155,15 @@ func ParseOptions(workload string, labels, annotations map[string]string) (Optio
 					name, strings.Join(config.Components, ", "))
 			}
 			o.Exclude[name] = true
+		}
+	}
+	if v, ok := annotations[AnnotationRewriteAppProbes]; ok {
+		switch v {
+		case "true":
+		case "false":
+			o.KeepAppProbes = true
+		default:
+			return o, invalid(AnnotationRewriteAppProbes, v, "accepted values: true (the default: probes the inbound interception catches are served by the authbridge container), false (the probes stay as written)")
 		}
 	}
 	var err error

@@ -62,6 +62,10 @@ type Rendered struct {
 	// Hash identifies what is added (renderHash): equal hashes, equal injections.
 	Hash string
 
+	// appProbes says which probes of the user's containers Inject rewrites (nil: none). They are
+	// the template's: the status records them, not the hash.
+	appProbes *probeRewrite
+
 	// encoded is the JSON of each element above (AppendEncoded), encoded once per rendering.
 	encoded encoded
 }
@@ -195,6 +199,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	// bytes to every stored template.
 	// No variable names the mount: PathTrace is the contract's path and the reader's own default.
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
+	r.appProbes = newProbeRewrite(cfg, o, on(config.ProxyInit) && proxies, r.Listeners)
 	r.encodeAll()
 	r.Hash = renderHash(r)
 	return r, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
@@ -49,4 +50,29 @@ func TestInjectionSize(t *testing.T) {
 		t.Logf("%s: %d bytes added", tc.name, n)
 		require.LessOrEqual(t, n, tc.budget, "%s: the injection grew", tc.name)
 	}
+}
+
+// TestProbeRewriteSize holds what the probe rewrite adds on top of the injection (issue 27): for the
+// common case, an HTTP readiness and liveness probe on the agent's port, the two rewritten paths and
+// the KAGENTI_APP_PROBES line with the originals, less the original handlers.
+func TestProbeRewriteSize(t *testing.T) {
+	probe := func() *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ping", Port: intstr.FromInt32(8081), Scheme: corev1.URISchemeHTTP}}}
+	}
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "ghcr.io/kagenti/weather-agent:v0.1.0",
+		ReadinessProbe: probe(), LivenessProbe: probe()}}}}
+	size := func(annotations map[string]string) int {
+		o, err := inject.ParseOptions("weather-agent", nil, annotations)
+		require.NoError(t, err)
+		r, err := inject.Render(config.Default(), o)
+		require.NoError(t, err)
+		out, _, err := inject.Inject(tmpl, r)
+		require.NoError(t, err)
+		b, err := json.Marshal(out)
+		require.NoError(t, err)
+		return len(b)
+	}
+	n := size(nil) - size(map[string]string{inject.AnnotationRewriteAppProbes: "false"})
+	t.Logf("two HTTP probes rewritten: %d bytes added", n)
+	require.LessOrEqual(t, n, 210, "the probe rewrite grew")
 }

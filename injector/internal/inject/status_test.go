@@ -166,7 +166,7 @@ func TestStatusV2IsCompact(t *testing.T) {
 	out, _, err := inject.Inject(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}, render(t, config.Default()))
 	require.NoError(t, err)
 	st := out.Annotations[inject.AnnotationStatus]
-	require.JSONEq(t, `{"version":"v4","hash":"`+render(t, config.Default()).Hash+`"}`, st)
+	require.JSONEq(t, `{"version":"`+inject.StatusVersion+`","hash":"`+render(t, config.Default()).Hash+`"}`, st)
 }
 
 // A v1 status that an override shaped (what the v1 injector wrote for a template with a user
@@ -270,6 +270,6 @@ func TestStatusV3IsUpgraded(t *testing.T) {
 		require.NotNil(t, again.Spec.Volumes[i].Projected, "the identity volume is projected")
 		st, err := inject.ReadStatus(again)
 		require.NoError(t, err)
-		require.Equal(t, inject.StatusV4, st.Version)
+		require.Equal(t, inject.StatusVersion, st.Version)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"gomodules.xyz/jsonpatch/v2"
 
@@ -64,15 +65,47 @@ func appendPatch(prefix string, hasMetadata bool, before, after *corev1.PodTempl
 			add("/spec/initContainers/"+strconv.Itoa(i), &a.InitContainers[i])
 		}
 	}
-	// Mounts and variables at the end of the user's containers; sidecars after them.
+	// The user's init containers follow the injected ones: their rewritten probes.
+	for i := range b.InitContainers {
+		if !probePatch(add, "/spec/initContainers/"+strconv.Itoa(injected+i), &b.InitContainers[i], &a.InitContainers[injected+i]) {
+			return nil, false
+		}
+	}
+	// Mounts and variables at the end of the user's containers, rewritten probes; sidecars after them.
 	for i := range b.Containers {
 		p := "/spec/containers/" + strconv.Itoa(i)
 		appendList(add, p+"/volumeMounts", b.Containers[i].VolumeMounts, a.Containers[i].VolumeMounts)
 		appendList(add, p+"/env", b.Containers[i].Env, a.Containers[i].Env)
+		if !probePatch(add, p, &b.Containers[i], &a.Containers[i]) {
+			return nil, false
+		}
 	}
 	appendList(add, "/spec/containers", b.Containers, a.Containers)
 	appendList(add, "/spec/volumes", b.Volumes, a.Volumes)
 	return ops, true
+}
+
+// probePatch replaces each probe of a user container that injection rewrote (inject's probe
+// rewrite replaces the handler, the other probes are equal copies); false when a probe went
+// away, which no injection does.
+func probePatch(add func(string, any), path string, before, after *corev1.Container) bool {
+	for _, p := range []struct {
+		field         string
+		before, after *corev1.Probe
+	}{
+		{"/livenessProbe", before.LivenessProbe, after.LivenessProbe},
+		{"/readinessProbe", before.ReadinessProbe, after.ReadinessProbe},
+		{"/startupProbe", before.StartupProbe, after.StartupProbe},
+	} {
+		switch {
+		case p.before == p.after || (p.before != nil && p.after != nil && equality.Semantic.DeepEqual(p.before, p.after)):
+		case p.after == nil:
+			return false
+		default:
+			add(path+p.field, p.after) // "add" replaces an existing member (RFC 6902)
+		}
+	}
+	return true
 }
 
 // appendList adds the elements of after beyond before's length: the whole list when before is

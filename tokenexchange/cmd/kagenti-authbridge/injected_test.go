@@ -16,6 +16,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -270,6 +271,28 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				}
 				assert.Equal(t, wantPodName, snap.Config.Workload.PodName)
 				assert.NotEmpty(t, snap.Config.Workload.ServiceAccount)
+
+				// The user's probes the injector rewrote are served by this binary's status server:
+				// each rewritten path names a probe the identity defaults hand it (not a 404).
+				if c.Name == configmap.ContainerAuthbridge {
+					status := httptest.NewServer(aggregateHandler(nil, src.AppProbes))
+					defer status.Close()
+					served := 0
+					for _, uc := range containers(tmpl) {
+						for kind, p := range probesOf(uc) {
+							if p.HTTPGet == nil || !strings.HasPrefix(p.HTTPGet.Path, configmap.AppProbePathPrefix) {
+								continue
+							}
+							served++
+							assert.Equal(t, configmap.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s/%s", uc.Name, kind)
+							resp, err := status.Client().Get(status.URL + p.HTTPGet.Path)
+							require.NoError(t, err)
+							_ = resp.Body.Close()
+							assert.NotEqual(t, http.StatusNotFound, resp.StatusCode, "%s/%s: %s is served", uc.Name, kind, p.HTTPGet.Path)
+						}
+					}
+					assert.Len(t, src.AppProbes, served, "every recorded probe is one the template GETs")
+				}
 
 				// The files it reads are where the injector mounts them: config.yaml of the
 				// workload's ConfigMap in the identity volume, beside the defaults.

@@ -119,7 +119,7 @@ func runRoles(ctx context.Context, common *commonFlags, cfg *sidecar.Config, sta
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { cfg.Run(ctx, common.poll); return nil })
 	g.Go(func() error {
-		if err := sidecar.Serve(ctx, statusAddr, aggregateHandler(states), log); err != nil {
+		if err := sidecar.Serve(ctx, statusAddr, aggregateHandler(states, cfg.AppProbes()), log); err != nil {
 			return fmt.Errorf("aggregate status server on %s: %w", statusAddr, err)
 		}
 		return nil
@@ -217,7 +217,7 @@ func (s *roleState) waitReady(ctx context.Context) bool {
 
 // aggregateHandler serves /healthz (200 iff no role has stopped) and /readyz (200 iff every role
 // is ready) for the roles of one process; each body has a line per role with its state.
-func aggregateHandler(states []*roleState) http.Handler {
+func aggregateHandler(states []*roleState, appProbes map[string]configmap.AppProbe) http.Handler {
 	answer := func(w http.ResponseWriter, readiness bool) {
 		ok := true
 		var body strings.Builder
@@ -239,5 +239,7 @@ func aggregateHandler(states []*roleState) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { answer(w, false) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { answer(w, true) })
+	// The agent's own probes, rewritten by the injector to this port (issue 27).
+	mux.Handle("GET "+configmap.AppProbePathPrefix, sidecar.AppProbeHandler(appProbes))
 	return mux
 }

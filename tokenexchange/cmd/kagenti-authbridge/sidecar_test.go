@@ -70,7 +70,7 @@ func TestAggregateStatus(t *testing.T) {
 		return func() sidecar.Status { return sidecar.Status{Ready: len(notReady) == 0, NotReady: notReady} }
 	}
 	register, inbound, outbound := &roleState{name: "register"}, &roleState{name: "inbound"}, &roleState{name: "outbound"}
-	srv := httptest.NewServer(aggregateHandler([]*roleState{register, inbound, outbound}))
+	srv := httptest.NewServer(aggregateHandler([]*roleState{register, inbound, outbound}, nil))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
@@ -156,7 +156,7 @@ func TestSidecarStartsTheProxiesOnceRegisterIsReady(t *testing.T) {
 	}()
 	readyz := func() string {
 		rec := httptest.NewRecorder()
-		aggregateHandler(states).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		aggregateHandler(states, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		return rec.Body.String()
 	}
 

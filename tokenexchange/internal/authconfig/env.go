@@ -14,6 +14,9 @@ const (
 	EnvPodNamespace   = "POD_NAMESPACE"           // fieldRef metadata.namespace
 	EnvServiceAccount = "KAGENTI_SERVICE_ACCOUNT" // the template's serviceAccountName, in defaults.env
 	EnvWorkload       = "KAGENTI_WORKLOAD"        // the workload's name, set by the injector
+	// EnvAppProbes is the agent's original probes the injector rewrote (JSON, in defaults.env):
+	// pkg/configmap's AppProbesVariable, which the sidecar parses (configmap.ParseAppProbes).
+	EnvAppProbes = "KAGENTI_APP_PROBES"
 )
 
 // EnvDefault is one identity default the injector passes to the sidecars: the environment
@@ -135,7 +138,7 @@ func envOf(path string) string {
 
 // EnvNames returns the distinct names of EnvDefaults plus the workload variables, sorted.
 func EnvNames() []string {
-	seen := map[string]bool{EnvPodName: true, EnvPodNamespace: true, EnvServiceAccount: true, EnvWorkload: true}
+	seen := map[string]bool{EnvPodName: true, EnvPodNamespace: true, EnvServiceAccount: true, EnvWorkload: true, EnvAppProbes: true}
 	for _, e := range EnvDefaults {
 		seen[e.Name] = true
 	}

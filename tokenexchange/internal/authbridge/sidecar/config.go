@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -29,6 +30,9 @@ type Source struct {
 	// ConfigMap volume of v1 to v3. config.yaml may be missing (the ConfigMap is optional: no
 	// TokenExchange means the defaults apply), and so may the directory.
 	Dir string
+	// AppProbes are the agent's original probes the injector rewrote to the status port
+	// (configmap.AppProbesVariable of the identity defaults), served by AppProbeHandler.
+	AppProbes map[string]configmap.AppProbe
 }
 
 // SourceFromEnv reads the defaults and the workload from the environment, completed by the
@@ -44,7 +48,12 @@ func SourceFromEnv(dir, identityDir string) (Source, error) {
 		return Source{}, err
 	}
 	w, from := authconfig.PodNameOrHostname(authconfig.WorkloadFromEnv(lookup), os.Hostname)
-	return Source{Defaults: d, Workload: w, PodNameFrom: from, Dir: dir}, nil
+	raw, _ := lookup(configmap.AppProbesVariable)
+	probes, err := configmap.ParseAppProbes(raw)
+	if err != nil {
+		return Source{}, err
+	}
+	return Source{Defaults: d, Workload: w, PodNameFrom: from, Dir: dir, AppProbes: probes}, nil
 }
 
 // Snapshot is one loaded configuration.
