@@ -159,11 +159,13 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 	var (
 		bad      *inject.InvalidError
 		conflict *inject.PortConflictError
+		identity *inject.ProxyIdentityError
 	)
 	switch {
 	case errors.As(err, &bad):
 		return deny(req, gk.Kind, &obj, err.Error())
-	case errors.As(err, &conflict):
+	case errors.As(err, &conflict), errors.As(err, &identity):
+		// Both name a field of the pod template: rooted at the object here.
 		return deny(req, gk.Kind, &obj, strings.Join(path, ".")+"."+err.Error())
 	case err != nil:
 		return admission.Errored(http.StatusBadRequest, err), ResultError
