@@ -46,6 +46,9 @@ type Handler struct {
 	ExcludedNamespaces []string
 	// Metrics may be nil.
 	Metrics *Metrics
+	// PodSecurity, when not nil, is read to warn when the namespace's Pod Security level forbids
+	// what is injected (NamespaceLevels: a cache, no API call).
+	PodSecurity PodSecurityLevels
 
 	// renders keeps the rendered components per configuration and options.
 	renders inject.RenderCache
@@ -154,6 +157,11 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 			if rendered, err = h.renders.Render(h.Config(), opts); err == nil {
 				out, changed, err = inject.Inject(tmpl, rendered)
 			}
+		}
+	}
+	if err == nil && rendered != nil {
+		if w := h.podSecurityWarning(req.Namespace, gk.Kind, displayName(&obj), out); w != "" {
+			warnings = append(warnings, w)
 		}
 	}
 	var (
