@@ -87,6 +87,13 @@ func expectedAccess(ns string) []access {
 		access{sa: "kagenti-injector", verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "kagenti-tokenexchange"},
 		access{sa: "kagenti-injector", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-injector-cert", allowed: true},
 		access{sa: "kagenti-injector", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-tokenexchange-cert"},
+		// The injector watches Namespaces for their Pod Security labels (its admission warning); it
+		// never writes them.
+		access{sa: "kagenti-injector", verb: "list", resource: "namespaces", allowed: true},
+		access{sa: "kagenti-injector", verb: "watch", resource: "namespaces", allowed: true},
+		access{sa: "kagenti-injector", verb: "get", resource: "namespaces", name: "kube-system"},
+		access{sa: "kagenti-injector", verb: "update", resource: "namespaces", name: "default"},
+		access{sa: "kagenti-injector", verb: "patch", resource: "namespaces", name: "default"},
 		access{sa: "kagenti-tokenexchange", verb: "list", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", allowed: true},
 		access{sa: "kagenti-tokenexchange", verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "kagenti-tokenexchange", allowed: true},
 		access{sa: "kagenti-tokenexchange", verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "another-webhook"},

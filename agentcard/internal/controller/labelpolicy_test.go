@@ -151,6 +151,30 @@ func TestWorkloadLabelsPolicy(t *testing.T) {
 	require.NoError(t, patch(`{"metadata":{"labels":{"kagenti.io/type":"tool"}}}`), "a tool: no card, but a value kagenti knows")
 	require.NoError(t, patch(`{"metadata":{"labels":{"kagenti.io/type":"agent"}}}`))
 	requireDeniedWith(t, patch(`{"metadata":{"labels":{"kagenti.io/type":"service"}}}`), `label kagenti.io/type: invalid value "service"`)
+
+	// A /status update keeps the metadata it carries (a Deployment's status strategy resets the
+	// labels but not the annotations): the policy covers the status subresources, or the values
+	// above would go in through them.
+	for kind, obj := range workloadsLabelled(ns, map[string]string{v1alpha1.LabelType: "agent"}, nil) {
+		t.Run(kind+"/status", func(t *testing.T) {
+			require.NoError(t, k8s.Create(ctx, obj))
+			statusPatch := func(meta string) error {
+				return k8s.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":`+meta+`}`)))
+			}
+			requireDeniedWith(t, statusPatch(`{"annotations":{"kagenti.io/discovery":"off"}}`), discoveryMsg)
+			if kind == "Deployment" {
+				require.NoError(t, statusPatch(`{"labels":{"kagenti.io/type":"Agent"}}`), "deployments/status resets the labels")
+			} else {
+				requireDeniedWith(t, statusPatch(`{"labels":{"kagenti.io/type":"Agent"}}`), typeMsg)
+			}
+			require.NoError(t, statusPatch(`{"annotations":{"note":"kept"}}`), "other metadata stays writable through status")
+			got := obj.DeepCopyObject().(client.Object)
+			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(obj), got))
+			assert.Equal(t, "agent", got.GetLabels()[v1alpha1.LabelType])
+			assert.NotContains(t, got.GetAnnotations(), v1alpha1.AnnotationDiscovery)
+			assert.Equal(t, "kept", got.GetAnnotations()["note"], "status updates keep the metadata they carry")
+		})
+	}
 }
 
 // The helm subchart ships the same policy, behind workloadLabelsPolicy.

@@ -1,5 +1,6 @@
 // Package check checks a cluster's Kagenti installation: CRDs, controllers, webhooks (certificate,
-// CA bundle, reachability) and what identity needs (SPIRE's CSI driver, the trust bundle, the IdP).
+// CA bundle, reachability), what identity needs (SPIRE's CSI driver, the trust bundle, the IdP) and
+// whether the Pod Security level of each namespace selected for injection allows the injection.
 // Every result says how to fix what fails.
 package check
 
@@ -101,6 +102,7 @@ func Run(ctx context.Context, c *kube.Clients, opts Options) []Result {
 	r.webhooks(ctx, probes)
 	r.controllers(ctx, probes)
 	r.identity(ctx)
+	r.podSecurity(ctx)
 	probes.cleanup()
 	return r.results
 }

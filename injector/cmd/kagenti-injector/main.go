@@ -11,10 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -132,7 +134,9 @@ func run(fl flags) error {
 		Metrics:                metricsauth.ServerOptions(fl.metricsAddr, fl.metricsSecure),
 		HealthProbeBindAddress: fl.probeAddr,
 		WebhookServer:          srv,
-		Cache:                  cache.Options{DefaultNamespaces: namespaceSet(fl.namespaces)},
+		Cache: cache.Options{DefaultNamespaces: namespaceSet(fl.namespaces),
+			// Namespaces are read for their Pod Security labels only.
+			ByObject: map[client.Object]cache.ByObject{&corev1.Namespace{}: {Transform: injectorwebhook.TrimNamespace}}},
 	})
 	if err != nil {
 		return err

@@ -116,6 +116,9 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	if err := checkPorts(t, r); err != nil {
 		return nil, false, err
 	}
+	if err := checkProxyIdentity(t, r, old); err != nil {
+		return nil, false, err
+	}
 	if old != nil && old.Hash == r.Hash && present(t, old, r) {
 		return t, false, nil
 	}
@@ -303,6 +306,17 @@ func Strip(t *corev1.PodTemplateSpec, s *Status) {
 	if len(t.Annotations) == 0 {
 		t.Annotations = nil
 	}
+}
+
+// injectedContainer reports whether s says the injector added the container name (s may be nil).
+func (s *Status) injectedContainer(name string) bool {
+	switch {
+	case s == nil:
+		return false
+	case s.Version == StatusV1:
+		return slices.Contains(s.InitContainers, name) || slices.Contains(s.Containers, name)
+	}
+	return slices.Contains(InjectedContainers(s.Version), name) && !slices.Contains(s.Kept, name)
 }
 
 // stripV1 removes the names a v1 status lists.

@@ -59,6 +59,9 @@ type Rendered struct {
 	IdentityDefaults string
 	// Listeners are the ports the injected containers listen on in the pod's network namespace.
 	Listeners []Listener
+	// ProxyUID is the UID (and group) the identity containers run as and the interception rules
+	// exempt, reserved to them in the pod (checkProxyIdentity); 0 when nothing is injected.
+	ProxyUID int64
 	// Hash identifies what is added (renderHash): equal hashes, equal injections.
 	Hash string
 
@@ -200,6 +203,9 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	// No variable names the mount: PathTrace is the contract's path and the reader's own default.
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
 	r.appProbes = newProbeRewrite(cfg, o, on(config.ProxyInit) && proxies, r.Listeners)
+	if len(all) > 0 {
+		r.ProxyUID = cfg.Identity.ProxyUID
+	}
 	r.encodeAll()
 	r.Hash = renderHash(r)
 	return r, nil

@@ -46,6 +46,9 @@ type Handler struct {
 	ExcludedNamespaces []string
 	// Metrics may be nil.
 	Metrics *Metrics
+	// PodSecurity, when not nil, is read to warn when the namespace's Pod Security level forbids
+	// what is injected (NamespaceLevels: a cache, no API call).
+	PodSecurity PodSecurityLevels
 
 	// renders keeps the rendered components per configuration and options.
 	renders inject.RenderCache
@@ -156,14 +159,21 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 			}
 		}
 	}
+	if err == nil && rendered != nil {
+		if w := h.podSecurityWarning(req.Namespace, gk.Kind, displayName(&obj), out); w != "" {
+			warnings = append(warnings, w)
+		}
+	}
 	var (
 		bad      *inject.InvalidError
 		conflict *inject.PortConflictError
+		identity *inject.ProxyIdentityError
 	)
 	switch {
 	case errors.As(err, &bad):
 		return deny(req, gk.Kind, &obj, err.Error())
-	case errors.As(err, &conflict):
+	case errors.As(err, &conflict), errors.As(err, &identity):
+		// Both name a field of the pod template: rooted at the object here.
 		return deny(req, gk.Kind, &obj, strings.Join(path, ".")+"."+err.Error())
 	case err != nil:
 		return admission.Errored(http.StatusBadRequest, err), ResultError

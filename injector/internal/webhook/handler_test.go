@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
@@ -143,6 +144,12 @@ func TestHandlerBadInput(t *testing.T) {
 			d.Labels[inject.LabelInject] = "yes"
 			return d
 		}()), http.StatusForbidden, "kagenti.io/inject: invalid value \"yes\": accepted values: enabled, disabled"},
+		// The field is named from the object's root, as kubectl shows the manifest.
+		"agent runs as the proxy UID": {review(t, admissionv1.Create, deploymentGVK, func() runtime.Object {
+			d := deployment("agents", 2, 0)
+			d.Spec.Template.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1337)}
+			return d
+		}()), http.StatusForbidden, `spec.template.spec.containers[1].securityContext.runAsUser: invalid value 1337: container "c1" would run as the proxy UID`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, resp := post(t, h, tc.body)

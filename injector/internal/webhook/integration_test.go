@@ -46,8 +46,9 @@ type suite struct {
 	configPath string
 	watcher    *configmap.Watcher[*config.Config]
 	metrics    *injectorwebhook.Metrics
-	timings    *timings     // exact durations of every admission, for TestLoad
-	handshakes atomic.Int64 // TLS handshakes the webhook server began, for TestLoad
+	levels     *injectorwebhook.NamespaceLevels // the handler's Pod Security levels: empty until a test watches
+	timings    *timings                         // exact durations of every admission, for TestLoad
+	handshakes atomic.Int64                     // TLS handshakes the webhook server began, for TestLoad
 }
 
 // countHandshakes counts every TLS handshake the server begins (the configuration itself unchanged).
@@ -90,7 +91,8 @@ func startSuite(t *testing.T) *suite {
 	s.watcher, err = configmap.NewWatcher(s.configPath, config.Parse, logr.Discard())
 	require.NoError(t, err)
 	s.metrics = injectorwebhook.NewMetrics(nil)
-	h := &injectorwebhook.Handler{Config: s.watcher.Current, ExcludedNamespaces: []string{"kube-system", "kagenti-system"}, Metrics: s.metrics}
+	s.levels = &injectorwebhook.NamespaceLevels{}
+	h := &injectorwebhook.Handler{Config: s.watcher.Current, ExcludedNamespaces: []string{"kube-system", "kagenti-system"}, Metrics: s.metrics, PodSecurity: s.levels}
 
 	o := env.WebhookInstallOptions
 	srv := webhook.NewServer(webhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir,

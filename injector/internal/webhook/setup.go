@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,7 +69,18 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	h := &Handler{Config: current, ExcludedNamespaces: []string{"kube-system", o.Namespace}, Metrics: metrics}
+	levels := &NamespaceLevels{}
+	// Registered once the manager starts (an informer needs the API server's discovery): a watch that
+	// cannot be set up costs the warnings, never the webhook.
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		if err := levels.Watch(ctx, mgr.GetCache()); err != nil {
+			log.Error(err, "no Pod Security warnings: the namespaces' levels are not watched")
+		}
+		return nil
+	})); err != nil {
+		return err
+	}
+	h := &Handler{Config: current, ExcludedNamespaces: []string{"kube-system", o.Namespace}, Metrics: metrics, PodSecurity: levels}
 	srv.Register(Path, HTTPHandler(h))
 	if o.CertDir != "" {
 		close(srv.certReady)
@@ -127,3 +139,9 @@ func loadConfig(mgr manager.Manager, path string, m *Metrics, log logr.Logger) (
 }
 
 func staticConfig(c *config.Config) func() *config.Config { return func() *config.Config { return c } }
+
+// everyReplica is a manager.Runnable that runs on every replica (the injector elects no leader).
+type everyReplica func(ctx context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
