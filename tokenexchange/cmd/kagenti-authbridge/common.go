@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -83,12 +84,8 @@ func (c *commonFlags) config(log *zap.Logger) (*sidecar.Config, error) {
 }
 
 // idpClient is the HTTP client for the identity provider (JWKS, token, registration): bounded
-// time, and the environment's HTTP proxy settings honoured.
-func idpClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 16
-	return &http.Client{Transport: t, Timeout: 15 * time.Second}
-}
+// time, the environment's HTTP proxy settings honoured, redirects never followed (idpclient).
+func idpClient() *http.Client { return idpclient.New() }
 
 // role is one long-running role built on a configuration: what its status server reports and the
 // tasks that do its work.

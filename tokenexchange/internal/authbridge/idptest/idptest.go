@@ -10,8 +10,10 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -131,3 +133,38 @@ func (s *JWKSServer) Fetches() int { s.mu.Lock(); defer s.mu.Unlock(); return s.
 
 // String describes the server for messages.
 func (s *JWKSServer) String() string { return fmt.Sprintf("JWKS at %s", s.URL()) }
+
+// Trap is a second host that must never be reached: it records every request that arrives.
+type Trap struct {
+	*httptest.Server
+	mu   sync.Mutex
+	hits []string
+}
+
+// NewTrap starts a Trap.
+func NewTrap(t testing.TB) *Trap {
+	tr := &Trap{}
+	tr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		tr.mu.Lock()
+		tr.hits = append(tr.hits, fmt.Sprintf("%s %s Authorization=%q body=%q", r.Method, r.URL, r.Header.Get("Authorization"), body))
+		tr.mu.Unlock()
+		_, _ = io.WriteString(w, `{"access_token":"from-the-trap","expires_in":300,"keys":[]}`)
+	}))
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// Hits lists the requests that reached the trap.
+func (tr *Trap) Hits() []string { tr.mu.Lock(); defer tr.mu.Unlock(); return slices.Clone(tr.hits) }
+
+// NewRedirector starts a server that answers every request with status (a 3xx) and a Location
+// of to plus the request's path.
+func NewRedirector(t testing.TB, status int, to string) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Redirect(w, r, to+r.URL.Path, status)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 )
 
 // KeySet holds the identity provider's signing keys, fetched from its JWKS URL. Keys are
@@ -145,7 +147,7 @@ func (k *KeySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := k.Client.Do(req)
+	resp, err := idpclient.Do(k.Client, req)
 	if err != nil {
 		return nil, fmt.Errorf("fetching JWKS %s: %w", k.URL, err)
 	}
