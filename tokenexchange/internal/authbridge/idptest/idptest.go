@@ -95,15 +95,26 @@ type JWKSServer struct {
 	keys    []Key
 	down    bool
 	fetches int
+	hole    chan struct{} // while set, requests are accepted and never answered
+	arrived chan struct{} // receives a value for every request held in the hole
 }
 
 // NewJWKSServer serves keys at /certs.
 func NewJWKSServer(t testing.TB, keys ...Key) *JWKSServer {
-	s := &JWKSServer{keys: keys}
+	s := &JWKSServer{keys: keys, arrived: make(chan struct{}, 1024)}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		s.fetches++
+		if hole := s.hole; hole != nil {
+			s.mu.Unlock()
+			s.arrived <- struct{}{}
+			select {
+			case <-hole:
+			case <-r.Context().Done():
+			}
+			panic(http.ErrAbortHandler) // the connection closes without an answer
+		}
+		defer s.mu.Unlock()
 		if s.down {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
@@ -115,9 +126,26 @@ func NewJWKSServer(t testing.TB, keys ...Key) *JWKSServer {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(set)
 	}))
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.SetBlackHole(false); s.Close() })
 	return s
 }
+
+// SetBlackHole makes the JWKS endpoint accept requests and never answer them (a provider behind
+// a black-holed route), or releases the requests it holds.
+func (s *JWKSServer) SetBlackHole(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case on && s.hole == nil:
+		s.hole = make(chan struct{})
+	case !on && s.hole != nil:
+		close(s.hole)
+		s.hole = nil
+	}
+}
+
+// Held returns a channel that receives a value for every request the black hole took.
+func (s *JWKSServer) Held() <-chan struct{} { return s.arrived }
 
 // URL of the JWKS.
 func (s *JWKSServer) URL() string { return s.Server.URL + "/certs" }
