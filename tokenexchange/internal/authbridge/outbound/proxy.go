@@ -136,12 +136,18 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, htt
 		c.Close()
 		return
 	}
-	proto, prefix, err := sniff(c, p.DetectionTimeout)
+	proto, prefix, silent, err := sniff(c, nil, p.DetectionTimeout)
 	if err != nil && len(prefix) == 0 {
 		c.Close()
 		return
 	}
-	if proto == protoOther {
+	switch {
+	case silent:
+		var isHTTP bool
+		if isHTTP, prefix = p.lateClient(ctx, c, dst, prefix); !isHTTP {
+			return
+		}
+	case proto == protoOther:
 		if err := tunnel(c, prefix, dst, p.dialer); err != nil {
 			p.log.Info("tunnel failed", zap.Stringer("to", dst), zap.Error(err))
 		}
@@ -151,6 +157,41 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, htt
 	if !httpLn.push(ctx, rc) {
 		c.Close()
 	}
+}
+
+// lateClient handles a client that said nothing (or not enough) within DetectionTimeout: a
+// server-first protocol, or a client that is late (a loaded machine, a connection opened ahead of
+// use). It connects to the destination and sees who speaks first; only the server speaking makes
+// the connection a tunnel, so a late HTTP request is still proxied as HTTP, its token exchanged,
+// never passed through untouched. It reports whether the connection is HTTP after all (with the
+// bytes read so far), else it relayed the connection to its end.
+func (p *Proxy) lateClient(ctx context.Context, c net.Conn, dst netip.AddrPort, prefix []byte) (bool, []byte) {
+	upstream, err := p.dialer.DialContext(ctx, "tcp", dst.String())
+	if err != nil {
+		p.log.Info("tunnel failed", zap.Stringer("to", dst), zap.Error(err))
+		c.Close()
+		return false, nil
+	}
+	fw := awaitFirstWord(c, upstream)
+	if fw.err != nil && len(fw.fromServer) == 0 && len(fw.fromClient) == 0 {
+		c.Close()
+		upstream.Close()
+		return false, nil
+	}
+	toUpstream := append(prefix, fw.fromClient...)
+	if len(fw.fromServer) == 0 && fw.err == nil {
+		// The client spoke first: its bytes decide.
+		proto, b, _, err := sniff(c, toUpstream, p.DetectionTimeout)
+		toUpstream = b
+		if err == nil && proto != protoOther {
+			upstream.Close()
+			return true, toUpstream
+		}
+	}
+	if err := relay(c, upstream, toUpstream, fw.fromServer); err != nil {
+		p.log.Info("tunnel failed", zap.Stringer("to", dst), zap.Error(err))
+	}
+	return false, nil
 }
 
 // ServeHTTP forwards one request, with an exchanged token when its destination calls for one.
