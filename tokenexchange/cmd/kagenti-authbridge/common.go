@@ -93,6 +93,7 @@ type role struct {
 	name       string
 	statusAddr string
 	readiness  sidecar.Readiness
+	liveness   sidecar.Liveness // nil: alive while the process runs
 	tasks      []func(context.Context) error
 }
 
@@ -129,7 +130,7 @@ var errTaskEnded = errors.New("a task ended on its own")
 func serveRole(ctx context.Context, r *role, cfg *sidecar.Config, log *zap.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness), log); err != nil {
+		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness, r.liveness), log); err != nil {
 			return fmt.Errorf("status server on %s: %w", r.statusAddr, err)
 		}
 		return nil

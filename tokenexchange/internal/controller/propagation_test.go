@@ -109,7 +109,7 @@ func runRolePod(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string
 		go func() { defer wg.Done(); cfg.Run(runCtx, 50e6) }()
 		go func() {
 			defer wg.Done()
-			_ = sidecar.ServeListener(runCtx, ln, sidecar.AdminHandler(role, cfg, nil), zaptest.NewLogger(t))
+			_ = sidecar.ServeListener(runCtx, ln, sidecar.AdminHandler(role, cfg, nil, nil), zaptest.NewLogger(t))
 		}()
 	}
 	return rp

@@ -38,6 +38,8 @@ type Proxy struct {
 	// DetectionTimeout is how long the proxy waits for a client's first bytes before it takes the
 	// connection for a server-first protocol and tunnels it.
 	DetectionTimeout time.Duration
+	// Loops, when set, tracks the accept loops of Serve for the role's liveness.
+	Loops *sidecar.Loops
 }
 
 type ctxKey struct{}
@@ -85,6 +87,11 @@ func New(cfg *sidecar.Config, creds *CredentialSource, exchanger *Exchanger, log
 // Serve accepts the redirected connections of ln until ctx ends.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	httpLn := newChanListener(ln.Addr())
+	var httpListener net.Listener = httpLn
+	if p.Loops != nil {
+		ln = p.Loops.Listener("outbound proxy on "+ln.Addr().String(), ln)
+		httpListener = p.Loops.Listener("outbound HTTP server behind "+ln.Addr().String(), httpLn)
+	}
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -98,7 +105,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(httpLn) }()
+	go func() { served <- srv.Serve(httpListener) }()
 	go func() {
 		<-ctx.Done()
 		ln.Close()
