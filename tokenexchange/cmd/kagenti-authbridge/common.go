@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -92,12 +93,8 @@ func (c *commonFlags) config(log *zap.Logger) (*sidecar.Config, error) {
 }
 
 // idpClient is the HTTP client for the identity provider (JWKS, token, registration): bounded
-// time, and the environment's HTTP proxy settings honoured.
-func idpClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 16
-	return &http.Client{Transport: t, Timeout: 15 * time.Second}
-}
+// time, the environment's HTTP proxy settings honoured, redirects never followed (idpclient).
+func idpClient() *http.Client { return idpclient.New() }
 
 // role is one long-running role built on a configuration: what its status server reports and the
 // tasks that do its work.
@@ -106,8 +103,9 @@ type role struct {
 	statusAddr string
 	readiness  sidecar.Readiness
 	// refusal reports what the role refuses to do until someone acts; nil for roles that never refuse.
-	refusal sidecar.Refusals
-	tasks   []func(context.Context) error
+	refusal  sidecar.Refusals
+	liveness sidecar.Liveness // nil: alive while the process runs
+	tasks    []func(context.Context) error
 }
 
 // prepareRole builds a role on a loaded configuration (each role's options implement it).
@@ -143,7 +141,7 @@ var errTaskEnded = errors.New("a task ended on its own")
 func serveRole(ctx context.Context, r *role, cfg *sidecar.Config, log *zap.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness, r.refusal), log); err != nil {
+		if err := sidecar.Serve(ctx, r.statusAddr, sidecar.AdminHandler(r.name, cfg, r.readiness, r.refusal, r.liveness), log); err != nil {
 			return fmt.Errorf("status server on %s: %w", r.statusAddr, err)
 		}
 		return nil

@@ -41,6 +41,8 @@ func (o *inboundOptions) prepare(_ *commonFlags, cfg *sidecar.Config, client *ht
 	if err != nil {
 		return nil, err
 	}
+	loops := sidecar.NewLoops()
+	ln = loops.Listener("inbound proxy on "+addr, ln)
 	serve := func(ctx context.Context) error {
 		srv := &http.Server{Handler: p, Protocols: inbound.ServerProtocols(), ReadHeaderTimeout: 30 * time.Second,
 			IdleTimeout: 5 * time.Minute, ErrorLog: zap.NewStdLog(log)}
@@ -57,7 +59,7 @@ func (o *inboundOptions) prepare(_ *commonFlags, cfg *sidecar.Config, client *ht
 		return nil
 	}
 	keys := func(ctx context.Context) error { p.Run(ctx); return nil }
-	return &role{name: "inbound", statusAddr: o.statusAddr, readiness: p.Ready, tasks: []func(context.Context) error{serve, keys}}, nil
+	return &role{name: "inbound", statusAddr: o.statusAddr, readiness: p.Ready, liveness: loops.Check, tasks: []func(context.Context) error{serve, keys}}, nil
 }
 
 func newInboundCommand(common *commonFlags) *cobra.Command {

@@ -45,6 +45,7 @@ func (o *outboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, clie
 	creds := outbound.NewCredentialSource(common.sharedDir)
 	p := outbound.New(cfg, creds, outbound.NewExchanger(client), log)
 	p.DetectionTimeout = o.detection
+	p.Loops = sidecar.NewLoops()
 	port := cfg.Current().Config.Outbound.Interception.ProxyPort
 	var listeners []net.Listener
 	for _, host := range []string{"127.0.0.1", "::1"} {
@@ -68,7 +69,7 @@ func (o *outboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, clie
 		log.Info("proxying", zap.Stringer("listen", ln.Addr()))
 		tasks = append(tasks, func(ctx context.Context) error { return p.Serve(ctx, ln) })
 	}
-	return &role{name: "outbound", statusAddr: o.statusAddr, readiness: p.Ready, tasks: tasks}, nil
+	return &role{name: "outbound", statusAddr: o.statusAddr, readiness: p.Ready, liveness: p.Loops.Check, tasks: tasks}, nil
 }
 
 func newOutboundCommand(common *commonFlags) *cobra.Command {

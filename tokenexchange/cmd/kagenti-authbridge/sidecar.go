@@ -138,7 +138,7 @@ func runRoles(ctx context.Context, common *commonFlags, cfg *sidecar.Config, sta
 				st.stop()
 				return fmt.Errorf("role %s: %w", st.name, err)
 			}
-			st.run(func() sidecar.Status { return sidecar.StatusOf(r.name, cfg, r.readiness, r.refusal) })
+			st.run(func() sidecar.Status { return sidecar.StatusOf(r.name, cfg, r.readiness, r.refusal) }, r.liveness)
 			err = serveRole(ctx, r, cfg, rlog)
 			st.stop()
 			if err != nil {
@@ -158,6 +158,7 @@ type roleState struct {
 	mu       sync.Mutex
 	waitsFor string
 	status   func() sidecar.Status // set while running
+	live     sidecar.Liveness      // set while running; nil: alive while running
 	stopped  bool
 }
 
@@ -167,26 +168,33 @@ func (s *roleState) setWaiting(other string) {
 	s.waitsFor = other
 }
 
-func (s *roleState) run(status func() sidecar.Status) {
+func (s *roleState) run(status func() sidecar.Status, live sidecar.Liveness) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.waitsFor, s.status = "", status
+	s.waitsFor, s.status, s.live = "", status, live
 }
 
 func (s *roleState) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.status, s.stopped = nil, true
+	s.status, s.live, s.stopped = nil, nil, true
 }
 
-// state reports whether the role is live (not stopped) and ready, and a line that says so.
+// state reports whether the role is live (not stopped, no serving loop wedged) and ready, and a
+// line that says so.
 func (s *roleState) state() (live, ready bool, line string) {
 	s.mu.Lock()
-	status, waitsFor, stopped := s.status, s.waitsFor, s.stopped
+	status, liveness, waitsFor, stopped := s.status, s.live, s.waitsFor, s.stopped
 	s.mu.Unlock()
+	var dead []string
+	if liveness != nil {
+		dead = liveness()
+	}
 	switch {
 	case stopped:
 		return false, false, s.name + ": stopped"
+	case len(dead) > 0:
+		return false, false, s.name + ": not alive: " + strings.Join(dead, "; ")
 	case status == nil && waitsFor != "":
 		return true, false, s.name + ": waiting for " + waitsFor + " to be ready"
 	case status == nil:
@@ -215,8 +223,9 @@ func (s *roleState) waitReady(ctx context.Context) bool {
 	}
 }
 
-// aggregateHandler serves /healthz (200 iff no role has stopped) and /readyz (200 iff every role
-// is ready) for the roles of one process; each body has a line per role with its state.
+// aggregateHandler serves /healthz (200 iff no role has stopped and none has a wedged serving
+// loop) and /readyz (200 iff every role is ready) for the roles of one process; each body has a
+// line per role with its state.
 func aggregateHandler(states []*roleState, appProbes map[string]configmap.AppProbe) http.Handler {
 	answer := func(w http.ResponseWriter, readiness bool) {
 		ok := true

@@ -81,7 +81,7 @@ func TestAggregateStatus(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	register.run(status("not registered yet for the current configuration"))
+	register.run(status("not registered yet for the current configuration"), nil)
 	inbound.setWaiting("register")
 	outbound.setWaiting("register")
 	code, body := get("/readyz")
@@ -90,19 +90,35 @@ func TestAggregateStatus(t *testing.T) {
 	code, body = get("/healthz")
 	assert.Equal(t, http.StatusOK, code, "waiting is live: %s", body)
 
-	register.run(status())
-	inbound.run(status())
-	outbound.run(status("no client credentials yet"))
+	register.run(status(), nil)
+	inbound.run(status(), nil)
+	outbound.run(status("no client credentials yet"), nil)
 	code, body = get("/readyz")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, "register: ready\ninbound: ready\noutbound: not ready: no client credentials yet\n", body)
 
-	outbound.run(status())
+	outbound.run(status(), nil)
 	code, body = get("/readyz")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "register: ready\ninbound: ready\noutbound: ready\n", body)
 	code, _ = get("/healthz")
 	assert.Equal(t, http.StatusOK, code)
+
+	var wedged atomic.Bool
+	inbound.run(status(), func() []string {
+		if wedged.Load() {
+			return []string{"inbound proxy on :8080: wedged, not accepting connections for 30s"}
+		}
+		return nil
+	})
+	code, _ = get("/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	wedged.Store(true)
+	code, body = get("/healthz")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "a wedged accept loop fails liveness")
+	assert.Contains(t, body, "inbound: not alive: inbound proxy on :8080: wedged, not accepting connections for 30s\n")
+	code, _ = get("/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "and readiness")
 
 	inbound.stop()
 	code, body = get("/healthz")

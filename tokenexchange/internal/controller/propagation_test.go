@@ -131,7 +131,7 @@ func runRolePodWith(t *testing.T, p *corev1.Pod, sidecars []string, roles map[st
 		}
 		go func() {
 			defer wg.Done()
-			_ = sidecar.ServeListener(runCtx, ln, sidecar.AdminHandler(role, cfg, readiness, refusal), zaptest.NewLogger(t))
+			_ = sidecar.ServeListener(runCtx, ln, sidecar.AdminHandler(role, cfg, readiness, refusal, nil), zaptest.NewLogger(t))
 		}()
 	}
 	return rp

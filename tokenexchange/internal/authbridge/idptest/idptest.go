@@ -10,8 +10,10 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -93,15 +95,26 @@ type JWKSServer struct {
 	keys    []Key
 	down    bool
 	fetches int
+	hole    chan struct{} // while set, requests are accepted and never answered
+	arrived chan struct{} // receives a value for every request held in the hole
 }
 
 // NewJWKSServer serves keys at /certs.
 func NewJWKSServer(t testing.TB, keys ...Key) *JWKSServer {
-	s := &JWKSServer{keys: keys}
+	s := &JWKSServer{keys: keys, arrived: make(chan struct{}, 1024)}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		s.fetches++
+		if hole := s.hole; hole != nil {
+			s.mu.Unlock()
+			s.arrived <- struct{}{}
+			select {
+			case <-hole:
+			case <-r.Context().Done():
+			}
+			panic(http.ErrAbortHandler) // the connection closes without an answer
+		}
+		defer s.mu.Unlock()
 		if s.down {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
@@ -113,9 +126,26 @@ func NewJWKSServer(t testing.TB, keys ...Key) *JWKSServer {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(set)
 	}))
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.SetBlackHole(false); s.Close() })
 	return s
 }
+
+// SetBlackHole makes the JWKS endpoint accept requests and never answer them (a provider behind
+// a black-holed route), or releases the requests it holds.
+func (s *JWKSServer) SetBlackHole(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case on && s.hole == nil:
+		s.hole = make(chan struct{})
+	case !on && s.hole != nil:
+		close(s.hole)
+		s.hole = nil
+	}
+}
+
+// Held returns a channel that receives a value for every request the black hole took.
+func (s *JWKSServer) Held() <-chan struct{} { return s.arrived }
 
 // URL of the JWKS.
 func (s *JWKSServer) URL() string { return s.Server.URL + "/certs" }
@@ -131,3 +161,38 @@ func (s *JWKSServer) Fetches() int { s.mu.Lock(); defer s.mu.Unlock(); return s.
 
 // String describes the server for messages.
 func (s *JWKSServer) String() string { return fmt.Sprintf("JWKS at %s", s.URL()) }
+
+// Trap is a second host that must never be reached: it records every request that arrives.
+type Trap struct {
+	*httptest.Server
+	mu   sync.Mutex
+	hits []string
+}
+
+// NewTrap starts a Trap.
+func NewTrap(t testing.TB) *Trap {
+	tr := &Trap{}
+	tr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		tr.mu.Lock()
+		tr.hits = append(tr.hits, fmt.Sprintf("%s %s Authorization=%q body=%q", r.Method, r.URL, r.Header.Get("Authorization"), body))
+		tr.mu.Unlock()
+		_, _ = io.WriteString(w, `{"access_token":"from-the-trap","expires_in":300,"keys":[]}`)
+	}))
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// Hits lists the requests that reached the trap.
+func (tr *Trap) Hits() []string { tr.mu.Lock(); defer tr.mu.Unlock(); return slices.Clone(tr.hits) }
+
+// NewRedirector starts a server that answers every request with status (a 3xx) and a Location
+// of to plus the request's path.
+func NewRedirector(t testing.TB, status int, to string) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Redirect(w, r, to+r.URL.Path, status)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}

@@ -6,35 +6,55 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 )
 
-// KeySet holds the identity provider's signing keys, fetched from its JWKS URL. Keys are
-// refreshed every RefreshInterval, and at once (at most every MinRefreshInterval) when a token
-// names a key the set does not hold, which is how a rotation at the provider shows up. A failed
-// refresh keeps the keys it had.
+// KeySet holds the identity provider's signing keys, fetched from its JWKS URL.
+//
+// A request never waits on a fetch while the key it needs is held: keys older than
+// RefreshInterval are still served, and refreshed in the background. A token naming a key the set
+// does not hold (a rotation at the provider) triggers a refresh at most every MinRefreshInterval,
+// shared by all the requests that wait for it, each for at most its own context's deadline. A
+// failed fetch keeps the keys held and delays the next attempt by an exponential backoff with
+// jitter (InitialBackoff doubling up to MaxBackoff), so an outage costs a fetch per backoff
+// period, not one per request.
 type KeySet struct {
 	URL                string
 	Client             *http.Client
 	RefreshInterval    time.Duration
 	MinRefreshInterval time.Duration
-	now                func() time.Time
+	InitialBackoff     time.Duration
+	MaxBackoff         time.Duration
+	// FetchTimeout bounds one fetch; it runs on its own, not under a request's context.
+	FetchTimeout time.Duration
+	now          func() time.Time
+	jitter       func(time.Duration) time.Duration
 
 	mu        sync.Mutex
 	keys      *jose.JSONWebKeySet
-	fetchedAt time.Time
-	triedAt   time.Time
+	fetchedAt time.Time // of the keys held
+	triedAt   time.Time // start of the latest fetch
+	retryAt   time.Time // no fetch before, after a failure
+	failures  int       // consecutive failed fetches
 	lastErr   error
-	inflight  chan struct{}
+	inflight  chan struct{} // closed when the fetch in flight ends
 }
 
-// NewKeySet returns a key set for url; nothing is fetched until the first use or Refresh.
+// NewKeySet returns a key set for url; nothing is fetched until the first use, Refresh or
+// RefreshIfDue.
 func NewKeySet(url string, client *http.Client) *KeySet {
-	return &KeySet{URL: url, Client: client, RefreshInterval: 10 * time.Minute, MinRefreshInterval: 10 * time.Second, now: time.Now}
+	return &KeySet{
+		URL: url, Client: client, RefreshInterval: 10 * time.Minute, MinRefreshInterval: 10 * time.Second,
+		InitialBackoff: time.Second, MaxBackoff: time.Minute, FetchTimeout: 10 * time.Second,
+		now: time.Now, jitter: equalJitter,
+	}
 }
 
 // maxJWKSSize bounds a JWKS document.
@@ -42,23 +62,34 @@ const maxJWKSSize = 1 << 20
 
 // Key returns the key with id kid (any key when kid is empty and the set holds exactly one).
 func (k *KeySet) Key(ctx context.Context, kid string) (*jose.JSONWebKey, error) {
-	keys, stale := k.current()
-	if keys == nil || stale {
-		_ = k.Refresh(ctx) // an error keeps the old keys; it is reported below if they do not help
-		keys, _ = k.current()
-	}
-	if key := find(keys, kid); key != nil {
+	k.mu.Lock()
+	if key := find(k.keys, kid); key != nil {
+		if k.dueLocked() {
+			k.startLocked()
+		}
+		k.mu.Unlock()
 		return key, nil
 	}
-	if k.mayRefreshForUnknownKey() {
-		_ = k.Refresh(ctx)
-		keys, _ = k.current()
-		if key := find(keys, kid); key != nil {
-			return key, nil
+	// An unknown key, or none loaded yet: join the fetch in flight, or start one if allowed.
+	wait := k.inflight
+	if wait == nil && k.mayFetchForUnknownKeyLocked() {
+		wait = k.startLocked()
+	}
+	k.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("signing key %q: gave up waiting for the JWKS refresh: %w", kid, context.Cause(ctx))
 		}
 	}
-	if keys == nil {
-		return nil, fmt.Errorf("signing keys unavailable: %w", k.Err())
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if key := find(k.keys, kid); key != nil {
+		return key, nil
+	}
+	if k.keys == nil {
+		return nil, fmt.Errorf("signing keys unavailable: %w", k.lastErr)
 	}
 	return nil, fmt.Errorf("signed by unknown key %q", kid)
 }
@@ -81,16 +112,76 @@ func find(keys *jose.JSONWebKeySet, kid string) *jose.JSONWebKey {
 	return nil
 }
 
-func (k *KeySet) current() (*jose.JSONWebKeySet, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.keys, k.keys != nil && k.now().Sub(k.fetchedAt) > k.RefreshInterval
+// dueLocked reports whether a background fetch should start now: no keys yet or keys older than
+// RefreshInterval, no fetch in flight, and the backoff of a failure over.
+func (k *KeySet) dueLocked() bool {
+	now := k.now()
+	return k.inflight == nil && !now.Before(k.retryAt) &&
+		(k.keys == nil || now.Sub(k.fetchedAt) > k.RefreshInterval)
 }
 
-func (k *KeySet) mayRefreshForUnknownKey() bool {
+// mayFetchForUnknownKeyLocked reports whether a token's unknown key may start a fetch now: at most
+// one every MinRefreshInterval, and not during the backoff of a failure.
+func (k *KeySet) mayFetchForUnknownKeyLocked() bool {
+	now := k.now()
+	return !now.Before(k.retryAt) && (k.triedAt.IsZero() || now.Sub(k.triedAt) >= k.MinRefreshInterval)
+}
+
+// startLocked starts a fetch in the background and returns the channel closed when it ends.
+func (k *KeySet) startLocked() chan struct{} {
+	done := make(chan struct{})
+	k.inflight = done
+	k.triedAt = k.now()
+	go k.run(done)
+	return done
+}
+
+func (k *KeySet) run(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), k.FetchTimeout)
+	keys, err := k.fetch(ctx)
+	cancel()
+	k.mu.Lock()
+	now := k.now()
+	if err == nil {
+		k.keys, k.fetchedAt = keys, now
+		k.failures, k.retryAt = 0, time.Time{}
+	} else {
+		k.failures++
+		k.retryAt = now.Add(k.jitter(k.backoff(k.failures)))
+	}
+	k.lastErr = err
+	k.inflight = nil
+	k.mu.Unlock()
+	close(done)
+}
+
+// backoff is the delay after the n-th consecutive failure: InitialBackoff doubled n-1 times, at
+// most MaxBackoff.
+func (k *KeySet) backoff(n int) time.Duration {
+	d := k.InitialBackoff
+	for i := 1; i < n && d < k.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, k.MaxBackoff)
+}
+
+// equalJitter spreads a delay d over [d/2, d), so that the sidecars of many pods that lost the
+// provider together do not retry together.
+func equalJitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// RefreshIfDue starts a background fetch when the keys are missing or older than
+// RefreshInterval and no backoff holds it back; it never waits for the fetch.
+func (k *KeySet) RefreshIfDue() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.now().Sub(k.triedAt) >= k.MinRefreshInterval
+	if k.dueLocked() {
+		k.startLocked()
+	}
 }
 
 // Loaded reports whether keys were fetched at least once.
@@ -100,52 +191,37 @@ func (k *KeySet) Loaded() bool {
 	return k.keys != nil
 }
 
-// Err returns the error of the latest refresh, nil when it succeeded.
+// Err returns the error of the latest fetch, nil when it succeeded.
 func (k *KeySet) Err() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.lastErr
 }
 
-// Refresh fetches the key set now. Concurrent callers share one fetch.
+// Refresh fetches the key set now, whatever the schedule and the backoff, and waits for the
+// fetch up to ctx's end. Concurrent callers share one fetch.
 func (k *KeySet) Refresh(ctx context.Context) error {
 	k.mu.Lock()
-	if wait := k.inflight; wait != nil {
-		k.mu.Unlock()
-		select {
-		case <-wait:
-			return k.Err()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	wait := k.inflight
+	if wait == nil {
+		wait = k.startLocked()
 	}
-	done := make(chan struct{})
-	k.inflight = done
-	k.triedAt = k.now()
 	k.mu.Unlock()
-
-	keys, err := k.fetch(ctx)
-	k.mu.Lock()
-	if err == nil {
-		k.keys, k.fetchedAt = keys, k.now()
+	select {
+	case <-wait:
+		return k.Err()
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
-	k.lastErr = err
-	k.inflight = nil
-	k.mu.Unlock()
-	close(done)
-	return err
 }
 
 func (k *KeySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
-	// A fetch outlives the request that triggered it only up to its own timeout.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.URL, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := k.Client.Do(req)
+	resp, err := idpclient.Do(k.Client, req)
 	if err != nil {
 		return nil, fmt.Errorf("fetching JWKS %s: %w", k.URL, err)
 	}

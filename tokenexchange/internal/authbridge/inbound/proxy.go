@@ -93,23 +93,25 @@ func (p *Proxy) keys(url string) *KeySet {
 	return k
 }
 
-// Run fetches the signing keys until they are loaded, so that the proxy is ready before the
-// first request, and then refreshes them periodically.
+// Run loads the signing keys, so that the proxy is ready before the first request, and keeps them
+// fresh: every tick it starts a background fetch when one is due (KeySet.RefreshIfDue; a failure
+// backs off). Requests never wait for these fetches while they hold the key they need.
 func (p *Proxy) Run(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var reported error
 	for {
 		if st := p.state.Load(); st.validate {
 			k := st.validator.Keys
-			if !k.Loaded() {
-				if err := k.Refresh(ctx); err != nil {
+			k.RefreshIfDue()
+			if err := k.Err(); err != nil && (reported == nil || err.Error() != reported.Error()) {
+				if k.Loaded() {
+					p.log.Warn("signing keys not refreshed; keeping the previous ones", zap.String("jwks", k.URL), zap.Error(err))
+				} else {
 					p.log.Warn("signing keys not loaded yet", zap.String("jwks", k.URL), zap.Error(err))
 				}
-			} else if _, stale := k.current(); stale {
-				if err := k.Refresh(ctx); err != nil {
-					p.log.Warn("signing keys not refreshed; keeping the previous ones", zap.String("jwks", k.URL), zap.Error(err))
-				}
 			}
+			reported = k.Err()
 		}
 		select {
 		case <-ctx.Done():

@@ -230,9 +230,10 @@ func TestCachedKeysSurviveAnIdPOutage(t *testing.T) {
 	require.Equal(t, http.StatusOK, f.get("/", f.token(f.valid(nil)), nil).status)
 	f.jwks.SetDown(true)
 	ks := f.proxy.state.Load().validator.Keys
-	ks.RefreshInterval = 0 // every use would refresh: the refresh fails, the keys stay
+	ks.RefreshInterval = 0 // every use starts a background refresh: it fails, the keys stay
 	another := f.token(f.valid(map[string]any{"jti": "not-cached-yet"}))
 	assert.Equal(t, http.StatusOK, f.get("/", another, nil).status)
+	settle(ks)
 	assert.Error(t, ks.Err())
 	assert.Empty(t, f.proxy.Ready(), "once loaded, an outage does not make the proxy unready")
 }

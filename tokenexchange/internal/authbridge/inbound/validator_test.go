@@ -23,10 +23,11 @@ func TestAcceptedTokensAreCachedBriefly(t *testing.T) {
 	_, err := v.Validate(ctx, tok)
 	require.NoError(t, err)
 
-	// The key leaves the JWKS (revoked): the cached acceptance holds for CacheTTL at most.
+	// The key leaves the JWKS (revoked) and the key set is refreshed: the cached acceptance
+	// holds for CacheTTL at most.
 	jwks.SetKeys(idptest.NewRSAKey(t, "k2"))
-	v.Keys.RefreshInterval, v.Keys.MinRefreshInterval = 0, 0
 	v.Keys.now = func() time.Time { return now }
+	require.NoError(t, v.Keys.Refresh(ctx))
 	_, err = v.Validate(ctx, tok)
 	assert.NoError(t, err, "within CacheTTL the token is not verified again")
 	now = now.Add(CacheTTL + time.Second)

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -45,6 +48,19 @@ func keepAlive() *http.Client {
 func BenchmarkDirect(b *testing.B) {
 	up := callee(b)
 	latencies(b, keepAlive(), func(int) string { return "http://" + up.String() + "/" },
+		func(int) string { return "api.example.com" }, func(int) string { return "user-token" })
+}
+
+// BenchmarkReverseProxyBaseline is the floor of any Go HTTP proxy hop: a plain
+// httputil.ReverseProxy to the destination, no detection, no exchange, no header rules. The
+// outbound proxy's own cost is BenchmarkProxyCachedToken minus this.
+func BenchmarkReverseProxyBaseline(b *testing.B) {
+	up := callee(b)
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: up.String()})
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	srv := httptest.NewServer(rp)
+	b.Cleanup(srv.Close)
+	latencies(b, keepAlive(), func(int) string { return srv.URL + "/" },
 		func(int) string { return "api.example.com" }, func(int) string { return "user-token" })
 }
 

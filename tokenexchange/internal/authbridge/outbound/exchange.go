@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 )
 
 // RFC 8693 and RFC 7523 identifiers.
@@ -210,8 +212,11 @@ func (e *Exchanger) call(ctx context.Context, r Request) (string, time.Duration,
 		// RFC 6749 §2.3.1: the ID and secret are form-encoded before the Basic encoding.
 		req.SetBasicAuth(url.QueryEscape(r.Credentials.ClientID), url.QueryEscape(r.Credentials.ClientSecret))
 	}
-	resp, err := e.Client.Do(req)
+	resp, err := idpclient.Do(e.Client, req)
 	if err != nil {
+		if re := (*idpclient.RedirectError)(nil); errors.As(err, &re) {
+			return "", 0, &ExchangeError{Status: http.StatusBadGateway, Description: "token endpoint " + re.Error()}
+		}
 		return "", 0, &ExchangeError{Status: http.StatusBadGateway, Description: fmt.Sprintf("identity provider unreachable at %s: %v", r.TokenURL, unwrapURLError(err))}
 	}
 	defer resp.Body.Close()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -51,32 +52,83 @@ func classify(b []byte) (p protocol, done bool) {
 	return protoOther, !undecided
 }
 
-// sniff reads the client's first bytes until they reveal the protocol, or timeout passes (a
-// client that says nothing is taken for a server-first protocol and tunnelled).
-func sniff(c net.Conn, timeout time.Duration) (protocol, []byte, error) {
-	buf := make([]byte, 0, len(h2cPreface))
-	deadline := time.Now().Add(timeout)
-	if err := c.SetReadDeadline(deadline); err != nil {
-		return protoOther, nil, err
+// sniff reads the client's first bytes, after those already in buf, until they reveal the
+// protocol, or timeout passes (silent: more bytes could still change the answer).
+func sniff(c net.Conn, buf []byte, timeout time.Duration) (p protocol, prefix []byte, silent bool, err error) {
+	if p, done := classify(buf); done {
+		return p, buf, false, nil
+	}
+	buf = slices.Grow(buf, len(h2cPreface)-len(buf))
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return protoOther, buf, false, err
 	}
 	defer c.SetReadDeadline(time.Time{})
-	for {
-		n, err := c.Read(buf[len(buf):cap(buf)])
+	for len(buf) < len(h2cPreface) {
+		n, err := c.Read(buf[len(buf):len(h2cPreface)])
 		buf = buf[:len(buf)+n]
 		if p, done := classify(buf); done {
-			return p, buf, nil
+			return p, buf, false, nil
 		}
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return protoOther, buf, nil
+				return protoOther, buf, true, nil
 			}
-			return protoOther, buf, err
-		}
-		if len(buf) == cap(buf) {
-			return protoOther, buf, nil
+			return protoOther, buf, false, err
 		}
 	}
+	return protoOther, buf, false, nil
+}
+
+// firstWord is what came first on a connection where the client was silent past the detection
+// timeout: the destination's bytes (a server-first protocol), or the client's.
+type firstWord struct {
+	fromServer, fromClient []byte
+	err                    error
+}
+
+// awaitFirstWord reads the client and the destination at once, and returns when either speaks
+// (or ends). A late client is not taken for a server-first protocol until the server has
+// actually spoken: its HTTP request, however late, is still proxied as HTTP.
+func awaitFirstWord(client, upstream net.Conn) firstWord {
+	type read struct {
+		b   []byte
+		err error
+	}
+	readOne := func(c net.Conn, size int, out chan<- read) {
+		b := make([]byte, size)
+		n, err := c.Read(b)
+		out <- read{b[:n], err}
+	}
+	fromClient, fromServer := make(chan read, 1), make(chan read, 1)
+	go readOne(client, len(h2cPreface), fromClient)
+	go readOne(upstream, 32<<10, fromServer)
+	// stop unblocks the read of the side that did not speak, and keeps what it read meanwhile.
+	stop := func(c net.Conn, ch <-chan read) read {
+		_ = c.SetReadDeadline(time.Now())
+		r := <-ch
+		_ = c.SetReadDeadline(time.Time{})
+		if len(r.b) == 0 {
+			var ne net.Error
+			if errors.As(r.err, &ne) && ne.Timeout() {
+				r.err = nil
+			}
+		}
+		return r
+	}
+	var fw firstWord
+	select {
+	case s := <-fromServer:
+		c := stop(client, fromClient)
+		fw.fromServer, fw.fromClient, fw.err = s.b, c.b, errors.Join(c.err, s.err)
+		if len(s.b) > 0 && s.err == io.EOF {
+			fw.err = c.err // the server spoke, then closed: relayed as such
+		}
+	case c := <-fromClient:
+		s := stop(upstream, fromServer)
+		fw.fromServer, fw.fromClient, fw.err = s.b, c.b, errors.Join(c.err, s.err)
+	}
+	return fw
 }
 
 // redirectedConn is a client connection with its original destination and the bytes sniff read.
@@ -143,10 +195,24 @@ func tunnel(client net.Conn, prefix []byte, dst netip.AddrPort, dialer *net.Dial
 		client.Close()
 		return err
 	}
-	if _, err := upstream.Write(prefix); err != nil {
-		client.Close()
-		upstream.Close()
-		return err
+	return relay(client, upstream, prefix, nil)
+}
+
+// relay copies bytes both ways between client and upstream, after sending each what the other
+// already said, and closes both.
+func relay(client, upstream net.Conn, toUpstream, toClient []byte) error {
+	for _, w := range []struct {
+		to net.Conn
+		b  []byte
+	}{{upstream, toUpstream}, {client, toClient}} {
+		if len(w.b) == 0 {
+			continue
+		}
+		if _, err := w.to.Write(w.b); err != nil {
+			client.Close()
+			upstream.Close()
+			return err
+		}
 	}
 	var wg sync.WaitGroup
 	copyHalf := func(to, from net.Conn) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 )
 
@@ -177,6 +178,9 @@ func requestFailed(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("request to %s abandoned: %w", what, context.Cause(ctx))
 	}
+	if re := (*idpclient.RedirectError)(nil); errors.As(err, &re) {
+		return fmt.Errorf("%s: %w", what, re)
+	}
 	return fmt.Errorf("%s unreachable: %w", what, err)
 }
 
@@ -196,7 +200,7 @@ func (d *DynamicRegistration) send(ctx context.Context, method, u, bearer string
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	resp, err := d.HTTP.Do(req)
+	resp, err := idpclient.Do(d.HTTP, req)
 	if err != nil {
 		return answer{}, 0, requestFailed(ctx, "registration endpoint "+u, err)
 	}

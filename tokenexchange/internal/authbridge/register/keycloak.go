@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 )
 
 // Keycloak registers clients through Keycloak's admin REST API (/admin/realms/{realm}/clients).
@@ -189,7 +191,7 @@ func (k *Keycloak) do(ctx context.Context, method, u string, in, out any) (int, 
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := k.HTTP.Do(req)
+	resp, err := idpclient.Do(k.HTTP, req)
 	if err != nil {
 		return 0, nil, requestFailed(ctx, "Keycloak at "+k.URL, err)
 	}
@@ -247,7 +249,7 @@ func (k *Keycloak) adminToken(ctx context.Context) (string, error) {
 	if form.Get("grant_type") == "client_credentials" {
 		req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
 	}
-	resp, err := k.HTTP.Do(req)
+	resp, err := idpclient.Do(k.HTTP, req)
 	if err != nil {
 		return "", requestFailed(ctx, "Keycloak at "+k.URL, err)
 	}

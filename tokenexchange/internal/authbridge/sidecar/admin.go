@@ -77,12 +77,22 @@ func StatusOf(role string, cfg *Config, readiness Readiness, refusal Refusals) S
 	return s
 }
 
-// AdminHandler serves /healthz (the process answers), /readyz (ready: 200, else 503 with the
-// reasons) and /status (JSON Status).
-func AdminHandler(role string, cfg *Config, readiness Readiness, refusal Refusals) http.Handler {
+// AdminHandler serves /healthz (alive: 200, else 503 with the reasons liveness gives, e.g. a
+// wedged accept loop), /readyz (ready: 200, else 503 with the reasons) and /status (JSON Status).
+// A nil liveness, readiness or refusal reports nothing.
+func AdminHandler(role string, cfg *Config, readiness Readiness, refusal Refusals, liveness Liveness) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if liveness != nil {
+			if reasons := liveness(); len(reasons) > 0 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				for _, r := range reasons {
+					_, _ = w.Write([]byte(r + "\n"))
+				}
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

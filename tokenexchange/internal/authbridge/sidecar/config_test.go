@@ -186,7 +186,7 @@ func TestAdminEndpoints(t *testing.T) {
 	cfg, err := NewConfig(testSource(vol.dir), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	waiting := []string{"no client credentials yet"}
-	srv := httptest.NewServer(AdminHandler("outbound", cfg, func() []string { return waiting }, nil))
+	srv := httptest.NewServer(AdminHandler("outbound", cfg, func() []string { return waiting }, nil, nil))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
