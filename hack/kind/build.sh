@@ -224,9 +224,19 @@ EOF
     "${dir}/usr/bin/ctr" --address "${run}/containerd.sock" version >/dev/null 2>&1 && break
     sleep 0.25
   done
-  "${dir}/usr/bin/ctr" --address "${run}/containerd.sock" -n k8s.io images import --all-platforms --no-unpack \
-    --label io.cri-containerd.pinned=pinned "${tar}" >/dev/null ||
-    { kill "${pid}"; wait "${pid}" || true; cat "${run}/containerd.log" >&2; die "importing the images into the node failed"; }
+  local ctr=("${dir}/usr/bin/ctr" --address "${run}/containerd.sock" -n k8s.io) ref
+  # Debian's ctr (containerd 1.6) has no `import --label`: the pin is a label set afterwards.
+  local ok=1
+  "${ctr[@]}" images import --all-platforms --no-unpack "${tar}" >/dev/null || ok=0
+  for ref in "$@"; do
+    ((ok)) && { "${ctr[@]}" images label "${ref}" io.cri-containerd.pinned=pinned >/dev/null || ok=0; }
+  done
+  if ((!ok)); then
+    kill "${pid}"
+    wait "${pid}" || true
+    tail -n 20 "${run}/containerd.log" >&2
+    die "importing the images into the node failed"
+  fi
   kill "${pid}"
   wait "${pid}" || true
   rm -rf "${run}" "${tar}"
