@@ -77,6 +77,8 @@ for p in "$@"; do
   log "building kagenti-${p} (CGO_ENABLED=0, version ${TAG})"
   (cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "./${MODULE_OF[$p]:-$p}/cmd/kagenti-${p}")
   printf 'FROM %s\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' "${base}" > "${ctx}/Dockerfile"
-  DOCKER_BUILDKIT=0 docker build -q -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ctx}" >/dev/null
+  # Debian's dockerd 20.10 has no BuildKit; newer clients print a notice about the legacy builder.
+  DOCKER_BUILDKIT=0 docker build -q -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ctx}" > "${ctx}/build.log" 2>&1 ||
+    { cat "${ctx}/build.log" >&2; exit 1; }
   log "built ${REGISTRY}/kagenti-${p}:${TAG}"
 done

@@ -89,7 +89,8 @@ component_image() {
   local ctx; ctx="$(mktemp -d "${WORK}/ctx.XXXXXX")"
   cp "$@" "${ctx}/"
   printf 'FROM %s\n%s\n' "${base}" "${body}" > "${ctx}/Dockerfile"
-  docker build -q -t "${ref}" "${ctx}" >/dev/null || { rm -rf "${ctx}"; die "docker build of ${ref} failed"; }
+  docker build -q -t "${ref}" "${ctx}" > "${ctx}.log" 2>&1 || { cat "${ctx}.log" >&2; rm -rf "${ctx}" "${ctx}.log"; die "docker build of ${ref} failed"; }
+  rm -f "${ctx}.log"
   rm -rf "${ctx}"
 }
 

@@ -113,6 +113,8 @@ host_state() {
   for s in "${HOST_SYSCTLS[@]}"; do
     printf 'sysctl %s %s\n' "${s}" "$(sysctl -n "${s}" 2>/dev/null || echo absent)"
   done
+  # kind mounts /lib/modules into every node; docker makes the directory when the host has none.
+  if [[ -e /lib/modules ]]; then echo "path /lib/modules present"; else echo "path /lib/modules absent"; fi
   ip -o link show type bridge 2>/dev/null | awk -F': ' '{print "bridge " $2}' | sed 's/@.*//'
   ip -o link show type veth 2>/dev/null | awk -F': ' '{print "veth " $2}' | sed 's/@.*//'
   local t
@@ -218,6 +220,10 @@ restore_host() {
     log "deleting bridge ${name} (made by dockerd)"
     ip link delete "${name}" 2>/dev/null || warn "could not delete bridge ${name}"
   done <<< "${now}"
+  if grep -qx 'path /lib/modules absent' "${HOST_BEFORE}" && [[ -d /lib/modules ]]; then
+    log "removing /lib/modules (made empty by docker for kind's mount)"
+    rmdir /lib/modules 2>/dev/null || warn "/lib/modules is not empty; left in place"
+  fi
   # The FORWARD policy is the one change a default dockerd makes that breaks other tests here.
   local before_policy now_policy
   before_policy="$(awk '$1=="iptables" && $2=="filter" && $3==":FORWARD" {print $4}' "${HOST_BEFORE}")"
