@@ -48,6 +48,7 @@ dockerd_pid >/dev/null || STARTED_DOCKERD=1
 start_dockerd
 
 stage node-image
+need_tools
 build_node_image
 IMAGE="$(node_image)"
 [[ "${1:-}" == --image ]] && { stage done; exit 0; }

@@ -40,12 +40,16 @@ build_binaries() {
     github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 }
 
-# need_tools: the control plane, kubectl and kind come from bin/ (hack/tools.sh, cached by version).
+# need_tools: the control plane and kubectl come from bin/ (hack/tools.sh, cached by version); kind
+# from bin/ too, or from PATH when that one is the same version.
 need_tools() {
   local t
-  for t in kube-apiserver kube-controller-manager kube-scheduler etcd kubectl kind; do
-    [[ -x "${BIN}/${t}" ]] || { log "bin/${t} is missing: hack/tools.sh all"; "${ROOT}/hack/tools.sh" all; return; }
+  for t in kube-apiserver kube-controller-manager kube-scheduler etcd kubectl; do
+    [[ -x "${BIN}/${t}" ]] || { log "bin/${t} is missing: hack/tools.sh envtest"; "${ROOT}/hack/tools.sh" envtest; break; }
   done
+  command -v kind >/dev/null || { log "kind is missing: hack/tools.sh all"; "${ROOT}/hack/tools.sh" all; }
+  local v; v="$(kind version 2>/dev/null | awk '{print $2}')"
+  [[ "${v}" == "${KIND_VERSION}" ]] || die "kind on PATH ($(command -v kind)) is ${v:-unknown}, not ${KIND_VERSION}; make tools builds that one into bin/"
 }
 
 # rootfs <name> <package>...: a Debian root filesystem made by debootstrap, cached by its package
@@ -153,7 +157,6 @@ build_node_image() {
     log "node image ${ref} is built"
     return 0
   fi
-  need_tools
   build_binaries
   local images=()
   mapfile -t images < <(build_component_images | sed '/^$/d')
