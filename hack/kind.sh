@@ -38,7 +38,7 @@ kind load docker-image --name "${CLUSTER}" "${shell_image}" >/dev/null
 
 stage install
 export KUBECONFIG="${KIND_KUBECONFIG}"
-for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -f "${d}" >/dev/null; done
+for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -k "${d}" >/dev/null; done
 for p in "${PILLARS[@]}"; do
   kubectl apply --server-side -k "${ROOT}/deploy/kustomize/overlays/${p}-only" >/dev/null
 done

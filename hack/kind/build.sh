@@ -91,7 +91,7 @@ component_image() {
   local ref=$1 base=$2 body=$3
   shift 3
   local ctx; ctx="$(mktemp -d "${WORK}/ctx.XXXXXX")"
-  cp "$@" "${ctx}/"
+  [[ $# -eq 0 ]] || cp "$@" "${ctx}/"
   printf 'FROM %s\n%s\n' "${base}" "${body}" > "${ctx}/Dockerfile"
   docker build -q -t "${ref}" "${ctx}" > "${ctx}.log" 2>&1 || { cat "${ctx}.log" >&2; rm -rf "${ctx}" "${ctx}.log"; die "docker build of ${ref} failed"; }
   rm -f "${ctx}.log"
@@ -138,7 +138,10 @@ kind_module_dir() {
 sandbox_image() { sed -n 's/^ *sandbox_image *= *"\(.*\)"/\1/p' "$(kind_module_dir)/images/base/files/etc/containerd/config.toml"; }
 
 kube_router_image() {
-  printf 'kagenti.local/kube-router:%s' "$(sed -n 's/^require github.com\/cloudnativelabs\/kube-router\/v2 //p' "${KIND_DIR}/kube-router/go.mod")"
+  local v
+  v="$(grep -oE 'github.com/cloudnativelabs/kube-router/v2 v[^ ]+' "${KIND_DIR}/kube-router/go.mod" | head -n 1 | cut -d' ' -f2)"
+  [[ -n "${v}" ]] || die "hack/kind/kube-router/go.mod requires no github.com/cloudnativelabs/kube-router/v2"
+  printf 'kagenti.local/kube-router:%s' "${v}"
 }
 
 # node_key: every input of the node image.
@@ -159,7 +162,10 @@ build_node_image() {
   fi
   build_binaries
   local images=()
-  mapfile -t images < <(build_component_images | sed '/^$/d')
+  # Through a file, not a process substitution, so that a failed build stops kind-up.
+  build_component_images > "${WORK}/images.txt"
+  mapfile -t images < <(sed '/^$/d' "${WORK}/images.txt")
+  rm -f "${WORK}/images.txt"
   local src; src="$(rootfs node "${NODE_PACKAGES[@]}")"
   local dir="${WORK}/node-build"
   log "assembling the node image ${ref}"
@@ -194,9 +200,11 @@ build_node_image() {
   install -m 0755 "${CACHE_BIN}/kubelet" "${CACHE_BIN}/kubeadm" "${BIN}/kubectl" "${dir}/usr/bin/"
   echo "${KUBE_VERSION}" > "${dir}/kind/version"
   preload_images "${dir}" "${images[@]}"
-  import_rootfs "${dir}" "${ref}" --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
-    --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
+  import_rootfs "${dir}" "${ref}-rootfs"
   rm -rf "${dir}"
+  # docker import (20.10) takes no STOPSIGNAL: the settings go on in a build of no files.
+  component_image "${ref}" "${ref}-rootfs" $'ENV container=docker\nSTOPSIGNAL SIGRTMIN+3\nENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
+  docker rmi "${ref}-rootfs" >/dev/null
   local old
   for old in $(docker images --format '{{.Repository}}:{{.Tag}}' kagenti.local/kind-node); do
     [[ "${old}" == "${ref}" ]] || { log "removing the node image of another version: ${old}"; docker rmi "${old}" >/dev/null || true; }
