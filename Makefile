@@ -82,6 +82,16 @@ e2e: build ## End-to-end suite on the local (kwok) cluster: up, test, down.
 e2e-kind: build ## End-to-end suite on kind (needs a Docker engine; skips cleanly without one).
 	@hack/kind.sh
 
+##@ Kind cluster (no registry needed: docs/kind.md)
+
+.PHONY: kind-up
+kind-up: ## Start dockerd (state in .local/kind), build the node and component images from source (cached), create a 3-node kind cluster with kube-router.
+	@hack/kind-up.sh
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster, stop the dockerd kind-up started, undo its host changes (KIND_DOWN_FLAGS=--purge also drops the caches).
+	@hack/kind-down.sh $(KIND_DOWN_FLAGS)
+
 .PHONY: bench
 bench: ## Go benchmarks of every module (the env-guarded load tests and their commands: docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem $(addprefix ./,$(addsuffix /...,$(MODULES)))
@@ -116,5 +126,5 @@ run: build ## make up, apply deploy/samples, summarise what each pillar did, str
 ##@ Images
 
 .PHONY: images
-images: ## Build one container image per binary, kagenti-authbridge included (needs a Docker engine).
+images: ## Build one container image per binary, kagenti-authbridge included, on a locally made base (IMAGES_BUILD=dockerfile: the registry path).
 	@hack/images.sh $(PILLARS) authbridge

@@ -1,17 +1,84 @@
 #!/usr/bin/env bash
-# Builds one image per binary from the root Dockerfile. Needs a Docker engine; says so and exits 0 without one.
-# Arguments are pillar names, plus "authbridge" for the tokenexchange data plane (kagenti-authbridge).
+# Builds one image per binary. Arguments are pillar names, plus "authbridge" for the tokenexchange
+# data plane (kagenti-authbridge).
+#
+# Two ways, the same image (a static binary at /manager, run as 65532:65532, nothing else to run):
+#   IMAGES_BUILD=local (default)  the binaries are built once on this machine (CGO_ENABLED=0) and put
+#                                 on kagenti.local/static-base, a base made here from this machine's
+#                                 Debian files with the contents of distroless static (CA
+#                                 certificates, passwd and group with root, nobody and nonroot,
+#                                 nsswitch.conf, time zones, /tmp, /home/nonroot); needs no registry.
+#   IMAGES_BUILD=dockerfile       the published multi-stage Dockerfile (golang and distroless images
+#                                 from their registries).
+# The engine is the one DOCKER_HOST names, else the one `make kind-up` started (.local/kind/docker.sock),
+# else the default; without any, this says so and exits 0.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REGISTRY="${REGISTRY:-ghcr.io/kagenti}"
 TAG="${TAG:-v0.1.0}"
+IMAGES_BUILD="${IMAGES_BUILD:-local}"
+WORK="${ROOT}/.local/images"
 # Binaries that live in another pillar's module.
 declare -A MODULE_OF=([authbridge]=tokenexchange)
+log() { printf '[images] %s\n' "$*" >&2; }
+
+if [[ -z "${DOCKER_HOST:-}" && -S "${ROOT}/.local/kind/docker.sock" ]]; then
+  export DOCKER_HOST="unix://${ROOT}/.local/kind/docker.sock"
+fi
 if ! docker info >/dev/null 2>&1; then
-  echo "images: skipped — no Docker engine reachable (docker info failed)"
+  echo "images: skipped — no Docker engine reachable (docker info failed; 'make kind-up' starts one)"
   exit 0
 fi
 for p in "$@"; do
-  docker build -f "${ROOT}/Dockerfile" --build-arg "PILLAR=${MODULE_OF[$p]:-$p}" --build-arg "BINARY=kagenti-${p}" \
-    --build-arg "VERSION=${TAG}" -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ROOT}"
+  [[ -d "${ROOT}/${MODULE_OF[$p]:-$p}/cmd/kagenti-${p}" ]] || { log "unknown binary kagenti-${p} (no ${MODULE_OF[$p]:-$p}/cmd/kagenti-${p})"; exit 2; }
+done
+
+if [[ "${IMAGES_BUILD}" == dockerfile ]]; then
+  for p in "$@"; do
+    docker build -f "${ROOT}/Dockerfile" --build-arg "PILLAR=${MODULE_OF[$p]:-$p}" --build-arg "BINARY=kagenti-${p}" \
+      --build-arg "VERSION=${TAG}" -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ROOT}"
+  done
+  exit 0
+fi
+[[ "${IMAGES_BUILD}" == local ]] || { log "IMAGES_BUILD is ${IMAGES_BUILD}; it is local or dockerfile"; exit 2; }
+
+# static_base: kagenti.local/static-base:<key>, made once from files of this machine's Debian packages
+# (ca-certificates, tzdata); prints its reference.
+static_base() {
+  local certs=/etc/ssl/certs/ca-certificates.crt zones=/usr/share/zoneinfo
+  [[ -f "${certs}" && -d "${zones}" ]] || { log "need ${certs} and ${zones}: apt-get install ca-certificates tzdata"; exit 1; }
+  local k; k="$( (sha256sum "${certs}"; find "${zones}" -type f -printf '%P %s\n' | sort; sha256sum "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
+  local ref="kagenti.local/static-base:${k}"
+  if ! docker image inspect "${ref}" >/dev/null 2>&1; then
+    log "making ${ref} (distroless static's contents, from Debian's ca-certificates and tzdata)"
+    local dir; dir="$(mktemp -d)"
+    mkdir -p "${dir}/etc/ssl/certs" "${dir}/usr/share" "${dir}/tmp" "${dir}/home/nonroot" "${dir}/root"
+    cp "${certs}" "${dir}/etc/ssl/certs/ca-certificates.crt"
+    cp -r "${zones}" "${dir}/usr/share/zoneinfo"
+    printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
+      'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' > "${dir}/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'tty:x:5:' 'staff:x:50:' 'nobody:x:65534:' 'nonroot:x:65532:' > "${dir}/etc/group"
+    printf 'hosts: files dns\n' > "${dir}/etc/nsswitch.conf"
+    chmod 1777 "${dir}/tmp"
+    chmod 0700 "${dir}/root" "${dir}/home/nonroot"
+    tar -C "${dir}" --numeric-owner --owner=0 --group=0 --exclude=./home/nonroot -c . > "${dir}.tar"
+    tar -C "${dir}" --numeric-owner --owner=65532 --group=65532 -rf "${dir}.tar" ./home/nonroot
+    docker import - "${ref}" < "${dir}.tar" >/dev/null
+    rm -rf "${dir}" "${dir}.tar"
+  fi
+  printf '%s' "${ref}"
+}
+
+base="$(static_base)"
+mkdir -p "${WORK}"
+for p in "$@"; do
+  ctx="${WORK}/kagenti-${p}"
+  mkdir -p "${ctx}"
+  log "building kagenti-${p} (CGO_ENABLED=0, version ${TAG})"
+  (cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "./${MODULE_OF[$p]:-$p}/cmd/kagenti-${p}")
+  printf 'FROM %s\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' "${base}" > "${ctx}/Dockerfile"
+  # Debian's dockerd 20.10 has no BuildKit; newer clients print a notice about the legacy builder.
+  DOCKER_BUILDKIT=0 docker build -q -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ctx}" > "${ctx}/build.log" 2>&1 ||
+    { cat "${ctx}/build.log" >&2; exit 1; }
+  log "built ${REGISTRY}/kagenti-${p}:${TAG}"
 done

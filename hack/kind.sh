@@ -1,22 +1,53 @@
 #!/usr/bin/env bash
-# Runs the e2e suite on a kind cluster. Needs a Docker engine; says so and exits 0 without one.
+# make e2e-kind: the e2e suite on the kind cluster of `make kind-up` (docs/kind.md).
+#   up (hack/kind-up.sh) → our images (hack/images.sh, on kind-up's engine) → loaded into the nodes →
+#   the platform installed as a user would (CRDs, then kustomize overlays) → go test ./e2e/ with
+#   KAGENTI_E2E_CLUSTER=kind → down (hack/kind-down.sh), always.
+#
+# Skips (exit 0, saying why) where no engine can be started here: not root. KAGENTI_KIND_REQUIRED=1
+# turns a skip into a failure (for CI). KAGENTI_KIND_KEEP=1 leaves the cluster up afterwards.
+# KAGENTI_KIND_PILLARS (default: netpol) are the pillars installed; KAGENTI_KIND_RUN the go test -run
+# pattern (default: the tests that need a real cluster, and netpol's).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${ROOT}/bin"
-CLUSTER="${KIND_CLUSTER:-kagenti-e2e}"
-if ! docker info >/dev/null 2>&1; then
-  echo "e2e-kind: skipped — no Docker engine reachable (docker info failed); the same suite runs on the local cluster with 'make e2e'"
+source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
+export PATH="${BIN}:${PATH}"
+PILLARS=(${KAGENTI_KIND_PILLARS:-netpol})
+RUN="${KAGENTI_KIND_RUN:-^(TestKind|TestNetpol)}"
+
+skip() {
+  if [[ "${KAGENTI_KIND_REQUIRED:-0}" == 1 ]]; then
+    die "e2e-kind cannot run here ($*) and KAGENTI_KIND_REQUIRED=1"
+  fi
+  echo "e2e-kind: skipped — $*"
   exit 0
-fi
-"${ROOT}/hack/tools.sh" all
-"${ROOT}/hack/images.sh" injector tokenexchange agenttrace agentcard agentbuild netpol
-"${BIN}/kind" create cluster --name "${CLUSTER}" --wait 120s
-trap '"${BIN}/kind" delete cluster --name "${CLUSTER}"' EXIT
-for p in injector tokenexchange agenttrace agentcard agentbuild netpol; do
-  "${BIN}/kind" load docker-image --name "${CLUSTER}" "ghcr.io/kagenti/kagenti-${p}:v0.1.0"
+}
+[[ $(id -u) -eq 0 ]] || skip "kind-up starts its own dockerd and needs root"
+
+stage up
+"${ROOT}/hack/kind-up.sh"
+[[ "${KAGENTI_KIND_KEEP:-0}" == 1 ]] || trap '"${ROOT}/hack/kind-down.sh"' EXIT
+
+stage images
+"${ROOT}/hack/images.sh" "${PILLARS[@]}"
+shell_image="$(docker images --format '{{.Repository}}:{{.Tag}}' kagenti.local/kind-base | head -n 1)"
+[[ -n "${shell_image}" ]] || die "no kagenti.local/kind-base image on kind-up's engine"
+for p in "${PILLARS[@]}"; do
+  kind load docker-image --name "${CLUSTER}" "ghcr.io/kagenti/kagenti-${p}:v0.1.0" >/dev/null
 done
-kubeconfig="$(mktemp)"
-"${BIN}/kind" get kubeconfig --name "${CLUSTER}" > "${kubeconfig}"
-"${BIN}/kubectl" --kubeconfig "${kubeconfig}" apply --server-side -k "${ROOT}/deploy/kustomize/overlays/all"
-"${BIN}/kubectl" --kubeconfig "${kubeconfig}" -n kagenti-system wait --for=condition=Available deploy --all --timeout=180s
-KAGENTI_E2E_KUBECONFIG="${kubeconfig}" KAGENTI_E2E_CLUSTER=kind go test -count=1 -v "${ROOT}/e2e/..."
+kind load docker-image --name "${CLUSTER}" "${shell_image}" >/dev/null
+
+stage install
+export KUBECONFIG="${KIND_KUBECONFIG}"
+for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -k "${d}" >/dev/null; done
+for p in "${PILLARS[@]}"; do
+  kubectl apply --server-side -k "${ROOT}/deploy/kustomize/overlays/${p}-only" >/dev/null
+done
+kubectl -n kagenti-system wait --for=condition=Available deploy --all --timeout=180s >/dev/null ||
+  { kubectl -n kagenti-system get pods -o wide >&2; kubectl -n kagenti-system describe pods >&2; die "the platform did not become available"; }
+
+stage test
+rc=0
+(cd "${ROOT}/e2e" && KAGENTI_E2E_KUBECONFIG="${KIND_KUBECONFIG}" KAGENTI_E2E_CLUSTER=kind \
+  KAGENTI_E2E_SHELL_IMAGE="${shell_image}" go test -count=1 -v -timeout 20m -run "${RUN}" ./...) || rc=$?
+stage done
+exit "${rc}"

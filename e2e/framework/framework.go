@@ -143,6 +143,12 @@ func ShellImage() string {
 	return envOr("KAGENTI_E2E_SHELL_IMAGE", "registry.k8s.io/e2e-test-images/busybox:1.36.1-1")
 }
 
+// ServerImage is an image that serves TCP on the port given by "-dns.port" (CoreDNS, which every
+// kind node of `make kind-up` holds). Override with $KAGENTI_E2E_SERVER_IMAGE.
+func ServerImage() string {
+	return envOr("KAGENTI_E2E_SERVER_IMAGE", "registry.k8s.io/coredns/coredns:v1.14.6")
+}
+
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
