@@ -28,7 +28,7 @@ func TestKeycloakAdminLoginRedirectIsNotFollowedWithThePassword(t *testing.T) {
 				trap := idptest.NewTrap(t)
 				idp := idptest.NewRedirector(t, status, trap.URL)
 				p := &Keycloak{URL: idp.URL, Realm: "agents", HTTP: http.DefaultClient, Admin: adminDir(t, admin)}
-				_, err := p.Register(context.Background(), Client{Name: "agents/weather"})
+				_, err := p.Register(context.Background(), Client{Name: "agents/weather", Owner: "agents/weather"})
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), trap.URL+"/realms/", "the error names the Location")
 				assert.Contains(t, err.Error(), "not followed")
@@ -51,7 +51,7 @@ func TestKeycloakAdminAPIRedirectIsNotFollowedWithTheToken(t *testing.T) {
 	}))
 	t.Cleanup(idp.Close)
 	p := &Keycloak{URL: idp.URL, Realm: "agents", HTTP: http.DefaultClient, Admin: adminDir(t, serviceAccount)}
-	_, err := p.Register(context.Background(), Client{Name: "agents/weather"})
+	_, err := p.Register(context.Background(), Client{Name: "agents/weather", Owner: "agents/weather"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), trap.URL+"/admin/realms/agents/clients", "the error names the Location")
 	assert.Empty(t, trap.Hits(), "the admin token never reaches the second host")
@@ -65,7 +65,7 @@ func TestRegistrationRedirectIsNotFollowedWithTheToken(t *testing.T) {
 			p := &DynamicRegistration{URL: idp.URL + "/register", HTTP: http.DefaultClient,
 				StateFile: filepath.Join(t.TempDir(), authconfig.RegistrationFile),
 				Admin:     adminDir(t, map[string]string{"initial-access-token": "initial-token"})}
-			_, err := p.Register(context.Background(), Client{Name: "agents/weather", TokenExchange: true})
+			_, err := p.Register(context.Background(), Client{Name: "agents/weather", Owner: "agents/weather", TokenExchange: true})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), trap.URL+"/register", "the error names the Location")
 			assert.Empty(t, trap.Hits(), "the initial access token never reaches the second host")
