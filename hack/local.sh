@@ -268,10 +268,15 @@ stop_pillars() {
 # ---------------------------------------------------------------------------------------------------
 # cluster
 
+# require_tools builds what the cluster needs and bin/ lacks (a fresh clone has none of it):
+# hack/tools.sh prints its progress, and skips what is already built at the wanted version.
 require_tools() {
   local t missing=()
   for t in "${CLUSTER_TOOLS[@]}"; do [[ -x "${BIN}/${t}" ]] || missing+=("${t}"); done
-  ((${#missing[@]} == 0)) || die "missing in bin/: ${missing[*]} — build them with 'make tools' (hack/tools.sh all)"
+  ((${#missing[@]} == 0)) && return 0
+  log "bin/ lacks ${missing[*]}: building the local cluster's tools from the Go module proxy (the first time takes 10-40 min; then cached)"
+  "${ROOT}/hack/tools.sh" local || die "building the local cluster's tools failed (hack/tools.sh local; see above)"
+  for t in "${CLUSTER_TOOLS[@]}"; do [[ -x "${BIN}/${t}" ]] || die "hack/tools.sh local did not build bin/${t}"; done
 }
 
 create_cluster() {
@@ -353,6 +358,34 @@ delete_cluster() {
   rm -f "${KUBECONFIG}"
 }
 
+# The control plane's supervisor (hack/local-supervise.sh): restarts a component that exits, such as
+# kube-controller-manager and kube-scheduler after they lose their lease to an API server outage.
+SUPERVISOR_PID="${LOCAL}/supervisor.pid"
+SUPERVISOR_LOG="${LOGS}/control-plane.log"
+
+start_supervisor() {
+  rm -f "${SUPERVISOR_PID}"
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "${SUPERVISOR_PID}" \
+    bash "${ROOT}/hack/local-supervise.sh" "${CLUSTER_DIR}" "${SUPERVISOR_LOG}" </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 50); do
+    [[ -s "${SUPERVISOR_PID}" ]] && return 0
+    sleep 0.1
+  done
+  die "the control plane supervisor did not start (hack/local-supervise.sh)"
+}
+
+# stop_supervisor: before the cluster is deleted, so that a deliberate stop is not undone.
+stop_supervisor() {
+  local pid
+  [[ -f "${SUPERVISOR_PID}" ]] || return 0
+  pid="$(<"${SUPERVISOR_PID}")"
+  if [[ "${pid}" =~ ^[0-9]+$ ]] && running "${pid}" &&
+    tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -q 'local-supervise.sh'; then
+    stop_pids "supervisor:${pid}"
+  fi
+  rm -f "${SUPERVISOR_PID}"
+}
+
 # kwokctl records the PID of each component in <cluster dir>/pids/; stop any that survived.
 stop_cluster_leftovers() {
   local f pid entries=()
@@ -384,6 +417,7 @@ up() {
 
   local t0=${SECONDS}
   create_cluster
+  start_supervisor
   create_node
   install_crds
   # The e2e render check runs on the fresh cluster, before the local webhook registration (by URL)
@@ -411,6 +445,7 @@ summary_up() {
 
 down() {
   stop_pillars
+  stop_supervisor
   delete_cluster
   rm -f "${KUBECONFIG}" "${KUBECONFIG}.tmp"
 }

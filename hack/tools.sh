@@ -117,11 +117,15 @@ go_install() {
   stamp "$tool" "$version"
 }
 
+build_kwok() {
+  go_install kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
+  go_install kwokctl sigs.k8s.io/kwok/cmd/kwokctl "${KWOK_VERSION}"
+}
+
 all() {
   build_etcd
   build_kube
-  go_install kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
-  go_install kwokctl sigs.k8s.io/kwok/cmd/kwokctl "${KWOK_VERSION}"
+  build_kwok
   go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}"
   go_install helm helm.sh/helm/v3/cmd/helm "${HELM_VERSION}"
   go_install kind sigs.k8s.io/kind "${KIND_VERSION}"
@@ -131,7 +135,8 @@ all() {
 case "${1:-all}" in
   all) all ;;
   envtest) build_etcd; build_kube ;;
+  local) build_etcd; build_kube; build_kwok ;;
   identity) identity ;;
   controller-gen) go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}" ;;
-  *) echo "usage: $0 [all|envtest|identity|controller-gen]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|envtest|local|identity|controller-gen]" >&2; exit 2 ;;
 esac
