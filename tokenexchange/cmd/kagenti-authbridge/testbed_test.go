@@ -573,7 +573,7 @@ func (tb *testbed) podSide() {
     destinationRules:
     - match: {host: "%s:%d"}
       target: {audience: "%s", scopes: ["agent:invoke"]}
-`, calleeHost, tb.ports["callee-in"], calleeID))
+`, clusterIP, tb.ports["callee-in"], calleeID))
 	env := tb.env("caller", "KAGENTI_SPIFFE_ENABLED=false")
 	pid := strconv.Itoa(tb.pod.Process.Pid)
 	statusPorts := []string{"pod-sidecar-status", "pod-register-status", "pod-inbound-status", "pod-outbound-status"}
@@ -639,14 +639,17 @@ func (tb *testbed) credentialsToken(id, secret string, form url.Values) string {
 	return tr.AccessToken
 }
 
+// writeCallerConfig names the destinations by address: the outbound proxy takes a route by a Host
+// name only when that name resolves to the connection's destination, and the test bed's names
+// (calleeHost, passthroughH, sent as Host headers) resolve to nothing on this machine.
 func (tb *testbed) writeCallerConfig(audience string) {
 	tb.writeConfig("caller", fmt.Sprintf(`outbound:
   tokenExchange:
     destinationRules:
     - match: {host: "%s:%d"}
       target: {audience: "%s", scopes: ["agent:invoke"]}
-    - match: {host: "%s"}
-`, calleeHost, tb.ports["callee-in"], audience, passthroughH))
+    - match: {host: "%s:%d"}
+`, clusterIP, tb.ports["callee-in"], audience, clusterIP, tb.ports["echo"]))
 }
 
 // writeConfig replaces config.yaml the way the kubelet updates a ConfigMap volume.

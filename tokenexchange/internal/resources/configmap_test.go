@@ -97,6 +97,8 @@ func TestOverridesCarryEveryField(t *testing.T) {
 	te := &v1alpha1.TokenExchange{}
 	fill(reflect.ValueOf(&te.Spec).Elem(), 1)
 	te.Spec.TargetRef = duck.TargetRef{Kind: "Deployment", Name: "w"}
+	// A client name template must name the namespace first (the filler's string would not).
+	te.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "{{.Namespace}}/w"
 	// The fields the API rejects because they cannot take effect are not in the data plane's
 	// schema; the controller validates before it renders, so they never reach Overrides.
 	assert.ElementsMatch(t, []string{"spec.clientRegistration.keycloak.adminCredentialsSecret", "spec.outbound.trafficInterception.proxyUid",
