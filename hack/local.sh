@@ -347,12 +347,18 @@ install_crds() {
 
 delete_cluster() {
   if [[ -d "${CLUSTER_DIR}" ]]; then
+    # The PIDs as recorded before kwokctl deletes its files: a component the supervisor restarted is
+    # not kwokctl's child, and kwokctl does not stop it.
+    local f recorded=()
+    for f in "${CLUSTER_DIR}"/pids/*.pid; do
+      [[ -f "${f}" ]] && recorded+=("$(basename "${f}" .pid):$(<"${f}")")
+    done
     if [[ -x "${BIN}/kwokctl" ]]; then
       log "deleting kwok cluster '${CLUSTER}'"
       "${BIN}/kwokctl" delete cluster --name "${CLUSTER}" >>"${KWOKCTL_LOG}" 2>&1 ||
         warn "kwokctl delete cluster failed (see $(rel "${KWOKCTL_LOG}")); stopping its components by PID"
     fi
-    stop_cluster_leftovers
+    stop_cluster_leftovers "${recorded[@]}"
     rm -rf "${CLUSTER_DIR}"
   fi
   rm -f "${KUBECONFIG}"
@@ -388,11 +394,10 @@ stop_supervisor() {
 
 # kwokctl records the PID of each component in <cluster dir>/pids/; stop any that survived.
 stop_cluster_leftovers() {
-  local f pid entries=()
-  for f in "${CLUSTER_DIR}"/pids/*.pid; do
-    [[ -f "${f}" ]] || continue
-    pid="$(<"${f}")"
-    [[ "${pid}" =~ ^[0-9]+$ ]] && running "${pid}" && entries+=("$(basename "${f}" .pid):${pid}")
+  local entry pid entries=()
+  for entry in "$@"; do
+    pid=${entry#*:}
+    [[ "${pid}" =~ ^[0-9]+$ ]] && running "${pid}" && entries+=("${entry}")
   done
   ((${#entries[@]} == 0)) || stop_pids "${entries[@]}"
 }
