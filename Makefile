@@ -61,7 +61,7 @@ build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data 
 ##@ Test
 
 .PHONY: test
-test: tools verify-generate lint unit render e2e ## The one test command: generate check, lint, unit + integration, manifests, local e2e.
+test: tools verify-generate lint unit render e2e e2e-kind ## The one test command: generate check, lint, unit + integration, manifests, local e2e, kind e2e.
 
 .PHONY: unit
 unit: ## Unit and integration tests (envtest on bin/) of every module, with -race.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make kind-down: deletes the kind cluster, stops the dockerd kind-up started (by the PID in its
-# pidfile) and puts back what it changed on the host (sysctls, bridges, the FORWARD policy). Built
-# images and the build cache stay under .local/kind/ for the next kind-up; `--purge` removes them too.
+# pidfile) and puts back what it changed on the host (sysctls, bridges, the FORWARD policy). The
+# engine's images stay under .local/kind/ and the build cache in ~/.cache/kagenti/kind (lib.sh: CACHE)
+# for the next kind-up; `--purge` removes both.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
 export PATH="${BIN}:${PATH}"
@@ -26,6 +27,6 @@ stop_dockerd
 rm -f "${KIND_KUBECONFIG}"
 rm -rf "${WORK}/node-build" "${WORK}/preload-run" "${WORK}/preload.tar" "${WORK}"/ctx.*
 if [[ "${1:-}" == --purge ]]; then
-  log "removing the engine's state and the build cache (.local/kind)"
-  rm -rf "${WORK}"
+  log "removing the engine's state (${WORK}) and the build cache (${CACHE})"
+  rm -rf "${WORK}" "${CACHE}"
 fi

@@ -16,7 +16,11 @@ export PATH="${BIN}:${PATH}"
 
 [[ $(id -u) -eq 0 ]] || die "kind-up runs dockerd, debootstrap and chroot: run it as root"
 [[ -n "${KUBE_VERSION}" && -n "${KIND_VERSION}" ]] || die "hack/tools.sh names no KUBE_VERSION or KIND_VERSION"
-mkdir -p "${CACHE}"
+mkdir -p "${CACHE}" "${WORK}"
+# One build at a time per cache: a second clone's kind-up waits here rather than debootstrap into
+# the same directory.
+exec 9>"${CACHE}/.lock"
+flock -w 3600 9 || die "another kind-up has held ${CACHE}/.lock for an hour"
 
 # free_gib <dir>: GiB free on the filesystem holding dir.
 free_gib() { df -BG --output=avail "$1" | tail -n 1 | tr -dc '0-9'; }
@@ -42,8 +46,10 @@ stage packages
 ensure_host_packages
 
 stage engine
-avail="$(free_gib "${WORK}")"
-((avail >= MIN_FREE_GIB)) || die "only ${avail} GiB free under ${WORK}; kind-up needs ${MIN_FREE_GIB} GiB (KAGENTI_KIND_MIN_FREE_GIB) for the engine's images and the node build"
+for d in "${WORK}" "${CACHE}"; do
+  avail="$(free_gib "${d}")"
+  ((avail >= MIN_FREE_GIB)) || die "only ${avail} GiB free under ${d}; kind-up needs ${MIN_FREE_GIB} GiB (KAGENTI_KIND_MIN_FREE_GIB) for the engine's images, the build cache and the node build"
+done
 dockerd_pid >/dev/null || STARTED_DOCKERD=1
 start_dockerd
 

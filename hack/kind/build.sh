@@ -1,6 +1,6 @@
 # Builds what the kind cluster runs, from pinned sources only (sourced by hack/kind-up.sh after lib.sh):
 #   Go binaries (kubelet, kubeadm, kube-proxy, pause, CoreDNS, kube-router) from the Go module proxy
-#   through the modules under hack/kind/, into .local/kind/cache/bin (each stamped with its inputs' key);
+#   through the modules under hack/kind/, into the kind build cache's bin/ (lib.sh: CACHE; each stamped with its inputs' key);
 #   two Debian root filesystems made by debootstrap (the node, and a small base for the component
 #   images); the component images, tagged with the names kubeadm asks for; and the node image, with
 #   those images already in its containerd, named kagenti.local/kind-node:<Kubernetes>-<key>.
@@ -10,7 +10,7 @@ CACHE_BIN="${CACHE}/bin"
 KIND_MODULE_DIR=""
 
 # go_build <module dir> <key> <CGO_ENABLED> <ldflags> <package>...: builds the packages into
-# .local/kind/cache/bin unless each is already there with the same key.
+# the build cache's bin/ unless each is already there with the same key.
 go_build() {
   local dir=$1 k=$2 cgo=$3 ld=$4
   shift 4

@@ -9,7 +9,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${ROOT}/bin"
 KIND_DIR="${ROOT}/hack/kind"
 WORK="${ROOT}/.local/kind"
-CACHE="${WORK}/cache"
+# The build cache (the root filesystems made by debootstrap, the binaries built from the module
+# proxy) is keyed by its inputs and shared by every clone on the machine, like Go's build cache: a
+# fresh clone, or CI's, builds nothing that an earlier run of the same versions built.
+CACHE="${KAGENTI_KIND_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/kagenti/kind}"
 CLUSTER="${KAGENTI_KIND_CLUSTER:-kagenti}"
 KIND_KUBECONFIG="${WORK}/kubeconfig"
 
@@ -161,7 +164,7 @@ start_dockerd() {
 EOF
   log "starting dockerd (state under .local/kind/, log ${DOCKERD_LOG#"${ROOT}/"})"
   # setsid: dockerd outlives this script (kind-down stops it by the PID in its pidfile).
-  setsid dockerd --config-file "${WORK}/daemon.json" >"${DOCKERD_LOG}" 2>&1 < /dev/null &
+  setsid dockerd --config-file "${WORK}/daemon.json" >"${DOCKERD_LOG}" 2>&1 </dev/null 9>&- &
   local i
   for i in $(seq 60); do
     docker info >/dev/null 2>&1 && { log "dockerd ready (pid $(dockerd_pid))"; return 0; }
