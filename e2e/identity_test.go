@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/e2e/framework"
+	"github.com/kagenti/platform/e2e/framework/agent"
 	"github.com/kagenti/platform/e2e/framework/podrunner"
 )
 
@@ -225,7 +226,7 @@ func newIdentityFlow(t *testing.T) *identityFlow {
 	f.callerID = "spiffe://cluster.local/ns/" + f.ns + "/sa/caller"
 	f.calleeID = "spiffe://cluster.local/ns/" + f.ns + "/sa/callee"
 	f.idp = startDevIdP(t, bin, dir, f.hostIP, spire.bundle, "user:user-secret:"+f.callerID)
-	f.echoAddr = serveOn(t, f.hostIP, reportHandler("host-echo"))
+	f.echoAddr = serveOn(t, f.hostIP, agent.ReportHandler("host-echo"))
 
 	callerPod := f.createAgent("caller", map[string]string{"kagenti.io/spiffe": "enabled"})
 	calleePod := f.createAgent("callee", nil)
@@ -436,7 +437,7 @@ func (f *identityFlow) calleeInbound() string {
 
 // agentCall asks the caller's agent, through the caller's inbound proxy (the user's token has the
 // caller's audience), to call url with Host host; the agent passes the token on.
-func (f *identityFlow) agentCall(t *testing.T, token, target, host string) callResult {
+func (f *identityFlow) agentCall(t *testing.T, token, target, host string) agent.CallResult {
 	t.Helper()
 	u := fmt.Sprintf("http://%s/call?%s", net.JoinHostPort(f.caller.Pod.Status.PodIP, strconv.Itoa(inboundPort)),
 		url.Values{"url": {target}, "host": {host}}.Encode())
@@ -444,7 +445,7 @@ func (f *identityFlow) agentCall(t *testing.T, token, target, host string) callR
 	if status != http.StatusOK {
 		t.Fatalf("calling the caller's agent: %d %s", status, body)
 	}
-	var res callResult
+	var res agent.CallResult
 	if err := json.Unmarshal([]byte(body), &res); err != nil {
 		t.Fatalf("the caller's agent answered %q: %v", body, err)
 	}
@@ -452,7 +453,7 @@ func (f *identityFlow) agentCall(t *testing.T, token, target, host string) callR
 }
 
 // callCallee makes the caller's agent call the callee and returns what the callee's agent received.
-func (f *identityFlow) callCallee(t *testing.T, token string) agentReport {
+func (f *identityFlow) callCallee(t *testing.T, token string) agent.Report {
 	t.Helper()
 	res := f.agentCall(t, token, "http://"+f.calleeInbound()+"/tasks", f.calleeHost())
 	if res.Status != http.StatusOK {
@@ -465,9 +466,9 @@ func (f *identityFlow) callCallee(t *testing.T, token string) agentReport {
 	return got
 }
 
-func decodeReport(t *testing.T, res callResult) agentReport {
+func decodeReport(t *testing.T, res agent.CallResult) agent.Report {
 	t.Helper()
-	var r agentReport
+	var r agent.Report
 	if res.Status != http.StatusOK || json.Unmarshal([]byte(res.Body), &r) != nil {
 		t.Fatalf("want an agent report, got %d %s", res.Status, res.Body)
 	}
@@ -854,8 +855,13 @@ func startDevIdP(t *testing.T, bin, dir, hostIP, bundle string, clients ...strin
 
 // token is a client-credentials token of the client.
 func (idp *devIdP) token(t *testing.T, id, secret string) string {
+	return clientCredentialsToken(t, idp.issuer, id, secret)
+}
+
+// clientCredentialsToken asks the dev IdP at base for a client-credentials token of the client.
+func clientCredentialsToken(t *testing.T, base, id, secret string) string {
 	form := url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}}
-	req, _ := http.NewRequest(http.MethodPost, idp.issuer+"/oauth/token", strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, base+"/oauth/token", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth(id, secret)
 	resp, err := http.DefaultClient.Do(req)

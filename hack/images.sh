@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds one image per binary. Arguments are pillar names, plus "authbridge" for the tokenexchange
-# data plane (kagenti-authbridge).
+# Builds one image per binary. Arguments are pillar names, "authbridge" for the tokenexchange data
+# plane (kagenti-authbridge), and the two programs the kind suite runs in pods beside them:
+# "dev-idp" (the development OpenID provider of hack/idp) and "e2e-agent" (the stand-in agent of
+# the e2e suite, e2e/cmd/kagenti-e2e-agent).
 #
 # Two ways, the same image (a static binary at /manager, run as 65532:65532, nothing else to run):
 #   IMAGES_BUILD=local (default)  the binaries are built once on this machine (CGO_ENABLED=0) and put
@@ -18,8 +20,13 @@ REGISTRY="${REGISTRY:-ghcr.io/kagenti}"
 TAG="${TAG:-v0.1.0}"
 IMAGES_BUILD="${IMAGES_BUILD:-local}"
 WORK="${ROOT}/.local/images"
-# Binaries that live in another pillar's module.
+# Binaries that live in another pillar's module, and those outside the pillars: the directory the
+# build runs in (GOWORK=off where it is a module of its own) and the package built there.
 declare -A MODULE_OF=([authbridge]=tokenexchange)
+declare -A DIR_OF=([dev-idp]=hack/idp [e2e-agent]=e2e)
+declare -A PKG_OF=([dev-idp]=. [e2e-agent]=./cmd/kagenti-e2e-agent)
+dir_of() { printf '%s' "${DIR_OF[$1]:-${MODULE_OF[$1]:-$1}}"; }
+pkg_of() { printf '%s' "${PKG_OF[$1]:-./cmd/kagenti-$1}"; }
 log() { printf '[images] %s\n' "$*" >&2; }
 
 if [[ -z "${DOCKER_HOST:-}" && -S "${ROOT}/.local/kind/docker.sock" ]]; then
@@ -30,11 +37,12 @@ if ! docker info >/dev/null 2>&1; then
   exit 0
 fi
 for p in "$@"; do
-  [[ -d "${ROOT}/${MODULE_OF[$p]:-$p}/cmd/kagenti-${p}" ]] || { log "unknown binary kagenti-${p} (no ${MODULE_OF[$p]:-$p}/cmd/kagenti-${p})"; exit 2; }
+  [[ -d "${ROOT}/$(dir_of "$p")/$(pkg_of "$p")" ]] || { log "unknown binary kagenti-${p} (no $(dir_of "$p")/$(pkg_of "$p"))"; exit 2; }
 done
 
 if [[ "${IMAGES_BUILD}" == dockerfile ]]; then
   for p in "$@"; do
+    [[ -z "${DIR_OF[$p]:-}" ]] || { log "kagenti-${p} is a test program: IMAGES_BUILD=local only"; exit 2; }
     docker build -f "${ROOT}/Dockerfile" --build-arg "PILLAR=${MODULE_OF[$p]:-$p}" --build-arg "BINARY=kagenti-${p}" \
       --build-arg "VERSION=${TAG}" -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ROOT}"
   done
@@ -75,7 +83,9 @@ for p in "$@"; do
   ctx="${WORK}/kagenti-${p}"
   mkdir -p "${ctx}"
   log "building kagenti-${p} (CGO_ENABLED=0, version ${TAG})"
-  (cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "./${MODULE_OF[$p]:-$p}/cmd/kagenti-${p}")
+  dir="$(dir_of "$p")" gowork=""
+  [[ -f "${ROOT}/${dir}/go.mod" && "${dir}" == hack/* ]] && gowork=off
+  (cd "${ROOT}/${dir}" && GOWORK=${gowork} CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "$(pkg_of "$p")")
   printf 'FROM %s\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' "${base}" > "${ctx}/Dockerfile"
   # Debian's dockerd 20.10 has no BuildKit; newer clients print a notice about the legacy builder.
   DOCKER_BUILDKIT=0 docker build -q -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ctx}" > "${ctx}/build.log" 2>&1 ||

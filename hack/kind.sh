@@ -6,12 +6,15 @@
 #
 # Skips (exit 0, saying why) where no engine can be started here: not root. KAGENTI_KIND_REQUIRED=1
 # turns a skip into a failure (for CI). KAGENTI_KIND_KEEP=1 leaves the cluster up afterwards.
-# KAGENTI_KIND_PILLARS (default: netpol) are the pillars installed; KAGENTI_KIND_RUN the go test -run
-# pattern (default: the tests that need a real cluster, and netpol's).
+# KAGENTI_KIND_PILLARS (default: netpol injector tokenexchange) are the pillars installed;
+# KAGENTI_KIND_RUN the go test -run pattern (default: the tests that need a real cluster, and netpol's).
+# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP and
+# the stand-in agent (hack/images.sh authbridge dev-idp e2e-agent).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
 export PATH="${BIN}:${PATH}"
-PILLARS=(${KAGENTI_KIND_PILLARS:-netpol})
+PILLARS=(${KAGENTI_KIND_PILLARS:-netpol injector tokenexchange})
+PROGRAMS=(authbridge dev-idp e2e-agent)
 RUN="${KAGENTI_KIND_RUN:-^(TestKind|TestNetpol)}"
 
 skip() {
@@ -28,13 +31,12 @@ stage up
 [[ "${KAGENTI_KIND_KEEP:-0}" == 1 ]] || trap '"${ROOT}/hack/kind-down.sh"' EXIT
 
 stage images
-"${ROOT}/hack/images.sh" "${PILLARS[@]}"
+"${ROOT}/hack/images.sh" "${PILLARS[@]}" "${PROGRAMS[@]}"
 shell_image="$(docker images --format '{{.Repository}}:{{.Tag}}' kagenti.local/kind-base | head -n 1)"
 [[ -n "${shell_image}" ]] || die "no kagenti.local/kind-base image on kind-up's engine"
-for p in "${PILLARS[@]}"; do
-  kind load docker-image --name "${CLUSTER}" "ghcr.io/kagenti/kagenti-${p}:v0.1.0" >/dev/null
-done
-kind load docker-image --name "${CLUSTER}" "${shell_image}" >/dev/null
+images=("${shell_image}")
+for p in "${PILLARS[@]}" "${PROGRAMS[@]}"; do images+=("ghcr.io/kagenti/kagenti-${p}:v0.1.0"); done
+kind load docker-image --name "${CLUSTER}" "${images[@]}" >/dev/null 2>&1 || die "kind load docker-image ${images[*]} failed"
 
 stage install
 export KUBECONFIG="${KIND_KUBECONFIG}"

@@ -149,6 +149,18 @@ func ServerImage() string {
 	return envOr("KAGENTI_E2E_SERVER_IMAGE", "registry.k8s.io/coredns/coredns:v1.14.6")
 }
 
+// AgentImage is the e2e suite's stand-in agent (cmd/kagenti-e2e-agent) and IdPImage the development
+// OpenID provider (hack/idp): `make e2e-kind` builds both (hack/images.sh) and loads them into the
+// nodes. Override with $KAGENTI_E2E_AGENT_IMAGE and $KAGENTI_E2E_IDP_IMAGE.
+func AgentImage() string {
+	return envOr("KAGENTI_E2E_AGENT_IMAGE", "ghcr.io/kagenti/kagenti-e2e-agent:v0.1.0")
+}
+
+// IdPImage: see AgentImage.
+func IdPImage() string {
+	return envOr("KAGENTI_E2E_IDP_IMAGE", "ghcr.io/kagenti/kagenti-dev-idp:v0.1.0")
+}
+
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v

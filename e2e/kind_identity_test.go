@@ -1,0 +1,375 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/e2e/framework"
+	"github.com/kagenti/platform/e2e/framework/agent"
+)
+
+// TestKindIdentityFlow: the identity flow with real pods on kind. The injector (installed from its
+// kustomize overlay) injects proxy-init, client-registration and the authbridge into two agents,
+// run by the real kubelet under runc from our images; proxy-init's nftables rules run in the pods'
+// own network namespaces. The caller registers with the dev IdP (RFC 7591, in the cluster), the
+// caller's outbound proxy exchanges the user's token for the callee's audience (RFC 8693), and the
+// callee's inbound proxy validates it. The agent's probes pass through the authbridge (the
+// injector's rewrite) under a real kubelet, a Job with injection completes, and a route change
+// reaches the running sidecars through the kubelet's ConfigMap volume refresh, with no restart.
+//
+// SPIFFE is off here: the caller authenticates its exchanges with its registered client's secret,
+// and the dev IdP does not require the caller's client among the subject token's audiences (its
+// client ID is the IdP's choice, unknown to the test). The SVID path is the local suite's
+// (TestIdentityFlow, with real SPIRE and spiffe-helper processes).
+func TestKindIdentityFlow(t *testing.T) {
+	requireKind(t)
+	c := framework.Client(t)
+	framework.RequirePillar(t, c, "injector")
+	framework.RequirePillar(t, c, "tokenexchange")
+	ns := framework.Namespace(t, c, "kind-idflow", map[string]string{"kagenti.io/injection": "enabled"})
+	callerID := "spiffe://cluster.local/ns/" + ns + "/sa/caller"
+	calleeID := "spiffe://cluster.local/ns/" + ns + "/sa/callee"
+	issuer := "http://idp." + ns + ".svc:9080"
+
+	createKindIdP(t, c, ns, issuer, "user:user-secret:"+callerID)
+	calleeHost := "callee." + ns + ".svc"
+	validation := map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
+	registration := map[string]any{"provider": "oidc", "oidc": map[string]any{
+		"issuer": issuer, "tokenUrl": issuer + "/oauth/token", "jwksUrl": issuer + "/keys", "registrationUrl": issuer + "/register"}}
+	createKindAgent(t, c, ns, "caller")
+	createKindAgent(t, c, ns, "callee")
+	createKindTokenExchange(t, c, ns, "caller-auth", map[string]any{
+		"targetRef":          map[string]any{"kind": "Deployment", "name": "caller"},
+		"clientRegistration": registration,
+		"inbound":            map[string]any{"validation": validation},
+		"outbound": map[string]any{"tokenExchange": map[string]any{
+			"tokenUrl": issuer + "/oauth/token", "destinationRules": exchangeRoute(calleeHost, calleeID)}},
+	})
+	createKindTokenExchange(t, c, ns, "callee-auth", map[string]any{
+		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
+		"clientRegistration": map[string]any{"enabled": false},
+		"inbound":            map[string]any{"validation": validation},
+		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
+	})
+	caller := readyPodOf(t, c, ns, "caller")
+	callee := readyPodOf(t, c, ns, "callee")
+
+	t.Run("the sidecars start before the agent, and nothing restarts", func(t *testing.T) {
+		for _, p := range []*corev1.Pod{caller, callee} {
+			agentStart := containerStarted(t, p.Status.ContainerStatuses, "agent")
+			for _, s := range p.Status.InitContainerStatuses {
+				if s.State.Running == nil {
+					continue // proxy-init has exited
+				}
+				if s.State.Running.StartedAt.After(agentStart) {
+					t.Errorf("pod %s: sidecar %s started at %v, after the agent (%v)", p.Name, s.Name, s.State.Running.StartedAt, agentStart)
+				}
+			}
+			assertNoRestarts(t, p)
+		}
+	})
+
+	t.Run("the agent's probes are rewritten to the authbridge and pass under the kubelet", func(t *testing.T) {
+		for _, p := range []*corev1.Pod{caller, callee} {
+			probe := p.Spec.Containers[0].ReadinessProbe
+			if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/app-health/agent/readyz" {
+				t.Fatalf("pod %s: readiness probe %+v; want the rewrite to the authbridge", p.Name, probe)
+			}
+		}
+		// readyPodOf waited for ContainersReady: the kubelet's own probes passed.
+	})
+
+	user := clientCredentialsToken(t, "http://"+framework.PortForward(t, ns, podOf(t, c, ns, "idp"), 9080), "user", "user-secret")
+	callerInbound := "http://" + framework.PortForward(t, ns, caller.Name, inboundPort)
+	call := func(t *testing.T) agent.CallResult {
+		t.Helper()
+		u := callerInbound + "/call?" + url.Values{"url": {"http://" + calleeHost + ":" + strconv.Itoa(inboundPort) + "/tasks"}}.Encode()
+		status, body := httpGet(t, u, "", user)
+		if status != http.StatusOK {
+			t.Fatalf("calling the caller's agent through its inbound proxy: %d %s", status, body)
+		}
+		var res agent.CallResult
+		if err := json.Unmarshal([]byte(body), &res); err != nil {
+			t.Fatalf("the caller's agent answered %q: %v", body, err)
+		}
+		return res
+	}
+
+	t.Run("caller → callee through the Service: exchanged for the callee's audience", func(t *testing.T) {
+		got := decodeReport(t, call(t))
+		if got.Pod != callee.Name {
+			t.Fatalf("answered by %q, want the callee's agent %s", got.Pod, callee.Name)
+		}
+		exchanged := bearer(got.Headers)
+		if exchanged == user {
+			t.Fatal("the callee received the user's original token: no exchange")
+		}
+		if claims := jwtClaims(t, exchanged); fmt.Sprint(claims["aud"]) != fmt.Sprint([]any{calleeID}) {
+			t.Errorf("exchanged token audience %v, want [%s]", claims["aud"], calleeID)
+		}
+	})
+
+	t.Run("the caller registered with the dev IdP (RFC 7591)", func(t *testing.T) {
+		framework.Eventually(t, time.Minute, "caller-auth: idpRegistered", func(ctx context.Context) (bool, string, error) {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(tokenExchangeGVK)
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "caller-auth"}, u); err != nil {
+				return false, "", err
+			}
+			registered, _, _ := unstructured.NestedBool(u.Object, "status", "identityStatus", "idpRegistered")
+			return registered, fmt.Sprint(u.Object["status"]), nil
+		})
+	})
+
+	t.Run("the callee's inbound refuses the user's token: wrong audience", func(t *testing.T) {
+		status, body := httpGet(t, "http://"+framework.PortForward(t, ns, callee.Name, inboundPort)+"/tasks", "", user)
+		if status != http.StatusUnauthorized {
+			t.Fatalf("direct call with the user's token: %d %s; want 401", status, body)
+		}
+	})
+
+	t.Run("a route change reaches the running sidecar through the kubelet's ConfigMap refresh", func(t *testing.T) {
+		// The route becomes a pass-through: the callee now gets the user's token, and refuses it.
+		start := time.Now()
+		patchKindTokenExchange(t, c, ns, "caller-auth", []any{map[string]any{"match": map[string]any{"host": calleeHost + ":" + strconv.Itoa(inboundPort)}}})
+		framework.Eventually(t, 4*time.Minute, "the caller's call passes the user's token on (refused by the callee)", func(context.Context) (bool, string, error) {
+			res := call(t)
+			return res.Status == http.StatusUnauthorized, fmt.Sprintf("%d %s", res.Status, res.Body), nil
+		})
+		t.Logf("TokenExchange route changed → the running sidecar follows: %v (the kubelet's ConfigMap sync)", time.Since(start).Round(time.Second))
+		var now corev1.Pod
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(caller), &now); err != nil {
+			t.Fatal(err)
+		}
+		assertNoRestarts(t, &now)
+	})
+
+	t.Run("a Job with injection completes", func(t *testing.T) {
+		framework.Create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: ns}})
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: ns, Labels: map[string]string{"kagenti.io/inject": "enabled"}},
+			Spec: batchv1.JobSpec{
+				BackoffLimit: ptr.To[int32](0),
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "batch"}},
+					Spec: corev1.PodSpec{
+						ServiceAccountName: "batch", RestartPolicy: corev1.RestartPolicyNever,
+						AutomountServiceAccountToken: ptr.To(false),
+						Containers:                   []corev1.Container{{Name: "work", Image: framework.ShellImage(), Command: []string{"bash", "-c", "exit 0"}}},
+					},
+				},
+			},
+		}
+		framework.Create(t, c, job)
+		createKindTokenExchange(t, c, ns, "batch-auth", map[string]any{
+			"targetRef":          map[string]any{"apiVersion": "batch/v1", "kind": "Job", "name": "batch"},
+			"clientRegistration": map[string]any{"enabled": false},
+			"inbound":            map[string]any{"validation": validation},
+			"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
+		})
+		framework.Eventually(t, 3*time.Minute, "Job batch complete", func(ctx context.Context) (bool, string, error) {
+			var j batchv1.Job
+			if err := c.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+				return false, "", err
+			}
+			for _, cond := range j.Status.Conditions {
+				if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+					return false, "", fmt.Errorf("job failed: %s", cond.Message)
+				}
+				if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
+					return true, "", nil
+				}
+			}
+			return false, fmt.Sprintf("%+v", j.Status), nil
+		})
+	})
+}
+
+// exchangeRoute: calls to host on the inbound port get a token for audience.
+func exchangeRoute(host, audience string) []any {
+	return []any{map[string]any{"match": map[string]any{"host": host + ":" + strconv.Itoa(inboundPort)},
+		"target": map[string]any{"audience": audience, "scopes": []any{"agent:invoke"}}}}
+}
+
+// createKindIdP runs the dev IdP as a Deployment with a Service idp:9080 in ns.
+func createKindIdP(t *testing.T, c client.Client, ns, issuer string, clients ...string) {
+	args := []string{"--addr", "0.0.0.0:9080", "--issuer", issuer, "--require-client-in-audience=false"}
+	for _, cl := range clients {
+		args = append(args, "--client", cl)
+	}
+	labels := map[string]string{"app": "idp"}
+	framework.Create(t, c, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "idp", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken: ptr.To(false),
+					Containers: []corev1.Container{{
+						Name: "idp", Image: framework.IdPImage(), Args: args,
+						Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: 9080}},
+						SecurityContext: restrictedContainer(),
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+							Path: "/.well-known/openid-configuration", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+					}},
+				},
+			},
+		},
+	})
+	framework.Create(t, c, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "idp", Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 9080, TargetPort: intstr.FromString("http")}}},
+	})
+	readyPodOf(t, c, ns, "idp")
+}
+
+// createKindAgent: a ServiceAccount, a Deployment of the stand-in agent labelled for injection, with
+// its own HTTP probes on its own port, and a Service name:8080 (the inbound proxy's port).
+func createKindAgent(t *testing.T, c client.Client, ns, name string) {
+	framework.Create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name, "kagenti.io/inject": "enabled"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:           name,
+					AutomountServiceAccountToken: ptr.To(false),
+					Containers: []corev1.Container{{
+						Name: "agent", Image: framework.AgentImage(),
+						Ports:           []corev1.ContainerPort{{Name: "a2a", ContainerPort: agentPort}},
+						ReadinessProbe:  agentProbe("/ready"),
+						LivenessProbe:   agentProbe("/live"),
+						SecurityContext: restrictedContainer(),
+						Env: []corev1.EnvVar{
+							{Name: "AGENT_LISTEN", Value: "127.0.0.1:" + strconv.Itoa(agentPort)},
+							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+						},
+					}},
+				},
+			},
+		},
+	}
+	framework.Create(t, c, d)
+	if _, ok := d.Spec.Template.Annotations["kagenti.io/injection-status"]; !ok {
+		t.Fatalf("Deployment %s was not injected", name)
+	}
+	framework.Create(t, c, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: inboundPort, TargetPort: intstr.FromInt(inboundPort)}}},
+	})
+}
+
+// restrictedContainer: nonroot, read-only root filesystem, no capabilities, as our images run.
+func restrictedContainer() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), ReadOnlyRootFilesystem: ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+func createKindTokenExchange(t *testing.T, c client.Client, ns, name string, spec map[string]any) {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(tokenExchangeGVK)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	framework.Create(t, c, u)
+}
+
+// patchKindTokenExchange replaces the TokenExchange's outbound destination rules.
+func patchKindTokenExchange(t *testing.T, c client.Client, ns, name string, rules []any) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(tokenExchangeGVK)
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedSlice(u.Object, rules, "spec", "outbound", "tokenExchange", "destinationRules"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podOf returns the name of the one pod labelled app=name.
+func podOf(t *testing.T, c client.Client, ns, name string) string {
+	return readyPodOf(t, c, ns, name).Name
+}
+
+// readyPodOf waits for the pod labelled app=name to be Running with every container ready (the
+// kubelet's probes passed) and returns it.
+func readyPodOf(t *testing.T, c client.Client, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	framework.Eventually(t, 4*time.Minute, "pod of "+name+" ready", func(ctx context.Context) (bool, string, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+			return false, "", err
+		}
+		var states []string
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+				pod = p
+				return true, "", nil
+			}
+			states = append(states, fmt.Sprintf("%s %s %s", p.Name, p.Status.Phase, containerStates(&p)))
+		}
+		return false, strings.Join(states, "; "), nil
+	})
+	return &pod
+}
+
+// containerStates summarises why a pod is not ready: each container's state and restarts.
+func containerStates(p *corev1.Pod) string {
+	var out []string
+	for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		state := "running"
+		switch {
+		case s.State.Waiting != nil:
+			state = "waiting " + s.State.Waiting.Reason + " " + s.State.Waiting.Message
+		case s.State.Terminated != nil:
+			state = fmt.Sprintf("terminated %s (%d)", s.State.Terminated.Reason, s.State.Terminated.ExitCode)
+		}
+		out = append(out, fmt.Sprintf("%s: %s ready=%v restarts=%d", s.Name, state, s.Ready, s.RestartCount))
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
+func containerStarted(t *testing.T, statuses []corev1.ContainerStatus, name string) time.Time {
+	for _, s := range statuses {
+		if s.Name == name && s.State.Running != nil {
+			return s.State.Running.StartedAt.Time
+		}
+	}
+	t.Fatalf("container %s is not running", name)
+	return time.Time{}
+}
+
+func assertNoRestarts(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if s.RestartCount > 0 {
+			t.Errorf("pod %s: container %s restarted %d times", p.Name, s.Name, s.RestartCount)
+		}
+	}
+}
