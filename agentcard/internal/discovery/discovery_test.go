@@ -188,7 +188,7 @@ func TestTLSWithTheCAFromTheConfigMap(t *testing.T) {
 }
 
 // Without a certificate directory, the rotator issues the certificate for the Service into the
-// shipped Secret; the API serves once it is mounted (readiness follows), clients verify it by the
+// shipped Secret; the API serves once the Syncer has written it (readiness follows), clients verify it by the
 // Service's name with the published CA. It all runs as the controller's ServiceAccount with the
 // shipped RBAC.
 func TestRotatorCertificate(t *testing.T) {
@@ -205,8 +205,6 @@ func TestRotatorCertificate(t *testing.T) {
 		ServiceName: "kagenti-agentcard-discovery", CAConfigMap: "kagenti-agentcard-discovery-ca",
 		RotatorName: "rotator-" + ns, // controller names are unique per process
 	}, grantShippedRBAC(t, ns))
-	assert.Equal(t, http.StatusInternalServerError, a.readyz(t), "not ready before the certificate is mounted")
-	go mountSecret(t.Context(), client.ObjectKeyFromObject(secret), certDir)
 
 	cm := waitConfigMap(t, ns, "kagenti-agentcard-discovery-ca")
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret))
@@ -327,23 +325,6 @@ func waitConfigMap(t *testing.T, ns, name string) *corev1.ConfigMap {
 		return err == nil && cm.Data["ca.crt"] != "", nil
 	}), "ConfigMap %s/%s with ca.crt", ns, name)
 	return cm
-}
-
-// mountSecret plays the kubelet: it writes the Secret's keys as files into dir once the rotator
-// has filled it, as a Secret volume would.
-func mountSecret(ctx context.Context, key client.ObjectKey, dir string) {
-	_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		s := &corev1.Secret{}
-		if err := k8s.Get(ctx, key, s); err != nil || len(s.Data["tls.key"]) == 0 {
-			return false, nil
-		}
-		for k, v := range s.Data {
-			if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	})
 }
 
 func readShipped(t *testing.T, path string, into any) {

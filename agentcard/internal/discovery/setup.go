@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/pkg/configmap/certfiles"
 )
 
 // The rotator keeps the serving certificate in a Secret of the controller's namespace, and the CA
@@ -124,6 +125,12 @@ func addRotator(mgr ctrl.Manager, o Options, ready chan struct{}) error {
 		return errors.New("the discovery API's certificate rotator needs its namespace, Secret, Service name and certificate directory (or give a certificate directory from outside)")
 	}
 	svc := o.ServiceName + "." + o.Namespace
+	// ca.crt too: the CA publisher reads it from the directory (CAFile).
+	if err := mgr.Add(&certfiles.Syncer{Config: mgr.GetConfig(), Namespace: o.Namespace, Name: o.CertSecret,
+		Dir: o.RotatorCertDir, Keys: append([]string{CAFile}, certfiles.ServingKeys...),
+		Log: mgr.GetLogger().WithName("certfiles")}); err != nil {
+		return err
+	}
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
 		CertDir:        o.RotatorCertDir,
@@ -131,7 +138,7 @@ func addRotator(mgr ctrl.Manager, o Options, ready chan struct{}) error {
 		CAOrganization: "kagenti",
 		DNSName:        svc + ".svc",
 		ExtraDNSNames:  append([]string{o.ServiceName, svc, svc + ".svc.cluster.local"}, o.ExtraDNSNames...),
-		// The rotator closes it once the certificate files are mounted.
+		// The rotator closes it once the certificate files are in RotatorCertDir (written by the Syncer).
 		IsReady:        ready,
 		FieldOwner:     "kagenti-agentcard",
 		ControllerName: cmp.Or(o.RotatorName, "kagenti-agentcard-discovery-cert-rotator"),

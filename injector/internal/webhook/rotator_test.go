@@ -83,7 +83,6 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()
 	t.Cleanup(func() { stop(); <-done })
-	go mountSecret(mgrCtx, c, client.ObjectKeyFromObject(s), certDir)
 
 	require.NoError(t, wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(s), s)
@@ -114,23 +113,6 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 	}), "the API server never reached the webhook over the rotator's certificate")
 	require.NoError(t, c.Create(ctx, d))
 	assert.Contains(t, d.Spec.Template.Annotations, inject.AnnotationStatus, "created through the webhook: injected")
-}
-
-// mountSecret plays the kubelet: it writes the Secret's keys as files into dir once the rotator has
-// filled it, as a Secret volume would.
-func mountSecret(ctx context.Context, c client.Client, key client.ObjectKey, dir string) {
-	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		s := &corev1.Secret{}
-		if err := c.Get(ctx, key, s); err != nil || len(s.Data["tls.key"]) == 0 {
-			return false, nil
-		}
-		for k, v := range s.Data {
-			if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	})
 }
 
 func readShipped(t *testing.T, file string, into any) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/certfiles"
 )
 
 // The rotator reads its Secret and updates the webhook configuration's caBundle.
@@ -36,7 +37,8 @@ type Options struct {
 	// Namespace is the injector's own namespace (never acted in; holds the certificate Secret).
 	Namespace string
 	// CertDir, when set, holds tls.crt/tls.key provided from outside (cert-manager) and disables the
-	// rotator. Otherwise RotatorCertDir is where the rotator's Secret is mounted.
+	// rotator. Otherwise the rotator's certificate is written into RotatorCertDir (an emptyDir) from
+	// its Secret as soon as the API server has it (certfiles), not when the kubelet syncs a volume.
 	CertDir        string
 	RotatorCertDir string
 	CertSecret     string
@@ -86,6 +88,10 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 		close(srv.certReady)
 		return nil
 	}
+	if err := mgr.Add(&certfiles.Syncer{Config: mgr.GetConfig(), Namespace: o.Namespace, Name: o.CertSecret,
+		Dir: o.RotatorCertDir, Log: log.WithName("certfiles")}); err != nil {
+		return err
+	}
 	err = rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
 		CertDir:        o.RotatorCertDir,
@@ -97,7 +103,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 			o.ServiceName, fmt.Sprintf("%s.%s", o.ServiceName, o.Namespace),
 			fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
 		}, o.ExtraDNSNames...),
-		// The rotator closes it once the certificate is mounted.
+		// The rotator closes it once the certificate files are in CertDir.
 		IsReady:    srv.certReady,
 		Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
 		FieldOwner: "kagenti-injector",

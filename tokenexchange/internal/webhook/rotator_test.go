@@ -47,7 +47,7 @@ const (
 // shipped rights and with the built-in certificate rotator (the default of the deployed
 // controller), and checks that the rotator issues the certificate for the Service, injects
 // its CA into the configuration, and that the API server then calls the webhook over TLS and relays
-// its denial. The kubelet's Secret mount is played by copying the Secret into the cert directory.
+// its denial. No kubelet plays the Secret volume: the certificate files come from the controller's own Syncer (certfiles).
 func TestRotatorServesShippedWebhook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -110,7 +110,6 @@ func TestRotatorServesShippedWebhook(t *testing.T) {
 		}
 	}
 	t.Cleanup(stopManager)
-	go mountSecret(mgrCtx, c, certDir)
 
 	// The rotator fills the Secret with a CA and a certificate for the Service...
 	require.NoError(t, wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -181,23 +180,6 @@ func tokenExchange(name, tmpl string) *v1alpha1.TokenExchange {
 			ClientRegistration: &v1alpha1.ClientRegistrationSpec{Keycloak: &v1alpha1.KeycloakSpec{ClientNameTemplate: tmpl}},
 		},
 	}
-}
-
-// mountSecret plays the kubelet: it writes the certificate Secret's keys as files into dir, as a
-// Secret volume would, until ctx ends.
-func mountSecret(ctx context.Context, c client.Client, dir string) {
-	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		s := &corev1.Secret{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: systemNS, Name: certSecret}, s); err != nil || len(s.Data["tls.key"]) == 0 {
-			return false, nil
-		}
-		for k, v := range s.Data {
-			if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	})
 }
 
 func readShipped(t *testing.T, file string, into any) {

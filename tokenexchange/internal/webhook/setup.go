@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/kagenti/platform/pkg/configmap/certfiles"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
@@ -59,6 +60,10 @@ func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
 		return nil
 	}
 	svc := o.ServiceName
+	if err := mgr.Add(&certfiles.Syncer{Config: mgr.GetConfig(), Namespace: o.Namespace, Name: o.CertSecret,
+		Dir: o.RotatorCertDir, Log: log.WithName("certfiles")}); err != nil {
+		return err
+	}
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
 		CertDir:        o.RotatorCertDir,
@@ -69,7 +74,7 @@ func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
 		ExtraDNSNames: append([]string{
 			svc, fmt.Sprintf("%s.%s", svc, o.Namespace), fmt.Sprintf("%s.%s.svc.cluster.local", svc, o.Namespace),
 		}, o.ExtraDNSNames...),
-		// The rotator closes it once the certificate is mounted.
+		// The rotator closes it once the certificate files are in CertDir (written by the Syncer).
 		IsReady:               srv.certReady,
 		Webhooks:              []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Validating}},
 		FieldOwner:            "kagenti-tokenexchange",
