@@ -25,14 +25,16 @@ flock -w 3600 9 || die "another kind-up has held ${CACHE}/.lock for an hour"
 # free_gib <dir>: GiB free on the filesystem holding dir.
 free_gib() { df -BG --output=avail "$1" | tail -n 1 | tr -dc '0-9'; }
 
-STARTED_DOCKERD=0
+STARTED_DOCKERD=0 CREATING_CLUSTER=0
 # On failure: what this run started goes away again (a partial cluster, the dockerd it started).
 on_exit() {
   local rc=$?
   [[ ${rc} -eq 0 ]] && return 0
   warn "kind-up failed (exit ${rc}); undoing what it started"
   if dockerd_pid >/dev/null; then
-    kind delete cluster --name "${CLUSTER}" >/dev/null 2>&1 || true
+    # Only a cluster this run was making: a failure before that (too little space, say) leaves a
+    # running cluster alone.
+    [[ ${CREATING_CLUSTER} -eq 0 ]] || kind delete cluster --name "${CLUSTER}" >/dev/null 2>&1 || true
     if [[ ${STARTED_DOCKERD} -eq 1 ]]; then
       docker network rm kind >/dev/null 2>&1 || true
       stop_dockerd
@@ -83,6 +85,7 @@ if [[ -z "${existing}" ]]; then
   # kind's network, made here as IPv4 only: kind's own would ask for IPv6 forwarding on the host.
   docker network inspect kind >/dev/null 2>&1 ||
     docker network create --driver bridge -o com.docker.network.bridge.enable_ip_masquerade=false kind >/dev/null
+  CREATING_CLUSTER=1
   log "creating cluster ${CLUSTER} (1 control plane, 2 workers) from ${IMAGE}"
   kind create cluster --name "${CLUSTER}" --image "${IMAGE}" --config "${KIND_DIR}/cluster.yaml" \
     --kubeconfig "${KIND_KUBECONFIG}" --wait 0s

@@ -26,6 +26,9 @@ skip() {
 }
 [[ $(id -u) -eq 0 ]] || skip "kind-up starts its own dockerd and needs root"
 
+stage faults
+"${KIND_DIR}/faults.sh"
+
 stage up
 "${ROOT}/hack/kind-up.sh"
 [[ "${KAGENTI_KIND_KEEP:-0}" == 1 ]] || trap '"${ROOT}/hack/kind-down.sh"' EXIT
