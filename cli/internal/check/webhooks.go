@@ -187,7 +187,7 @@ func (r *runner) servingChain(ctx context.Context, h hook) ([]*x509.Certificate,
 		if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
 			continue
 		}
-		for _, secret := range secretVolumes(&d) {
+		for _, secret := range certSecrets(&d) {
 			sec, err := r.c.Kube.CoreV1().Secrets(s.Namespace).Get(ctx, secret, metav1.GetOptions{})
 			if err != nil || len(sec.Data[corev1.TLSCertKey]) == 0 {
 				continue
@@ -198,11 +198,26 @@ func (r *runner) servingChain(ctx context.Context, h hook) ([]*x509.Certificate,
 			}
 		}
 	}
-	return nil, fmt.Sprintf("the serving certificate of Service %s/%s is not readable here (no Secret with tls.crt mounted by its Deployment)", s.Namespace, s.Name), nil
+	return nil, fmt.Sprintf("the serving certificate of Service %s/%s is not readable here (no Secret with tls.crt named by its Deployment)", s.Namespace, s.Name), nil
 }
 
-func secretVolumes(d *appsv1.Deployment) []string {
+// certSecretFlags name the Secret of the built-in certificate rotator on the pillars' command lines;
+// the controller writes its certificate from that Secret into an emptyDir, so no volume names it.
+var certSecretFlags = []string{"--cert-secret=", "--discovery-cert-secret="}
+
+// certSecrets are the Secrets that may hold a Deployment's serving certificate: those its rotator
+// flags name, then those it mounts (cert-manager's).
+func certSecrets(d *appsv1.Deployment) []string {
 	var out []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			for _, f := range certSecretFlags {
+				if name, ok := strings.CutPrefix(a, f); ok && name != "" {
+					out = append(out, name)
+				}
+			}
+		}
+	}
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Secret != nil {
 			out = append(out, v.Secret.SecretName)
