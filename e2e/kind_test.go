@@ -3,15 +3,18 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/e2e/framework"
@@ -39,6 +42,7 @@ func TestKindNetworkPolicyEnforced(t *testing.T) {
 	requireKind(t)
 	c := framework.Client(t)
 	framework.RequirePillar(t, c, "netpol")
+	pauseAgentCard(t, c)
 	ns := framework.Namespace(t, c, "np-enforced", nil)
 
 	labels := map[string]string{"app": "np-server"}
@@ -91,6 +95,47 @@ func TestKindNetworkPolicyEnforced(t *testing.T) {
 	waitNetpol(t, c, ns, "np-server-agent-policy", "restrictive")
 	waitReady(t, c, verified, false)
 	t.Logf("verdict False → verified client cut off again: %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// pauseAgentCard scales agentcard's Deployment to zero for the test, where the whole platform is
+// installed: the test plays agentcard (the verdict, the verified label), and the real one, which
+// fetches no card from a DNS server, would write its own verdict and reset the label it did not
+// grant. It is scaled back, and waited for, when the test ends.
+func pauseAgentCard(t *testing.T, c client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: framework.SystemNamespace, Name: "kagenti-agentcard"}
+	var d appsv1.Deployment
+	if err := c.Get(ctx, key, &d); apierrors.IsNotFound(err) {
+		return
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	replicas := ptr.Deref(d.Spec.Replicas, 1)
+	scale := func(n int32) {
+		if err := c.Get(ctx, key, &d); err != nil {
+			t.Fatal(err)
+		}
+		d.Spec.Replicas = ptr.To(n)
+		if err := c.Update(ctx, &d); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 3*time.Minute, framework.Sprintf("kagenti-agentcard at %d ready replicas", n), func(ctx context.Context) (bool, string, error) {
+			var pods corev1.PodList
+			if err := c.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+				return false, "", err
+			}
+			ready := int32(0)
+			for _, p := range pods.Items {
+				if podReady(&p) && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+			return ready == n && (n > 0 || len(pods.Items) == 0), framework.Sprintf("%d pods, %d ready", len(pods.Items), ready), nil
+		})
+	}
+	scale(0)
+	t.Cleanup(func() { scale(replicas) })
 }
 
 // asAgentCard is a client that the API server takes for agentcard's service account (authorized
@@ -184,4 +229,35 @@ func runningPodIP(t *testing.T, c client.Client, ns string, labels map[string]st
 		return false, framework.Sprintf("%d pods, none running", len(pods.Items)), nil
 	})
 	return ip
+}
+
+// TestKindCheck: `kagenti check` passes on the platform installed as a user would (hack/kind.sh: the
+// umbrella helm chart, every pillar, netpol on, the dev IdP as the injector's IdP): every CRD, every
+// controller reconciling, every webhook's certificate (read from the Secret the rotator flags name:
+// the controllers write it into an emptyDir) valid for its caBundle, the injector's webhook
+// reachable by the API server, and the IdP Service with ready endpoints.
+func TestKindCheck(t *testing.T) {
+	requireKind(t)
+	c := framework.Client(t)
+	for _, p := range []string{"injector", "tokenexchange", "agenttrace", "agentcard", "agentbuild", "netpol"} {
+		framework.RequirePillar(t, c, p)
+	}
+	res := kagenti(t, "check")
+	if res.code != 0 {
+		t.Fatalf("kagenti check failed on kind (exit %d)", res.code)
+	}
+	if strings.Contains(res.stdout, "✗") {
+		t.Errorf("kagenti check printed a failed line on kind:\n%s", res.stdout)
+	}
+	// The certificates are checked, not skipped: the CLI reads them from the rotator's Secrets.
+	for _, want := range []string{"✓ webhook inject.kagenti.io certificate", "✓ webhook tokenexchange.kagenti.io certificate"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("kagenti check printed no %q line:\n%s", want, res.stdout)
+		}
+	}
+	for _, want := range []string{"kagenti-injector", "kagenti-tokenexchange", "kagenti-dev-idp"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("kagenti check says nothing of %s:\n%s", want, res.stdout)
+		}
+	}
 }

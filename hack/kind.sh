@@ -6,14 +6,19 @@
 #
 # Skips (exit 0, saying why) where no engine can be started here: not root. KAGENTI_KIND_REQUIRED=1
 # turns a skip into a failure (for CI). KAGENTI_KIND_KEEP=1 leaves the cluster up afterwards.
-# KAGENTI_KIND_PILLARS (default: netpol injector tokenexchange) are the pillars installed;
+# KAGENTI_KIND_INSTALL is how the platform is installed: helm (default: the umbrella chart, every
+# pillar, netpol on, the dev IdP of hack/kind/dev-idp.yaml as the injector's IdP) or kustomize (the
+# <pillar>-only overlays of KAGENTI_KIND_PILLARS).
+# KAGENTI_KIND_PILLARS (default: all six) are the pillars whose images are built (and, with
+# kustomize, installed);
 # KAGENTI_KIND_RUN the go test -run pattern (default: the tests that need a real cluster, and netpol's).
 # Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP and
 # the stand-in agent (hack/images.sh authbridge dev-idp e2e-agent).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
 export PATH="${BIN}:${PATH}"
-PILLARS=(${KAGENTI_KIND_PILLARS:-netpol injector tokenexchange})
+INSTALL="${KAGENTI_KIND_INSTALL:-helm}"
+PILLARS=(${KAGENTI_KIND_PILLARS:-agentbuild agentcard agenttrace injector netpol tokenexchange})
 PROGRAMS=(authbridge dev-idp e2e-agent)
 RUN="${KAGENTI_KIND_RUN:-^(TestKind|TestNetpol)}"
 
@@ -43,10 +48,23 @@ kind load docker-image --name "${CLUSTER}" "${images[@]}" >/dev/null 2>&1 || die
 
 stage install
 export KUBECONFIG="${KIND_KUBECONFIG}"
-for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -k "${d}" >/dev/null; done
-for p in "${PILLARS[@]}"; do
-  kubectl apply --server-side -k "${ROOT}/deploy/kustomize/overlays/${p}-only" >/dev/null
-done
+case "${INSTALL}" in
+helm)
+  # As a user would: one helm install of the umbrella chart (its subcharts install the CRDs).
+  kubectl create namespace kagenti-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  sed "s|image: IMAGE|image: ghcr.io/kagenti/kagenti-dev-idp:v0.1.0|" "${KIND_DIR}/dev-idp.yaml" | kubectl apply -f - >/dev/null
+  helm upgrade --install kagenti "${ROOT}/deploy/helm/kagenti" --namespace kagenti-system \
+    --set netpol.enabled=true \
+    --set injector.config.identity.idpURL=http://kagenti-dev-idp.kagenti-system.svc:9080 >/dev/null
+  ;;
+kustomize)
+  for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -k "${d}" >/dev/null; done
+  for p in "${PILLARS[@]}"; do
+    kubectl apply --server-side -k "${ROOT}/deploy/kustomize/overlays/${p}-only" >/dev/null
+  done
+  ;;
+*) die "KAGENTI_KIND_INSTALL is ${INSTALL}; it is helm or kustomize" ;;
+esac
 kubectl -n kagenti-system wait --for=condition=Available deploy --all --timeout=180s >/dev/null ||
   { kubectl -n kagenti-system get pods -o wide >&2; kubectl -n kagenti-system describe pods >&2; die "the platform did not become available"; }
 
