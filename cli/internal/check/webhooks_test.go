@@ -248,6 +248,12 @@ func TestCheckWebhookRegisteredByService(t *testing.T) {
 	requireLine(t, runCheck(t, clients(t), opts),
 		"– webhook validate.kagenti.io certificate: the serving certificate of "+where+" is not readable here (no Secret with tls.crt mounted by its Deployment) (the reachability check still tests it through the API server)")
 
+	hooks := readAll("admissionregistration.k8s.io/mutatingwebhookconfigurations", "admissionregistration.k8s.io/validatingwebhookconfigurations")
+	requireLine(t, runCheck(t, asUser(t, hooks...), opts),
+		"– webhook validate.kagenti.io certificate: "+svcName+"."+ns+".svc (the reachability check still tests it through the API server)")
+	requireLine(t, runCheck(t, asUser(t, append(hooks, readAll("/services")...)...), opts),
+		"– webhook validate.kagenti.io certificate: cannot list Deployments in "+ns+": ")
+
 	_, certPEM := ca.serving(t, svcName+"."+ns+".svc")
 	_, err = admin.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-cert"},
 		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: []byte("unused")}}, metav1.CreateOptions{})
