@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,10 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
-	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/cardsync"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
-	"github.com/kagenti/platform/agentcard/internal/resources"
-	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/agentcard/internal/podcache"
+	"github.com/kagenti/platform/agentcard/internal/podlabels"
+	"github.com/kagenti/platform/agentcard/internal/status"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -38,45 +38,39 @@ const DefaultSyncPeriod = 30 * time.Second
 // +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// CardReconciler syncs AgentCards: resolve pods, fetch each one's card, verify, write status.
+// CardReconciler syncs AgentCards: resolve the pods, sync each one's card (cardsync), revoke the
+// labels of pods whose verdict is not positive (podlabels), write the status (status), grant the
+// label to pods whose verdict is.
 type CardReconciler struct {
 	Client client.Client
 	// Pods are the cached pods (duck.SlimPods); agentcard reads pods nowhere else.
-	Pods     *duck.SlimPods[*pod]
+	Pods     *duck.SlimPods[*podcache.Pod]
 	Resolver *duck.Resolver
-	Fetcher  *fetch.Fetcher
-	Trust    *TrustStore
+	// Cards fetches, keeps and verifies the pods' cards.
+	Cards *cardsync.Syncer
 	// Status writes the status through the shared model: only agentcard's conditions, an Event
 	// when Ready changes.
 	Status *duck.StatusApplier
-	// Verified remembers the pods labelled verified (shared with the LabelGuard).
-	Verified *verifiedPods
-	// Identities says which identities an AgentCard may bind.
-	Identities signature.IdentityRules
+	// Labels writes the pods' verified label; its Granted is shared with the LabelGuard.
+	Labels *podlabels.Labeller
 
-	// RequireSignature is the default of spec.requireSignature; TrustDomain of identityBinding.trustDomain.
+	// RequireSignature is the default of spec.requireSignature.
 	RequireSignature bool
-	TrustDomain      string
-
-	// cards holds the pods' cards between syncs within a byte budget.
-	cards *cardStore
-	// parsing shares one parse among the pods fetching the same body at once.
-	parsing singleflight.Group
 
 	mu        sync.Mutex
-	states    map[types.NamespacedName]*cardState
+	states    map[types.NamespacedName]*cardsync.CardPods
 	selectors map[types.NamespacedName]labels.Selector
 }
 
-func (r *CardReconciler) stateFor(key types.NamespacedName) *cardState {
+func (r *CardReconciler) stateFor(key types.NamespacedName) *cardsync.CardPods {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.states == nil {
-		r.states = map[types.NamespacedName]*cardState{}
+		r.states = map[types.NamespacedName]*cardsync.CardPods{}
 	}
 	s, ok := r.states[key]
 	if !ok {
-		s = &cardState{pods: map[string]*podState{}}
+		s = cardsync.NewCardPods()
 		r.states[key] = s
 	}
 	return s
@@ -90,11 +84,11 @@ func (r *CardReconciler) forget(ctx context.Context, key types.NamespacedName) {
 	delete(r.selectors, key)
 	r.mu.Unlock()
 	if s != nil {
-		s.reset(r.cards)
+		r.Cards.Reset(s)
 	}
-	r.Verified.forgetCard(key)
-	for _, p := range r.Verified.grantedBy(key) {
-		r.revokePod(ctx, p)
+	r.Labels.Granted.ForgetCard(key)
+	for _, p := range r.Labels.Granted.GrantedBy(key) {
+		r.Labels.RevokePod(ctx, p)
 	}
 }
 
@@ -140,7 +134,7 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	defer r.Verified.markSynced(req.NamespacedName)
+	defer r.Labels.Granted.MarkSynced(req.NamespacedName)
 	if !c.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
@@ -157,67 +151,34 @@ func (r *CardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	defer r.stateFor(req.NamespacedName).releaseTransient()
+	defer r.stateFor(req.NamespacedName).ReleaseTransient()
 
-	relabel := r.revokeLabels(ctx, req.NamespacedName, served, selected, requireSig)
-	desired := resources.BuildStatus(&c, results(served), selErr, requireSig, time.Now())
+	decisions := labelDecisions(served, requireSig)
+	relabel := r.Labels.Revoke(ctx, req.NamespacedName, decisions, selected)
+	desired := status.Build(&c, cardsync.Results(served), selErr, requireSig, time.Now())
 	var labelling sync.WaitGroup
-	labelling.Go(func() { r.relabel(ctx, relabel) })
+	labelling.Go(func() { r.Labels.Relabel(ctx, relabel) })
 	err = r.applyStatus(ctx, &c, desired)
 	labelling.Wait()
 	if err != nil {
 		return ctrl.Result{}, r.failClosed(ctx, &c, desired, err)
 	}
-	r.grantLabels(ctx, req.NamespacedName, served)
+	r.Labels.Grant(ctx, req.NamespacedName, decisions)
 	priority := periodicSyncPriority
 	next := jitter(period)
-	if retry, ok := r.stateFor(req.NamespacedName).nextRetry(fetchFailed(served), period); ok {
+	if retry, ok := r.stateFor(req.NamespacedName).NextRetry(cardsync.FetchFailed(served), period); ok {
 		next = retry
 	}
 	return ctrl.Result{RequeueAfter: next, Priority: &priority}, nil
 }
 
-// firstFetchRetry and maxFetchRetries bound the quick retries of a failed fetch: 1 s, 2 s, 4 s,
-// 8 s, each at most a quarter of the sync period, then the sync period. A pod whose card server
-// was not up yet when it became ready (or that failed once) gets its card seconds after it
-// answers instead of a whole period later; one that keeps failing costs a few fetches more, not a
-// fetch a second.
-const (
-	firstFetchRetry = time.Second
-	maxFetchRetries = 4
-)
-
-// fetchFailed says whether a sync reported a fetch failure a retry may cure: no answer, a refused
-// connection, an HTTP error. An invalid or too large card, and a miss absorbed by
-// failureThreshold (the pod keeps its card), wait for the next sync.
-func fetchFailed(served []servedPod) bool {
-	for _, sp := range served {
-		if sp.state.fetchStatus == v1alpha1.FetchFailed && sp.state.reason == v1alpha1.ReasonFetchFailed {
-			return true
-		}
+// labelDecisions are what the sync calls for on each served pod's label.
+func labelDecisions(served []cardsync.Served, requireSig bool) []podlabels.Decision {
+	out := make([]podlabels.Decision, len(served))
+	for i, sp := range served {
+		out[i] = podlabels.Decision{Pod: sp.Pod, Want: podlabels.Want(sp.State.HasCard(), sp.State.Verdict(), requireSig)}
 	}
-	return false
-}
-
-// nextRetry returns the delay of the next quick retry after a sync whose fetches failed (or
-// false: none, after a sync without failure or once the retries are spent). A sync without a
-// failure starts the count again.
-func (cs *cardState) nextRetry(failed bool, period time.Duration) (time.Duration, bool) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if !failed {
-		cs.retries = 0
-		return 0, false
-	}
-	if cs.retries >= maxFetchRetries {
-		return 0, false
-	}
-	d := firstFetchRetry << cs.retries
-	if d > period/4 {
-		return 0, false
-	}
-	cs.retries++
-	return d, true
+	return out
 }
 
 // periodicSyncPriority is the queue priority of the periodic re-sync: below every event, including
@@ -227,100 +188,42 @@ const periodicSyncPriority = handler.LowPriority - 1
 
 // syncSelected resolves the card's pods and syncs the serving ones. It returns their results, the
 // names of every selected pod (serving or not), and the selector problem a user must fix, if any.
-func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]servedPod, map[string]bool, *resources.SelectorError, error) {
+func (r *CardReconciler) syncSelected(ctx context.Context, c *v1alpha1.AgentCard, requireSig bool) ([]cardsync.Served, map[string]bool, *status.SelectorError, error) {
 	key := client.ObjectKeyFromObject(c)
 	sel, err := r.podSelector(ctx, c)
-	var selErr *resources.SelectorError
+	var selErr *status.SelectorError
 	if errors.As(err, &selErr) {
 		r.rememberSelector(key, nil)
-		r.stateFor(key).reset(r.cards)
+		r.Cards.Reset(r.stateFor(key))
 		return nil, nil, selErr, nil
 	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	r.rememberSelector(key, sel)
-	pods, err := r.selectedPods(c.Namespace, sel)
+	// Only the serving pods are fetched; the others keep a verdict given while they served (same
+	// pod, same IP), so a readiness blip does not take the label away. The pods are the cache's
+	// own: read-only, their labels above all.
+	pods, err := podcache.Selected(r.Pods, c.Namespace, sel)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	selected := make(map[string]bool, len(pods))
-	var serving []*pod
+	var serving []*podcache.Pod
 	for _, p := range pods {
 		selected[p.Name] = true
 		if p.Serving {
 			serving = append(serving, p)
 		}
 	}
-	return r.syncPods(ctx, c, serving, requireSig), selected, nil, nil
-}
-
-// syncPods fetches every ready pod in parallel (the fetcher bounds global concurrency) and drops
-// the state of pods that are gone.
-func (r *CardReconciler) syncPods(ctx context.Context, c *v1alpha1.AgentCard, pods []*pod, requireSig bool) []servedPod {
-	cs := r.stateFor(client.ObjectKeyFromObject(c))
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	td, spiffeID := r.TrustDomain, ""
-	if b := c.Spec.IdentityBinding; b != nil {
-		if b.TrustDomain != "" {
-			td = b.TrustDomain
-		}
-		spiffeID = b.SpiffeID
-	}
-	keep := make(map[string]bool, len(pods))
-	out := make([]servedPod, len(pods))
-	var wg sync.WaitGroup
-	for i, p := range pods {
-		keep[p.Name] = true
-		st, ok := cs.pods[p.Name]
-		if !ok {
-			st = &podState{}
-			cs.pods[p.Name] = st
-		}
-		out[i] = servedPod{pod: p, state: st}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.syncPod(ctx, st, syncInput{card: c, pod: p, trustDomain: td, requireSig: requireSig, expectedIDSpec: spiffeID})
-		}()
-	}
-	wg.Wait()
-	for name, st := range cs.pods {
-		if !keep[name] {
-			r.dropCard(st)
-			delete(cs.pods, name)
-		}
-	}
-	return out
-}
-
-// reset forgets every pod, releasing their cards from store.
-func (cs *cardState) reset(store *cardStore) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for _, st := range cs.pods {
-		if st.card != nil {
-			store.release(st.card.heldKey)
-		}
-	}
-	cs.pods = map[string]*podState{}
-}
-
-// releaseTransient drops the card bytes of this sync that the store does not hold.
-func (cs *cardState) releaseTransient() {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for _, st := range cs.pods {
-		st.releaseTransient()
-	}
+	return r.Cards.Sync(ctx, c, r.stateFor(key), serving, requireSig), selected, nil, nil
 }
 
 // applyStatus writes desired with server-side apply, only when it differs from the stored status
 // (statusEqual: timestamps that only move with something else, and the card body, whose hash is
 // compared, do not count). lastSyncTime says when it was written.
 func (r *CardReconciler) applyStatus(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus) error {
-	if resources.StatusEqual(c.Status, desired) {
+	if status.Equal(c.Status, desired) {
 		metrics.ObserveStatusWrite("unchanged")
 		return nil
 	}
@@ -347,10 +250,10 @@ func withStatus(c *v1alpha1.AgentCard, st v1alpha1.AgentCardStatus) *v1alpha1.Ag
 // labelled false before the write. writeErr is returned either way, so the sync is retried with
 // backoff.
 func (r *CardReconciler) failClosed(ctx context.Context, c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) error {
-	if !resources.IsVerified(c.Status) || resources.IsVerified(desired) {
+	if !status.IsVerified(c.Status) || status.IsVerified(desired) {
 		return writeErr
 	}
-	if err := r.Status.Apply(ctx, c, withStatus(c, resources.FailClosedStatus(c, desired, writeErr))); err != nil {
+	if err := r.Status.Apply(ctx, c, withStatus(c, status.FailClosed(c, desired, writeErr))); err != nil {
 		return errors.Join(writeErr, fmt.Errorf("withdrawing the previous verdict: %w", err))
 	}
 	metrics.ObserveStatusWrite("withdrawn")

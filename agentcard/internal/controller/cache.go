@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/intern"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -25,7 +26,7 @@ func CacheOptions(namespaces map[string]cache.Config) cache.Options {
 }
 
 // byObject: the workloads trimmed, and AgentCards whose status.card shares its bytes with every
-// other holder of the same card (cardBytes).
+// other holder of the same card (intern.Bytes).
 func byObject() map[client.Object]cache.ByObject {
 	by := duck.TrimmedWorkloads(templateLabelsOnly)
 	by[&v1alpha1.AgentCard{}] = cache.ByObject{Transform: shareCard}
@@ -42,7 +43,7 @@ func shareCard(o any) (any, error) {
 	}
 	if c, ok := o.(*v1alpha1.AgentCard); ok {
 		if c.Status.Card != nil {
-			c.Status.Card.Raw = cardBytes.share(c.Status.Card.Raw)
+			c.Status.Card.Raw = intern.Bytes(c.Status.Card.Raw)
 		}
 		compactStatus(&c.Status)
 	}
@@ -59,25 +60,25 @@ func compactStatus(st *v1alpha1.AgentCardStatus) {
 	if len(st.Conditions) > 0 {
 		conds := make([]metav1.Condition, len(st.Conditions))
 		for i, c := range st.Conditions {
-			c.Type, c.Status, c.Reason, c.Message = intern(c.Type), metav1.ConditionStatus(intern(string(c.Status))), intern(c.Reason), intern(c.Message)
+			c.Type, c.Status, c.Reason, c.Message = intern.String(c.Type), metav1.ConditionStatus(intern.String(string(c.Status))), intern.String(c.Reason), intern.String(c.Message)
 			conds[i] = c
 		}
 		st.Conditions = conds
 	}
-	st.Phase, st.CardHash = intern(st.Phase), intern(st.CardHash)
+	st.Phase, st.CardHash = intern.String(st.Phase), intern.String(st.CardHash)
 	if len(st.Cards) > 0 {
 		cards := make([]v1alpha1.PodCard, len(st.Cards))
 		for i, e := range st.Cards {
-			e.FetchStatus, e.CardHash = intern(e.FetchStatus), intern(e.CardHash) // an error names its pod: not repeated
+			e.FetchStatus, e.CardHash = intern.String(e.FetchStatus), intern.String(e.CardHash) // an error names its pod: not repeated
 			cards[i] = e
 		}
 		st.Cards = cards
 	}
 	if s := st.Signature; s != nil {
-		s.KeyID, s.SpiffeID, s.Algorithm, s.Reason, s.Message = intern(s.KeyID), intern(s.SpiffeID), intern(s.Algorithm), intern(s.Reason), intern(s.Message)
+		s.KeyID, s.SpiffeID, s.Algorithm, s.Reason, s.Message = intern.String(s.KeyID), intern.String(s.SpiffeID), intern.String(s.Algorithm), intern.String(s.Reason), intern.String(s.Message)
 	}
 	if b := st.Binding; b != nil {
-		b.ExpectedSpiffeID, b.Reason, b.Message = intern(b.ExpectedSpiffeID), intern(b.Reason), intern(b.Message)
+		b.ExpectedSpiffeID, b.Reason, b.Message = intern.String(b.ExpectedSpiffeID), intern.String(b.Reason), intern.String(b.Message)
 	}
 }
 
@@ -90,22 +91,4 @@ func ClientOptions() client.Options {
 // are selected by its template labels).
 func templateLabelsOnly(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: t.Labels}}
-}
-
-// intern returns the canonical copy of s: equal strings of many cached objects share one, for as
-// long as one of them holds it (internedStrings).
-func intern(s string) string {
-	return internedStrings.intern(s)
-}
-
-// internLabels copies labels with interned keys and values.
-func internLabels(labels map[string]string) map[string]string {
-	if len(labels) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(labels))
-	for k, v := range labels {
-		out[intern(k)] = intern(v)
-	}
-	return out
 }

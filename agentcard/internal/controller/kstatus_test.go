@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
-	"github.com/kagenti/platform/agentcard/internal/controller"
+	"github.com/kagenti/platform/agentcard/internal/cardsync"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
@@ -109,7 +109,7 @@ func TestKstatusVerdicts(t *testing.T) {
 		reason: v1alpha1.ReasonInvalidCard, verdict: kstatus.FailedStatus, argo: "Degraded",
 	}, {
 		name:   "card too large",
-		drive:  func(n string) { served(n, "127.45.1.8", hugeCard(t, controller.MaxStatusCardBytes+1024)) },
+		drive:  func(n string) { served(n, "127.45.1.8", hugeCard(t, cardsync.MaxStatusCardBytes+1024)) },
 		reason: v1alpha1.ReasonCardTooLarge, verdict: kstatus.FailedStatus, argo: "Degraded",
 	}, {
 		name: "empty selector",

@@ -25,11 +25,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/cardsync"
 	"github.com/kagenti/platform/agentcard/internal/devca"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
-	"github.com/kagenti/platform/agentcard/internal/resources"
+	"github.com/kagenti/platform/agentcard/internal/podcache"
+	"github.com/kagenti/platform/agentcard/internal/podlabels"
 	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/agentcard/internal/status"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
+	"github.com/kagenti/platform/agentcard/internal/verify"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -178,13 +182,11 @@ func syncOnce(t *testing.T, body []byte, requireSig bool) ([]string, map[string]
 			},
 		}).Build()
 	r := &CardReconciler{
-		Client:   c,
-		Pods:     informed,
-		Fetcher:  fetch.New(4, 5*time.Second),
-		Trust:    &TrustStore{},
-		Status:   &duck.StatusApplier{Client: c, FieldOwner: FieldManager, Conditions: resources.CardConditions},
-		Verified: newVerifiedPods(),
-		cards:    newCardStore(DefaultMaxCachedCardBytes),
+		Client: c,
+		Pods:   informed,
+		Cards:  cardsync.NewSyncer(fetch.New(4, 5*time.Second), &verify.TrustStore{}, signature.IdentityRules{}, "", DefaultMaxCachedCardBytes),
+		Status: &duck.StatusApplier{Client: c, FieldOwner: FieldManager, Conditions: status.CardConditions},
+		Labels: &podlabels.Labeller{Client: c, Pods: informed, Granted: podlabels.NewGrants()},
 	}
 	_, err = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(card)})
 	require.NoError(t, err)
@@ -215,13 +217,13 @@ func indexOf(list []string, s string) int {
 
 // startedPodInformers are agentcard's pod informers over a fake clientset holding pods, started and synced for
 // the test (a unit test of Reconcile: the envtest suite runs them on a real API server).
-func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *duck.SlimPods[*pod] {
+func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *duck.SlimPods[*podcache.Pod] {
 	t.Helper()
 	objs := make([]runtime.Object, len(pods))
 	for i, p := range pods {
 		objs[i] = p
 	}
-	pi := newPodCache(k8sfake.NewClientset(objs...), nil)
+	pi := podcache.New(k8sfake.NewClientset(objs...), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	go func() { _ = pi.Start(ctx) }()

@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/kagenti/platform/agentcard/internal/controller"
 	"github.com/kagenti/platform/agentcard/internal/devca"
+	"github.com/kagenti/platform/agentcard/internal/verify"
 )
 
 const agentcardSA = "system:serviceaccount:kagenti-system:kagenti-agentcard"
@@ -114,9 +114,9 @@ func TestRBACReadsOnlyTheTrustBundle(t *testing.T) {
 	// The bundle watcher, running as the service account, loads the bundle and follows a rotation.
 	cfg := rest.CopyConfig(restCfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: agentcardSA}
-	store := &controller.TrustStore{}
+	store := &verify.TrustStore{}
 	rotations := make(chan event.TypedGenericEvent[client.Object])
-	bw, err := controller.NewBundleWatcher(cfg, k8s, types.NamespacedName{Namespace: bundleNS, Name: bundleName}, "bundle.crt", "cluster.local", store, rotations)
+	bw, err := verify.NewBundleWatcher(cfg, k8s, types.NamespacedName{Namespace: bundleNS, Name: bundleName}, "bundle.crt", "cluster.local", store, rotations)
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -1,4 +1,7 @@
-// Package controller wires this pillar's reconcilers into a controller-runtime manager.
+// Package controller wires agentcard's reconcilers into a controller-runtime manager: the
+// AgentCard reconciler (resolve the pods, sync their cards with cardsync, label them with
+// podlabels, write the status built by status), the LabelGuard, the trust bundle watcher
+// (verify) and AgentCardSync (autocreate), on the caches this package configures.
 package controller
 
 import (
@@ -7,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -20,12 +22,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/autocreate"
+	"github.com/kagenti/platform/agentcard/internal/cardsync"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
-	"github.com/kagenti/platform/agentcard/internal/resources"
+	"github.com/kagenti/platform/agentcard/internal/podcache"
+	"github.com/kagenti/platform/agentcard/internal/podlabels"
 	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/agentcard/internal/status"
+	"github.com/kagenti/platform/agentcard/internal/verify"
 	"github.com/kagenti/platform/pkg/duck"
 )
+
+// DefaultMaxCachedCardBytes is the default of --max-cached-card-bytes.
+const DefaultMaxCachedCardBytes = cardsync.DefaultMaxCachedCardBytes
 
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
@@ -48,7 +58,7 @@ type Options struct {
 	// CrossNamespaceIdentities are SPIFFE ID patterns an AgentCard of any namespace may bind
 	// (signature.IdentityRules); empty: only identities of the AgentCard's own namespace.
 	CrossNamespaceIdentities []string
-	// MaxCachedCardBytes bounds the cards kept between syncs (cardStore).
+	// MaxCachedCardBytes bounds the cards kept between syncs (cardsync).
 	MaxCachedCardBytes int
 	// Namespaces are the namespaces whose pods are watched, as the manager's cache watches them;
 	// empty: all.
@@ -96,37 +106,35 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
-	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, podFrom, podIndexes)
+	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, podcache.From, podcache.Indexes)
 	if err != nil {
 		return err
 	}
-	trust := &TrustStore{}
+	trust := &verify.TrustStore{}
 	metrics.SetBundleClock(trust.LoadedAt)
-	verified := newVerifiedPods()
+	granted := podlabels.NewGrants()
+	cards := cardsync.NewSyncer(fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout), trust,
+		signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities}, opts.TrustDomain, opts.MaxCachedCardBytes)
 	r := &CardReconciler{
 		Client:   mgr.GetClient(),
 		Pods:     pods,
 		Resolver: duck.NewManagerResolver(mgr),
-		Fetcher:  fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout),
-		Trust:    trust,
+		Cards:    cards,
 		Status: &duck.StatusApplier{
 			Client: mgr.GetClient(), FieldOwner: FieldManager, Recorder: mgr.GetEventRecorder(FieldManager),
-			Conditions: resources.CardConditions,
+			Conditions: status.CardConditions,
 		},
-		Verified:         verified,
-		Identities:       signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities},
+		Labels:           &podlabels.Labeller{Client: mgr.GetClient(), Pods: pods, Granted: granted},
 		RequireSignature: opts.RequireSignature,
-		TrustDomain:      opts.TrustDomain,
-		cards:            newCardStore(opts.MaxCachedCardBytes),
 	}
-	metrics.SetCardCacheSize(func() float64 { return float64(r.cards.size()) })
+	metrics.SetCardCacheSize(func() float64 { return float64(cards.CachedBytes()) })
 	rotations := make(chan event.TypedGenericEvent[client.Object], 16)
 	if opts.TrustBundleConfigMap != "" {
 		ns, name, ok := strings.Cut(opts.TrustBundleConfigMap, "/")
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--trust-bundle-configmap must be namespace/name, got %q", opts.TrustBundleConfigMap)
 		}
-		bw, err := NewBundleWatcher(mgr.GetConfig(), mgr.GetClient(), types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
+		bw, err := verify.NewBundleWatcher(mgr.GetConfig(), mgr.GetClient(), types.NamespacedName{Namespace: ns, Name: name}, opts.TrustBundleKey, opts.TrustDomain, trust, rotations)
 		if err != nil {
 			return err
 		}
@@ -140,7 +148,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		For(&v1alpha1.AgentCard{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		WatchesRawSource(source.Channel(rotations, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
-	cardsOfPod := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o *pod) []reconcile.Request {
+	cardsOfPod := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o *podcache.Pod) []reconcile.Request {
 		var reqs []reconcile.Request
 		for _, k := range r.cardsSelecting(o.GetNamespace(), o.GetLabels()) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: k})
@@ -148,7 +156,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return reqs
 	})
 	b = b.WatchesRawSource(pods.Source(cardsOfPod, podChanged()))
-	for _, gvk := range AutoCreateKinds {
+	for _, gvk := range autocreate.Kinds {
 		// Typed, as the resolver reads them (duck.NewManagerResolver): one informer per kind.
 		b = b.Watches(duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(mgr.GetClient(), gvk.GroupKind(), func() client.ObjectList { return &v1alpha1.AgentCardList{} }),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})))
@@ -156,76 +164,25 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := b.Complete(r); err != nil {
 		return err
 	}
-	guard := &LabelGuard{Client: mgr.GetClient(), Pods: pods, Verified: verified, Recorder: mgr.GetEventRecorder(FieldManager), Retry: 2 * time.Second}
+	guard := &podlabels.LabelGuard{Client: mgr.GetClient(), Pods: pods, Verified: granted, Recorder: mgr.GetEventRecorder(FieldManager), Retry: 2 * time.Second}
 	gb := ctrl.NewControllerManagedBy(mgr).Named("agentcard-label-guard")
-	gb = gb.WatchesRawSource(pods.Source(&handler.TypedEnqueueRequestForObject[*pod]{}, labelledVerified()))
+	gb = gb.WatchesRawSource(pods.Source(&handler.TypedEnqueueRequestForObject[*podcache.Pod]{}, podlabels.LabelledVerified()))
 	if err := gb.Complete(guard); err != nil {
 		return err
 	}
 
 	if opts.AutoCreate {
-		for _, gvk := range AutoCreateKinds {
-			if err := setupSync(mgr, gvk); err != nil {
-				return err
-			}
-		}
+		return autocreate.Setup(mgr, FieldManager)
 	}
 	return nil
 }
 
-func setupSync(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
-	sr := &SyncReconciler{Client: mgr.GetClient(), GVK: gvk, Recorder: mgr.GetEventRecorder(FieldManager)}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("agentcardsync-"+strings.ToLower(gvk.Kind)).
-		For(duck.NewBuiltinObject(gvk), builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		// A user's AgentCard appearing or disappearing for a workload re-evaluates the workload.
-		Watches(&v1alpha1.AgentCard{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			c := o.(*v1alpha1.AgentCard)
-			ref := c.Spec.TargetRef
-			if ref == nil {
-				return nil
-			}
-			g, err := ref.GroupVersionKind()
-			if err != nil || g.GroupKind() != gvk.GroupKind() {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}}}
-		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		Complete(sr)
-}
-
 // podChanged passes pod events that change what a sync sees: IP, readiness, phase, deletion and
 // labels other than the one this controller writes (so labelling a pod does not trigger a sync).
-func podChanged() predicate.TypedPredicate[*pod] {
-	return predicate.TypedFuncs[*pod]{UpdateFunc: func(e event.TypedUpdateEvent[*pod]) bool {
+func podChanged() predicate.TypedPredicate[*podcache.Pod] {
+	return predicate.TypedFuncs[*podcache.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*podcache.Pod]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		return o.Serving != n.Serving || o.IP != n.IP ||
-			!n.DeletionTimestamp.Equal(o.DeletionTimestamp) || !sameLabelsExceptOurs(o.Labels, n.Labels)
+			!n.DeletionTimestamp.Equal(o.DeletionTimestamp) || !podlabels.SameExceptOurs(o.Labels, n.Labels)
 	}}
-}
-
-// labelledVerified passes pods that carry kagenti.io/signature-verified=true (the LabelGuard judges them).
-func labelledVerified() predicate.TypedPredicate[*pod] {
-	return predicate.NewTypedPredicateFuncs(func(p *pod) bool {
-		return p.Labels[v1alpha1.LabelSignatureVerified] == "true"
-	})
-}
-
-func sameLabelsExceptOurs(a, b map[string]string) bool {
-	count := func(m map[string]string) int {
-		n := len(m)
-		if _, ok := m[v1alpha1.LabelSignatureVerified]; ok {
-			n--
-		}
-		return n
-	}
-	if count(a) != count(b) {
-		return false
-	}
-	for k, v := range a {
-		if k != v1alpha1.LabelSignatureVerified && b[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -1,3 +1,5 @@
+// Package resources makes the objects agentcard creates, purely: the AgentCard auto-created for
+// an agent workload.
 package resources
 
 import (

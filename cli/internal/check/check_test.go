@@ -18,6 +18,10 @@ func TestWriteMarksAndFixes(t *testing.T) {
 	require.NoError(t, Write(&b, results))
 	require.Equal(t, "✓ CRD a: established\n✗ webhook w: refused\n    fix: start it\n    fix: then retry\n– identity: not used\n\n1 of 3 checks failed.\n", b.String())
 	require.Equal(t, 1, Failed(results))
+
+	b.Reset()
+	require.NoError(t, Write(&b, results[:1]))
+	require.Equal(t, "✓ CRD a: established\n\nAll checks passed.\n", b.String())
 }
 
 // TestProbeObserved: a probe counts as reconciled by its own pillar only: the status netpol writes
@@ -46,4 +50,5 @@ func TestProbeObserved(t *testing.T) {
 func TestValidate(t *testing.T) {
 	require.NoError(t, Options{Pillars: AllPillars, Identity: "auto"}.Validate())
 	require.ErrorContains(t, Options{Pillars: []string{"injektor"}, Identity: "auto"}.Validate(), `unknown pillar "injektor"`)
+	require.ErrorContains(t, Options{Pillars: AllPillars, Identity: "maybe"}.Validate(), "--identity=maybe: auto, true or false")
 }

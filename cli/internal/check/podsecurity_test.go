@@ -80,3 +80,38 @@ func TestCheckPodSecurityOfInjectedNamespaces(t *testing.T) {
 
 	require.Equal(t, Skip, byNS["Pod Security of namespace empty"].Status)
 }
+
+// The same lines on a real API server (Pod Security Admission admits the Deployments and would
+// refuse their pods), and the lines when the namespaces or their workloads cannot be listed.
+func TestCheckPodSecurityOnAnAPIServer(t *testing.T) {
+	ctx := context.Background()
+	baseline := map[string]string{labelInjection: "enabled", "pod-security.kubernetes.io/enforce": "baseline"}
+	forbidding := createNamespace(t, uniqueName("psa-forbids"), baseline)
+	allowing := createNamespace(t, uniqueName("psa-allows"), baseline)
+	empty := createNamespace(t, uniqueName("psa-empty"), baseline)
+	for ns, tmpl := range map[string]corev1.PodTemplateSpec{forbidding: injectedTemplate(true), allowing: injectedTemplate(false)} {
+		tmpl.Labels = map[string]string{"app": "weather"}
+		_, err := admin.Kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "weather", Labels: map[string]string{labelInject: "enabled"}},
+			Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	opts := Options{Namespace: installNamespace(t), Pillars: []string{"injector"}, ReadOnly: true}
+
+	results := runCheck(t, clients(t), opts)
+	fix := requireLine(t, results, `✗ Pod Security of namespace `+forbidding+`: enforces "baseline:latest", which forbids what the injector added to Deployment weather: `+
+		`non-default capabilities (container "proxy-init" must not include "NET_ADMIN" in securityContext.capabilities.add); the API server refuses their pods`)
+	require.Contains(t, fix, "    fix: kubectl label namespace "+forbidding+" pod-security.kubernetes.io/enforce=privileged --overwrite")
+	requireLine(t, results, `✓ Pod Security of namespace `+allowing+`: enforces "baseline:latest", which allows what the injector added to its 1 injected workload(s)`)
+	requireLine(t, results, `– Pod Security of namespace `+empty+`: enforces "baseline:latest"; no workload in it is injected yet`)
+
+	base := readAll("apps/deployments", "/configmaps", "/services", "discovery.k8s.io/endpointslices",
+		"admissionregistration.k8s.io/mutatingwebhookconfigurations", "admissionregistration.k8s.io/validatingwebhookconfigurations")
+	fix = requireLine(t, runCheck(t, asUser(t, base...), opts), "✗ Pod Security: cannot list the namespaces selected for injection: ")
+	require.Contains(t, fix, "    fix: check your access to namespaces")
+
+	// Namespaces and Deployments, but not the other kinds the injector serves.
+	fix = requireLine(t, runCheck(t, asUser(t, append(base, readAll("/namespaces")...)...), opts), "✗ Pod Security of namespace "+forbidding+": cannot list its workloads: ")
+	require.Contains(t, fix, "    fix: check your access to the workloads of "+forbidding)
+}

@@ -110,14 +110,20 @@ func (p *probes) reconciled(ctx context.Context, pillarName string) (bool, strin
 		return false, err.Error()
 	}
 	seen := false
-	_ = wait.PollUntilContextCancel(deadlineCtx(ctx, p.deadline), 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	check := func(ctx context.Context) (bool, error) {
 		u, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		seen = observed(pillarName, u)
 		return seen, nil
-	})
+	}
+	// Read once whatever the deadline: the wait for an earlier pillar's probe may have used it up,
+	// and a probe reconciled meanwhile counts.
+	if ok, _ := check(ctx); ok {
+		return true, ""
+	}
+	_ = wait.PollUntilContextCancel(deadlineCtx(ctx, p.deadline), 250*time.Millisecond, false, check)
 	return seen, ""
 }
 

@@ -1,24 +1,25 @@
-package controller
+package cardsync
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
 
+	"github.com/kagenti/platform/agentcard/internal/intern"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
 // DefaultMaxCachedCardBytes is the default of --max-cached-card-bytes.
 const DefaultMaxCachedCardBytes = 32 << 20
 
-// cardStore holds the cards the controller keeps between syncs (so that a 304 Not Modified costs
+// store holds the cards the controller keeps between syncs (so that a 304 Not Modified costs
 // nothing), once per distinct body however many pods serve it, within a byte budget. An entry is
 // what the parse of the body gave (its summary and the bytes status.card carries), so pods serving
 // bytes already held cost a hash of the body, not a parse. A card that does not fit is used for the
 // sync that fetched it and then dropped, with its pod's ETag: the next fetch of that pod is
 // unconditional. Memory for cards is thus bounded by the budget, whatever the number of pods or
 // AgentCards. Safe for concurrent use.
-type cardStore struct {
+type store struct {
 	mu      sync.Mutex
 	limit   int
 	used    int
@@ -38,8 +39,8 @@ type storedCard struct {
 	verify        signature.Result
 }
 
-func newCardStore(limit int) *cardStore {
-	return &cardStore{limit: limit, entries: map[string]*storedCard{}}
+func newStore(limit int) *store {
+	return &store{limit: limit, entries: map[string]*storedCard{}}
 }
 
 // bodyKey is the key of a served body in the store.
@@ -49,7 +50,7 @@ func bodyKey(body []byte) string {
 }
 
 // lookup returns the held card parsed from the body with key, taking a reference to it.
-func (s *cardStore) lookup(key string) (*cardSummary, bool) {
+func (s *store) lookup(key string) (*cardSummary, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[key]
@@ -62,7 +63,7 @@ func (s *cardStore) lookup(key string) (*cardSummary, bool) {
 
 // hold keeps c, parsed from the body with key (or finds the card already kept for it), and returns
 // the shared copy with heldKey set; ok is false when the budget has no room for c.status.
-func (s *cardStore) hold(key string, c *cardSummary) (shared *cardSummary, ok bool) {
+func (s *store) hold(key string, c *cardSummary) (shared *cardSummary, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, found := s.entries[key]; found {
@@ -75,21 +76,21 @@ func (s *cardStore) hold(key string, c *cardSummary) (shared *cardSummary, ok bo
 	held := *c
 	held.heldKey = key
 	// The cached AgentCards serving this card hold the same bytes in status.card: one copy.
-	held.status = cardBytes.share(c.status)
+	held.status = intern.Bytes(c.status)
 	s.entries[key] = &storedCard{card: &held, refs: 1}
 	s.used += len(held.status)
 	return &held, true
 }
 
 // countParse counts a card parse.
-func (s *cardStore) countParse() {
+func (s *store) countParse() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.parses++
 }
 
 // release drops one reference to key ("" is a no-op).
-func (s *cardStore) release(key string) {
+func (s *store) release(key string) {
 	if key == "" {
 		return
 	}
@@ -109,7 +110,7 @@ func (s *cardStore) release(key string) {
 // hash bundle, calling verify only when no pod serving the same card has had it computed under
 // that bundle yet. A card the store does not hold (key "") is verified each time; a verify that
 // reports !ok (it could not run) is not kept.
-func (s *cardStore) verification(key, bundle string, verify func() (signature.Result, bool)) signature.Result {
+func (s *store) verification(key, bundle string, verify func() (signature.Result, bool)) signature.Result {
 	if key == "" {
 		v, _ := verify()
 		s.mu.Lock()
@@ -139,7 +140,7 @@ func (s *cardStore) verification(key, bundle string, verify func() (signature.Re
 }
 
 // size returns the bytes held.
-func (s *cardStore) size() int {
+func (s *store) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.used

@@ -1,4 +1,4 @@
-package controller
+package podcache
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/kagenti/platform/agentcard/internal/intern"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 )
@@ -68,10 +70,10 @@ func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 	wantServing := map[string]bool{full.Name: true, httpOnly.Name: true, noPort.Name: true}
 	wantPort := map[string]int32{full.Name: 8000, httpOnly.Name: 8080, noPort.Name: DefaultPort}
 	for _, p := range []*corev1.Pod{full, deleting, notReady, httpOnly, noPort, pending, noIP} {
-		small := podFrom(p.DeepCopy())
+		small := From(p.DeepCopy())
 		assert.Equal(t, wantServing[p.Name], small.Serving, p.Name)
 		if port, ok := wantPort[p.Name]; ok {
-			_, got, _ := endpointFor(&v1alpha1.AgentCard{}, small)
+			_, got, _ := Endpoint(&v1alpha1.AgentCard{}, small)
 			assert.Equal(t, port, got, "%s: a2a wins over http, in any container; else the default", p.Name)
 		}
 		assert.Equal(t, p.Labels, small.Labels)
@@ -83,14 +85,14 @@ func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 		assert.Empty(t, small.GenerateName)
 	}
 	// spec.endpoint.port wins over the pod's own ports.
-	small := podFrom(full)
-	_, port, _ := endpointFor(&v1alpha1.AgentCard{Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: 9999}}}, small)
+	small := From(full)
+	_, port, _ := Endpoint(&v1alpha1.AgentCard{Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: 9999}}}, small)
 	assert.Equal(t, int32(9999), port)
 	// The informer's store keys it like any object; a deep copy shares no labels.
 	key, err := toolscache.MetaNamespaceKeyFunc(small)
 	require.NoError(t, err)
 	assert.Equal(t, full.Namespace+"/"+full.Name, key)
-	cp := small.DeepCopyObject().(*pod)
+	cp := small.DeepCopyObject().(*Pod)
 	cp.Labels["app"] = "other"
 	assert.Equal(t, "weather", small.Labels["app"])
 }
@@ -98,13 +100,13 @@ func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 // The label index holds each label of a pod (duck.SlimPods keys it under the pod's namespace),
 // leaving out the labels no sync looks pods up by.
 func TestPodLabelIndexValues(t *testing.T) {
-	assert.Equal(t, []string{"app=weather"}, podIndexes[PodLabelIndex](podFrom(fullPod(1))))
+	assert.Equal(t, []string{"app=weather"}, Indexes[LabelIndex](From(fullPod(1))))
 }
 
-// namespacedLabelKeys are a pod's entries in PodLabelIndex as duck.SlimPods' indexer stores them.
+// namespacedLabelKeys are a pod's entries in LabelIndex as duck.SlimPods' indexer stores them.
 func namespacedLabelKeys(obj any) ([]string, error) {
-	p := obj.(*pod)
-	vals := podIndexValues(p)
+	p := obj.(*Pod)
+	vals := IndexValues(p)
 	for i, v := range vals {
 		vals[i] = p.Namespace + "/" + v
 	}
@@ -112,7 +114,7 @@ func namespacedLabelKeys(obj any) ([]string, error) {
 }
 
 // BenchmarkPodFootprint reports the heap a cached pod holds: each pod decoded from its JSON
-// as the informer decodes it, transformed (podFrom), and only the result kept (what it shares with the
+// as the informer decodes it, transformed (From), and only the result kept (what it shares with the
 // decoded one, such as the name and UID strings, counts; the rest is garbage). retained-B/pod is
 // the number behind the controller's memory at 1,000 AgentCards × 3 pods.
 func BenchmarkPodFootprint(b *testing.B) {
@@ -130,7 +132,7 @@ func BenchmarkPodFootprint(b *testing.B) {
 				if err := json.Unmarshal(doc, &p); err != nil {
 					b.Fatal(err)
 				}
-				kept[i] = podFrom(&p)
+				kept[i] = From(&p)
 			}
 			return kept
 		})
@@ -150,21 +152,21 @@ func retainedHeap(build func() any) uint64 {
 	return after.HeapAlloc - before.HeapAlloc
 }
 
-// BenchmarkPodLabelIndexFootprint reports the heap PodLabelIndex holds for 3,000 cached pods of
+// BenchmarkPodLabelIndexFootprint reports the heap LabelIndex holds for 3,000 cached pods of
 // 1,000 AgentCards (3 pods each, labels app=<card>, tier=agent and a pod-template-hash), as the
 // informer's indexer keeps it: "namespaced" is how duck.SlimPods keeps it,
 // "field-indexer" the same values as the manager's field indexer stores them, each a second time
 // under its cluster-wide "__all_namespaces/" key.
 func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 	const n = 3000
-	pods := make([]*pod, n)
+	pods := make([]*Pod, n)
 	for i := range pods {
-		pods[i] = podFrom(fullPod(i))
-		pods[i].Labels = internLabels(map[string]string{"app": fmt.Sprintf("agent-%04d", i/3), "tier": "agent", "pod-template-hash": "7b6c8747f"})
+		pods[i] = From(fullPod(i))
+		pods[i].Labels = intern.Labels(map[string]string{"app": fmt.Sprintf("agent-%04d", i/3), "tier": "agent", "pod-template-hash": "7b6c8747f"})
 	}
 	fieldIndexer := func(obj any) ([]string, error) {
 		vals, err := namespacedLabelKeys(obj)
-		for _, v := range podIndexValues(obj.(*pod)) {
+		for _, v := range IndexValues(obj.(*Pod)) {
 			vals = append(vals, "__all_namespaces/"+v)
 		}
 		return vals, err
@@ -177,7 +179,7 @@ func BenchmarkPodLabelIndexFootprint(b *testing.B) {
 			var retained uint64
 			for range b.N {
 				retained = retainedHeap(func() any {
-					indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{PodLabelIndex: bc.index})
+					indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{LabelIndex: bc.index})
 					for _, p := range pods {
 						if err := indexer.Add(p); err != nil {
 							b.Fatal(err)
@@ -200,7 +202,7 @@ func TestPodInformersPerNamespace(t *testing.T) {
 	}
 	cs := k8sfake.NewClientset(mk("a", "a-1", map[string]string{"app": "x"}), mk("b", "b-1", map[string]string{"app": "x"}),
 		mk("c", "c-1", map[string]string{"app": "x"}))
-	pi := newPodCache(cs, []string{"a", "b"})
+	pi := New(cs, []string{"a", "b"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	go func() { _ = pi.Start(ctx) }()
@@ -210,7 +212,7 @@ func TestPodInformersPerNamespace(t *testing.T) {
 	require.NoError(t, err)
 	for _, ns := range []string{"a", "b"} {
 		for _, sel := range []labels.Selector{indexed, scanned} {
-			got, err := selectedPods(pi, ns, sel)
+			got, err := Selected(pi, ns, sel)
 			require.NoError(t, err)
 			require.Len(t, got, 1, "%s %s", ns, sel)
 			assert.Equal(t, ns+"-1", got[0].Name)
@@ -218,7 +220,7 @@ func TestPodInformersPerNamespace(t *testing.T) {
 		_, ok := pi.Get(types.NamespacedName{Namespace: ns, Name: ns + "-1"})
 		assert.True(t, ok, ns)
 	}
-	got, err := selectedPods(pi, "c", indexed)
+	got, err := Selected(pi, "c", indexed)
 	require.NoError(t, err)
 	assert.Empty(t, got, "a namespace not watched")
 	_, ok := pi.Get(types.NamespacedName{Namespace: "c", Name: "c-1"})

@@ -1,4 +1,4 @@
-package controller
+package verify
 
 import (
 	"context"
@@ -100,9 +100,9 @@ func (w *BundleWatcher) Start(ctx context.Context) error {
 }
 
 func (w *BundleWatcher) set(ctx context.Context, b *signature.Bundle, err error) {
-	old := w.store.hash()
+	old := w.store.Hash()
 	w.store.Set(b, err)
-	if w.store.hash() == old {
+	if w.store.Hash() == old {
 		return
 	}
 	log.FromContext(ctx).Info("trust bundle changed; re-verifying every AgentCard", "configmap", w.key.String(), "loaded", b != nil)

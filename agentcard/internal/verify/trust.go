@@ -1,4 +1,4 @@
-package controller
+package verify
 
 import (
 	"sync"
@@ -40,8 +40,8 @@ func (t *TrustStore) LoadedAt() time.Time {
 	return t.loadedAt
 }
 
-// hash identifies the current bundle ("" when none).
-func (t *TrustStore) hash() string {
+// Hash identifies the current bundle ("" when none).
+func (t *TrustStore) Hash() string {
 	b, _ := t.Get()
 	if b == nil {
 		return ""

@@ -1,4 +1,7 @@
-package controller
+// Package podcache is what the agentcard controller keeps of pods: the small Pod type its
+// informers hold, the label index a sync finds an AgentCard's pods by, and where a pod serves its
+// card.
+package podcache
 
 import (
 	"sort"
@@ -11,10 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kagenti/platform/agentcard/internal/intern"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// pod is what agentcard keeps of a pod: what a sync, the pod watch's predicate and the LabelGuard
+// Pod is what agentcard keeps of a pod: what a sync, the pod watch's predicate and the LabelGuard
 // read, and nothing else. Of the metadata: name, namespace, UID, resourceVersion (the guard's
 // optimistic lock), the creation timestamp, whether it is terminating, and the labels; of the spec:
 // the service account (expected SPIFFE identity) and the card port (cardPort); of the status: the
@@ -24,7 +28,7 @@ import (
 //
 // It embeds ObjectMeta (only the fields above set) so that the informer's store keys it like any
 // object and controller-runtime's event handlers take it as a client.Object.
-type pod struct {
+type Pod struct {
 	metav1.ObjectMeta
 	// ServiceAccount is spec.serviceAccountName.
 	ServiceAccount string
@@ -37,30 +41,30 @@ type pod struct {
 }
 
 // GetObjectKind implements runtime.Object: a pod carries no TypeMeta.
-func (p *pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object.
-func (p *pod) DeepCopyObject() runtime.Object {
+func (p *Pod) DeepCopyObject() runtime.Object {
 	out := *p
 	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return &out
 }
 
-// key is the pod's namespace/name.
-func (p *pod) key() types.NamespacedName {
+// Key is the pod's namespace/name.
+func (p *Pod) Key() types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
 
-// podFrom returns what agentcard keeps of p: a fresh object that shares nothing with the decoded
+// From returns what agentcard keeps of p: a fresh object that shares nothing with the decoded
 // one (which is then garbage). Strings every pod repeats (namespace, label keys and values,
 // service account) are interned: thousands of pods hold one copy.
-func podFrom(p *corev1.Pod) *pod {
-	out := &pod{
+func From(p *corev1.Pod) *Pod {
+	out := &Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp, Labels: internLabels(p.Labels),
+			Name: p.Name, Namespace: intern.String(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp, Labels: intern.Labels(p.Labels),
 		},
-		ServiceAccount: intern(p.Spec.ServiceAccountName),
+		ServiceAccount: intern.String(p.Spec.ServiceAccountName),
 		IP:             p.Status.PodIP,
 		Serving:        podServes(p),
 	}
@@ -98,25 +102,25 @@ func cardPort(p *corev1.Pod) (corev1.ContainerPort, bool) {
 	return corev1.ContainerPort{}, false
 }
 
-// podIndexes are the indexes of agentcard's pod informers, besides the namespace.
-var podIndexes = map[string]duck.SlimPodIndexer[*pod]{PodLabelIndex: func(p *pod) []string { return podIndexValues(p) }}
+// Indexes are the indexes of agentcard's pod informers, besides the namespace.
+var Indexes = map[string]duck.SlimPodIndexer[*Pod]{LabelIndex: func(p *Pod) []string { return IndexValues(p) }}
 
-// newPodCache is agentcard's pod informers over cs, for the namespaces the controller watches (all
+// New is agentcard's pod informers over cs, for the namespaces the controller watches (all
 // when empty), not started: the unit tests' way in (Setup uses duck.NewSlimPods, which the manager
 // starts). Nothing in agentcard reads a pod through the manager's client (which would start
 // controller-runtime's typed pod cache again), only through these informers.
-func newPodCache(cs kubernetes.Interface, namespaces []string) *duck.SlimPods[*pod] {
-	return duck.NewSlimPodsFor(cs, namespaces, podFrom, podIndexes)
+func New(cs kubernetes.Interface, namespaces []string) *duck.SlimPods[*Pod] {
+	return duck.NewSlimPodsFor(cs, namespaces, From, Indexes)
 }
 
-// selectedPods lists the pods of namespace that sel matches, sorted by name, through PodLabelIndex
+// Selected lists the pods of namespace that sel matches, sorted by name, through LabelIndex
 // when sel has an indexed requirement, else every pod of the namespace. The pods are the cache's
 // own: read-only, their labels above all.
-func selectedPods(pods *duck.SlimPods[*pod], namespace string, sel labels.Selector) ([]*pod, error) {
-	var candidates []*pod
+func Selected(pods *duck.SlimPods[*Pod], namespace string, sel labels.Selector) ([]*Pod, error) {
+	var candidates []*Pod
 	var err error
 	if label, ok := indexedRequirement(sel); ok {
-		candidates, err = pods.List(PodLabelIndex, namespace, label)
+		candidates, err = pods.List(LabelIndex, namespace, label)
 	} else {
 		candidates, err = pods.InNamespace(namespace)
 	}

@@ -1,4 +1,4 @@
-package controller
+package cardsync
 
 import (
 	"context"
@@ -16,9 +16,12 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/card"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/intern"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
-	"github.com/kagenti/platform/agentcard/internal/resources"
+	"github.com/kagenti/platform/agentcard/internal/podcache"
 	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/agentcard/internal/status"
+	"github.com/kagenti/platform/agentcard/internal/verify"
 )
 
 // failureThreshold is how many syncs in a row a pod that served a good card may go unanswered
@@ -35,10 +38,10 @@ const failureThreshold = 3
 // etcd accept (3 MiB per request, 1.5 MiB per object by default).
 const MaxStatusCardBytes = 256 << 10
 
-// podState is what the controller remembers about one pod between syncs: the ETag and a summary of
+// PodState is what the controller remembers about one pod between syncs: the ETag and a summary of
 // its last good answer (so a 304 costs no parsing) and the verification made for it. Everything in
-// it is bounded: the ETag by fetch.MaxETagBytes, messages by their cut, the card by cardStore.
-type podState struct {
+// it is bounded: the ETag by fetch.MaxETagBytes, messages by their cut, the card by the store.
+type PodState struct {
 	uid  types.UID
 	ip   string
 	etag string
@@ -80,70 +83,24 @@ type cardSummary struct {
 }
 
 // verified is the pod's verdict: a card whose signature verifies and whose signer is bound.
-func (s *podState) verified() bool {
+func (s *PodState) verified() bool {
 	return s.card != nil && s.verify.Verified && s.binding.Bound
 }
 
-// podLabel is what a pod's last sync calls for on its kagenti.io/signature-verified label.
-type podLabel int
-
-const (
-	// labelKept: the pod has no card (not fetched yet, a failed fetch, an invalid card), so no
-	// verification was made: its label stays as the last verification left it, except true,
-	// which is revoked.
-	labelKept podLabel = iota
-	// labelAbsent: the card has no signature and the AgentCard does not require one: nothing to
-	// verify, no label.
-	labelAbsent
-	// labelFalse: the verification failed (a signature that does not verify, a signer not bound
-	// to the pod's identity, no trust bundle, an unsigned card that must be signed).
-	labelFalse
-	// labelTrue: the card's signature verified and its signer is the pod's identity.
-	labelTrue
-)
-
-// label is what the pod's label should say after this sync; requireSig is the AgentCard's
-// (spec.requireSignature or the controller's default).
-func (s *podState) label(requireSig bool) podLabel {
-	switch {
-	case s.card == nil:
-		return labelKept
-	case s.verified():
-		return labelTrue
-	case s.verify.Reason == signature.ReasonNoSignature && !requireSig:
-		return labelAbsent
-	default:
-		return labelFalse
-	}
+// HasCard says whether the pod's last sync left it a valid card (so a verification).
+func (s *PodState) HasCard() bool {
+	return s.card != nil
 }
 
-// value is the label value l sets ("" for none); false for labelKept, which sets nothing.
-func (l podLabel) value() (string, bool) {
-	switch l {
-	case labelAbsent:
-		return "", true
-	case labelFalse:
-		return "false", true
-	case labelTrue:
-		return "true", true
-	default:
-		return "", false
-	}
+// Verdict is the verification of the pod's card (meaningful when HasCard).
+func (s *PodState) Verdict() verify.Verdict {
+	return verify.Verdict{Signature: s.verify, Binding: s.binding}
 }
 
-// revokedValue is what replaces true on a pod whose verdict l is not positive: none when its card
-// has nothing to verify, false otherwise (a failed verification, or no card to verify at all).
-func (l podLabel) revokedValue() string {
-	if l == labelAbsent {
-		return ""
-	}
-	return "false"
-}
-
-// cardState is per AgentCard.
-type cardState struct {
+// CardPods is the sync state of one AgentCard's pods.
+type CardPods struct {
 	mu   sync.Mutex
-	pods map[string]*podState
+	pods map[string]*PodState
 	// retries counts the quick retries made since the last sync without a fetch failure.
 	retries int
 }
@@ -151,7 +108,7 @@ type cardState struct {
 // syncInput is what one pod fetch needs.
 type syncInput struct {
 	card           *v1alpha1.AgentCard
-	pod            *pod
+	pod            *podcache.Pod
 	trustDomain    string
 	requireSig     bool
 	expectedIDSpec string
@@ -159,12 +116,12 @@ type syncInput struct {
 
 // syncPod fetches and verifies one pod's card, updating st in place. It never returns an error:
 // every failure is recorded as the pod's fetchStatus.
-func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput) {
+func (r *Syncer) syncPod(ctx context.Context, st *PodState, in syncInput) {
 	p := in.pod
-	scheme, port, paths := endpointFor(in.card, p)
+	scheme, port, paths := podcache.Endpoint(in.card, p)
 	if st.uid != p.UID || st.ip != p.IP || st.scheme != scheme || st.port != port || !slices.Equal(st.paths, paths) {
 		r.dropCard(st)
-		*st = podState{uid: p.UID, ip: p.IP, scheme: scheme, port: port, paths: paths, createdAt: p.CreationTimestamp.Time}
+		*st = PodState{uid: p.UID, ip: p.IP, scheme: scheme, port: port, paths: paths, createdAt: p.CreationTimestamp.Time}
 	}
 	prevStatus, prevErr, prevHash := st.fetchStatus, st.errMsg, hashOf(st.card)
 	defer func() {
@@ -222,15 +179,15 @@ func (r *CardReconciler) syncPod(ctx context.Context, st *podState, in syncInput
 }
 
 // fail records a reported failure: the pod has no card (and no verdict) any more.
-func (r *CardReconciler) fail(st *podState, fetchStatus, reason, msg string) {
+func (r *Syncer) fail(st *PodState, fetchStatus, reason, msg string) {
 	r.dropCard(st)
-	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, resources.CutEncoded(msg, resources.MaxEntryErrorBytes)
+	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, status.CutEncoded(msg, status.MaxEntryErrorBytes)
 }
 
 // keepHeld gives the pod the card the store holds for the body with key, if any: bytes already
 // parsed (another pod serving the same card, or this one after its ETag was lost) cost a hash,
 // not a parse.
-func (r *CardReconciler) keepHeld(st *podState, key string, resp *fetch.Response) bool {
+func (r *Syncer) keepHeld(st *PodState, key string, resp *fetch.Response) bool {
 	held, ok := r.cards.lookup(key)
 	if !ok {
 		return false
@@ -251,7 +208,7 @@ type parsedBody struct {
 
 // parseBody parses a served body and encodes it as status.card carries it. Pods fetching the same
 // bytes at the same time (the replicas of one Deployment in one sync) share one parse.
-func (r *CardReconciler) parseBody(key string, body []byte) parsedBody {
+func (r *Syncer) parseBody(key string, body []byte) parsedBody {
 	v, _, _ := r.parsing.Do(key, func() (any, error) {
 		r.cards.countParse()
 		c, err := card.Parse(body)
@@ -277,9 +234,9 @@ func (r *CardReconciler) parseBody(key string, body []byte) parsedBody {
 // keepCard replaces the pod's card with c, parsed from the body with key, held in the store when
 // the budget allows. A card the store cannot hold is not fetched conditionally next time (its ETag
 // is dropped), so a 304 never has to stand for a card that is no longer there.
-func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, key, etag, path string) {
+func (r *Syncer) keepCard(st *PodState, c *card.Card, encoded []byte, key, etag, path string) {
 	r.dropCard(st)
-	sum := &cardSummary{hash: c.Hash, name: resources.CutEncoded(c.Name, resources.MaxKeyIDBytes), version: resources.CutEncoded(c.Version, resources.MaxKeyIDBytes),
+	sum := &cardSummary{hash: c.Hash, name: status.CutEncoded(c.Name, status.MaxKeyIDBytes), version: status.CutEncoded(c.Version, status.MaxKeyIDBytes),
 		signatures: signaturesDigest(c), status: encoded}
 	st.etag, st.path = "", path
 	if held, ok := r.cards.hold(key, sum); ok {
@@ -290,7 +247,7 @@ func (r *CardReconciler) keepCard(st *podState, c *card.Card, encoded []byte, ke
 }
 
 // dropCard forgets the pod's card, releasing it from the store.
-func (r *CardReconciler) dropCard(st *podState) {
+func (r *Syncer) dropCard(st *PodState) {
 	if st.card != nil {
 		r.cards.release(st.card.heldKey)
 	}
@@ -299,7 +256,7 @@ func (r *CardReconciler) dropCard(st *podState) {
 
 // releaseTransient drops the card bytes the store does not hold, once the sync that fetched them
 // has written its status: the summary (hash, verdict) stays, the bytes do not.
-func (st *podState) releaseTransient() {
+func (st *PodState) releaseTransient() {
 	if st.card != nil && st.card.heldKey == "" {
 		st.card.status = nil
 	}
@@ -307,18 +264,16 @@ func (st *podState) releaseTransient() {
 
 // verifyPod verifies the pod's card unless the same card was verified for the same identity and
 // bundle. parsed is the card when this sync fetched it, nil after a 304.
-func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card) {
-	expected, idErr := r.Identities.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, in.pod.Namespace, in.pod.ServiceAccount)
+func (r *Syncer) verifyPod(st *PodState, in syncInput, parsed *card.Card) {
+	id := verify.Identity{SpiffeID: in.expectedIDSpec, TrustDomain: in.trustDomain, Namespace: in.pod.Namespace, ServiceAccount: in.pod.ServiceAccount}
 	bundle, _ := r.Trust.Get()
 	bundleHash := ""
 	if bundle != nil {
 		bundleHash = bundle.Hash
 	}
-	idKey := expected
-	if idErr != nil {
-		idKey = idErr.Reason + ":" + idErr.Message
-	}
-	key := digest(st.card.hash, st.card.signatures, idKey, in.trustDomain, bundleHash)
+	// The verdict is a function of the card, its signatures, the identity and the bundle (the
+	// identity rules are the process's): the same key, the same verdict.
+	key := digest(st.card.hash, st.card.signatures, id.SpiffeID, id.TrustDomain, id.Namespace, id.ServiceAccount, bundleHash)
 	if key == st.verifiedFor {
 		return
 	}
@@ -335,7 +290,7 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 			}
 			parsed = c
 		}
-		v := boundedResult((&signature.Verifier{Bundle: bundle}).Verify(parsed))
+		v := boundedResult(verify.Signature(parsed, bundle, time.Time{}))
 		metrics.ObserveVerification(v.Verified, v.Reason)
 		return v, true
 	})
@@ -345,25 +300,20 @@ func (r *CardReconciler) verifyPod(st *podState, in syncInput, parsed *card.Card
 		st.verifiedFor = ""
 		return
 	}
-	if idErr != nil {
-		// A binding the spec cannot have is reported as such, whatever the signature.
-		st.binding = signature.BindingResult{Expected: in.expectedIDSpec, Reason: idErr.Reason, Message: idErr.Message}
-	} else {
-		st.binding = signature.Bind(st.verify, expected, in.trustDomain)
-	}
+	st.binding = verify.Bind(st.verify, id, r.Identities)
 	// Every pod of a card and service account has the same expected identity, binding message and
 	// key: they share one copy.
-	st.binding.Expected, st.binding.Message = intern(st.binding.Expected), intern(st.binding.Message)
-	st.verifiedFor = intern(key)
+	st.binding.Expected, st.binding.Message = intern.String(st.binding.Expected), intern.String(st.binding.Message)
+	st.verifiedFor = intern.String(key)
 }
 
 // boundedResult cuts what a verification result repeats from the card (kid, alg, messages quoting
 // the protected header) before it is kept with the pod and written to status.
 func boundedResult(v signature.Result) signature.Result {
-	v.KeyID = resources.CutEncoded(v.KeyID, resources.MaxKeyIDBytes)
-	v.Algorithm = resources.CutEncoded(v.Algorithm, resources.MaxKeyIDBytes)
-	v.SpiffeID = resources.CutEncoded(v.SpiffeID, resources.MaxSpiffeIDBytes)
-	v.Message = resources.CutEncoded(v.Message, resources.MaxMessageBytes)
+	v.KeyID = status.CutEncoded(v.KeyID, status.MaxKeyIDBytes)
+	v.Algorithm = status.CutEncoded(v.Algorithm, status.MaxKeyIDBytes)
+	v.SpiffeID = status.CutEncoded(v.SpiffeID, status.MaxSpiffeIDBytes)
+	v.Message = status.CutEncoded(v.Message, status.MaxMessageBytes)
 	return v
 }
 

@@ -1,8 +1,13 @@
-package controller
+// Package podlabels writes the kagenti.io/signature-verified label on the pods of verified
+// AgentCards (the pods themselves, never a template: no restart), in the order that is the
+// security property (revoke before the status write, grant after it), remembers the verdicts it
+// gave (Grants), and guards the label against anyone else (LabelGuard).
+package podlabels
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,13 +21,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/podcache"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// verifiedPods is the controller's memory of its own verdicts: the pods it labelled
+// Grants is the controller's memory of its own verdicts: the pods it labelled
 // kagenti.io/signature-verified=true, and for which AgentCard. The label on a pod means nothing
 // else: the LabelGuard sets it to false on any pod carrying true that is not in here.
-type verifiedPods struct {
+type Grants struct {
 	mu   sync.Mutex
 	pods map[types.NamespacedName]verifiedPod
 	// synced are the AgentCards reconciled at least once by this process (see LabelGuard).
@@ -34,31 +40,32 @@ type verifiedPod struct {
 	card types.NamespacedName
 }
 
-func newVerifiedPods() *verifiedPods {
-	return &verifiedPods{pods: map[types.NamespacedName]verifiedPod{}, synced: map[types.NamespacedName]bool{}}
+// NewGrants returns an empty memory.
+func NewGrants() *Grants {
+	return &Grants{pods: map[types.NamespacedName]verifiedPod{}, synced: map[types.NamespacedName]bool{}}
 }
 
-func (v *verifiedPods) grant(p *pod, card types.NamespacedName) {
+func (v *Grants) grant(p *podcache.Pod, card types.NamespacedName) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.pods[p.key()] = verifiedPod{uid: p.UID, card: card}
+	v.pods[p.Key()] = verifiedPod{uid: p.UID, card: card}
 }
 
-func (v *verifiedPods) revoke(pod types.NamespacedName) {
+func (v *Grants) revoke(pod types.NamespacedName) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.pods, pod)
 }
 
-func (v *verifiedPods) has(pod types.NamespacedName, uid types.UID) bool {
+func (v *Grants) has(pod types.NamespacedName, uid types.UID) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.pods[pod]
 	return ok && e.uid == uid
 }
 
-// grantedBy returns the pods card labelled true.
-func (v *verifiedPods) grantedBy(card types.NamespacedName) []types.NamespacedName {
+// GrantedBy returns the pods card labelled true.
+func (v *Grants) GrantedBy(card types.NamespacedName) []types.NamespacedName {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []types.NamespacedName
@@ -70,20 +77,22 @@ func (v *verifiedPods) grantedBy(card types.NamespacedName) []types.NamespacedNa
 	return out
 }
 
-func (v *verifiedPods) markSynced(card types.NamespacedName) {
+// MarkSynced records that card was reconciled (the LabelGuard waits for every card of a namespace).
+func (v *Grants) MarkSynced(card types.NamespacedName) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.synced[card] = true
 }
 
-func (v *verifiedPods) forgetCard(card types.NamespacedName) {
+// ForgetCard forgets that a deleted card was reconciled.
+func (v *Grants) ForgetCard(card types.NamespacedName) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.synced, card)
 }
 
 // allSynced reports whether every one of cards has been reconciled since the process started.
-func (v *verifiedPods) allSynced(cards []v1alpha1.AgentCard) bool {
+func (v *Grants) allSynced(cards []v1alpha1.AgentCard) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for i := range cards {
@@ -94,44 +103,58 @@ func (v *verifiedPods) allSynced(cards []v1alpha1.AgentCard) bool {
 	return true
 }
 
-// labelChange is a pod whose label a sync sets to value ("" removes it).
-type labelChange struct {
-	pod   *pod
-	value string
+// Labeller writes the label on the pods of one AgentCard's syncs and keeps Granted current.
+type Labeller struct {
+	Client client.Client
+	// Pods are the cached pods (shared with the sync and the LabelGuard).
+	Pods *duck.SlimPods[*podcache.Pod]
+	// Granted remembers the pods labelled true (shared with the LabelGuard).
+	Granted *Grants
 }
 
-// revokeLabels takes true away from every served pod whose verdict is not positive and that may
-// carry it, setting the value its card calls for (false, or no label when the card has nothing to
-// verify), and sets false on every pod this card verified before that it no longer selects. It
-// runs before the status write, so a status the API server refuses cannot leave a pod labelled
-// verified. It returns the other served pods whose label differs from what their card calls for,
-// for relabel.
-func (r *CardReconciler) revokeLabels(ctx context.Context, card types.NamespacedName, served []servedPod, selected map[string]bool, requireSig bool) []labelChange {
-	var revoke, relabel []labelChange
-	for _, sp := range served {
-		want := sp.state.label(requireSig)
+// Decision is what a sync calls for on one served pod's label.
+type Decision struct {
+	Pod  *podcache.Pod
+	Want Label
+}
+
+// Change is a pod whose label a sync sets to Value ("" removes it).
+type Change struct {
+	Pod   *podcache.Pod
+	Value string
+}
+
+// Revoke takes true away from every served pod whose verdict is not positive and that may carry
+// it, setting the value its card calls for (false, or no label when the card has nothing to
+// verify), and sets false on every pod card verified before that it no longer selects (selected
+// names every pod it selects, serving or not). It runs before the status write, so a status the
+// API server refuses cannot leave a pod labelled verified. It returns the other served pods whose
+// label differs from what their card calls for, for Relabel.
+func (l *Labeller) Revoke(ctx context.Context, card types.NamespacedName, served []Decision, selected map[string]bool) []Change {
+	var revoke, relabel []Change
+	for _, d := range served {
 		switch {
-		case want == labelTrue:
-		case r.mayCarryTrue(sp.pod):
-			revoke = append(revoke, labelChange{pod: sp.pod, value: want.revokedValue()})
+		case d.Want == LabelTrue:
+		case l.mayCarryTrue(d.Pod):
+			revoke = append(revoke, Change{Pod: d.Pod, Value: d.Want.revokedValue()})
 		default:
 			// Forgets a verdict given to an earlier pod of the same name (another UID).
-			r.Verified.revoke(sp.pod.key())
-			if v, ok := want.value(); ok && !hasLabelValue(sp.pod, v) {
-				relabel = append(relabel, labelChange{pod: sp.pod, value: v})
+			l.Granted.revoke(d.Pod.Key())
+			if v, ok := d.Want.value(); ok && !hasLabelValue(d.Pod, v) {
+				relabel = append(relabel, Change{Pod: d.Pod, Value: v})
 			}
 		}
 	}
-	inParallel(revoke, func(lc labelChange) {
-		r.Verified.revoke(lc.pod.key())
+	inParallel(revoke, func(lc Change) {
+		l.Granted.revoke(lc.Pod.Key())
 		// Sent whatever the cache shows: our own true may not be in it yet.
-		if err := r.patchVerifiedLabel(ctx, lc.pod, lc.value); err != nil {
-			log.FromContext(ctx).Error(err, "labelling pod", "pod", lc.pod.Name)
+		if err := l.patch(ctx, lc.Pod, lc.Value); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", lc.Pod.Name)
 		}
 	})
-	for _, key := range r.Verified.grantedBy(card) {
+	for _, key := range l.Granted.GrantedBy(card) {
 		if !selected[key.Name] {
-			r.revokePod(ctx, key)
+			l.RevokePod(ctx, key)
 		}
 	}
 	return relabel
@@ -139,36 +162,36 @@ func (r *CardReconciler) revokeLabels(ctx context.Context, card types.Namespaced
 
 // mayCarryTrue says whether a pod may be labelled true: it is in the cache, or this process
 // granted it (the cache may not show our own patch yet).
-func (r *CardReconciler) mayCarryTrue(p *pod) bool {
-	return p.Labels[v1alpha1.LabelSignatureVerified] == "true" || r.Verified.has(p.key(), p.UID)
+func (l *Labeller) mayCarryTrue(p *podcache.Pod) bool {
+	return p.Labels[v1alpha1.LabelSignatureVerified] == "true" || l.Granted.has(p.Key(), p.UID)
 }
 
-// relabel sets the label revokeLabels returned: false on a pod whose verification failed, none on
-// a pod whose card has nothing to verify. Neither grants anything, so this is no revocation: it
+// Relabel sets the labels Revoke returned: false on a pod whose verification failed, none on a
+// pod whose card has nothing to verify. Neither grants anything, so this is no revocation: it
 // runs alongside the status write rather than before it, and a sync waits for one API round trip
 // instead of two.
-func (r *CardReconciler) relabel(ctx context.Context, changes []labelChange) {
-	inParallel(changes, func(lc labelChange) {
-		if err := r.patchVerifiedLabel(ctx, lc.pod, lc.value); err != nil {
-			log.FromContext(ctx).Error(err, "labelling pod", "pod", lc.pod.Name)
+func (l *Labeller) Relabel(ctx context.Context, changes []Change) {
+	inParallel(changes, func(lc Change) {
+		if err := l.patch(ctx, lc.Pod, lc.Value); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", lc.Pod.Name)
 		}
 	})
 }
 
-// grantLabels sets the label to true on every served pod whose verdict is positive, once the
-// status saying so is written.
-func (r *CardReconciler) grantLabels(ctx context.Context, card types.NamespacedName, served []servedPod) {
-	inParallel(served, func(sp servedPod) {
-		if !sp.state.verified() {
+// Grant sets the label to true on every served pod whose verdict is positive, once the status
+// saying so is written.
+func (l *Labeller) Grant(ctx context.Context, card types.NamespacedName, served []Decision) {
+	inParallel(served, func(d Decision) {
+		if d.Want != LabelTrue {
 			return
 		}
 		// Remembered before the patch: the guard must never see our own label as foreign.
-		r.Verified.grant(sp.pod, card)
-		if hasLabelValue(sp.pod, "true") {
+		l.Granted.grant(d.Pod, card)
+		if hasLabelValue(d.Pod, "true") {
 			return
 		}
-		if err := r.patchVerifiedLabel(ctx, sp.pod, "true"); err != nil {
-			log.FromContext(ctx).Error(err, "labelling pod", "pod", sp.pod.Name)
+		if err := l.patch(ctx, d.Pod, "true"); err != nil {
+			log.FromContext(ctx).Error(err, "labelling pod", "pod", d.Pod.Name)
 		}
 	})
 }
@@ -201,18 +224,40 @@ func inParallel[T any](items []T, f func(T)) {
 	wg.Wait()
 }
 
-// revokePod forgets a pod's verdict and sets its label to false if it says true.
-func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName) {
-	r.Verified.revoke(key)
-	p, ok := r.Pods.Get(key)
+// RevokePod forgets a pod's verdict and sets its label to false if it says true.
+func (l *Labeller) RevokePod(ctx context.Context, key types.NamespacedName) {
+	l.Granted.revoke(key)
+	p, ok := l.Pods.Get(key)
 	if !ok {
 		return // gone (or not cached): nothing to correct
 	}
 	if p.Labels[v1alpha1.LabelSignatureVerified] == "true" {
-		if err := r.patchVerifiedLabel(ctx, p, "false"); err != nil {
+		if err := l.patch(ctx, p, "false"); err != nil {
 			log.FromContext(ctx).Error(err, "labelling pod", "pod", key.String())
 		}
 	}
+}
+
+// patch sets kagenti.io/signature-verified on the pod itself to value, or removes it when value
+// is "" (a metadata-only merge patch: no restart, never the workload's template).
+func (l *Labeller) patch(ctx context.Context, p *podcache.Pod, value string) error {
+	v := "null"
+	if value != "" {
+		v = strconv.Quote(value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, v1alpha1.LabelSignatureVerified, v)
+	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+	err := l.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, []byte(patch)))
+	return client.IgnoreNotFound(err)
+}
+
+// hasLabelValue says whether the cached pod's kagenti.io/signature-verified is value ("": absent).
+func hasLabelValue(p *podcache.Pod, value string) bool {
+	v, ok := p.Labels[v1alpha1.LabelSignatureVerified]
+	if value == "" {
+		return !ok
+	}
+	return ok && v == value
 }
 
 // LabelGuard keeps kagenti.io/signature-verified=true for the pods agentcard verified: any other
@@ -223,8 +268,8 @@ func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName
 type LabelGuard struct {
 	Client client.Client
 	// Pods are the cached pods, shared with the CardReconciler.
-	Pods     *duck.SlimPods[*pod]
-	Verified *verifiedPods
+	Pods     *duck.SlimPods[*podcache.Pod]
+	Verified *Grants
 	Recorder events.EventRecorder
 	// Retry is how soon a pod is looked at again while its namespace's AgentCards are not synced.
 	Retry time.Duration

@@ -1,4 +1,4 @@
-package resources
+package status
 
 import (
 	"encoding/json"
@@ -41,7 +41,7 @@ func TestBuildStatusNewestWinsAndConditionsKeepTransitionTime(t *testing.T) {
 	now := time.Now()
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
 	pods := []PodResult{served(t, "old", now.Add(-time.Hour), "1.0.0", true), served(t, "new", now, "2.0.0", true)}
-	st := BuildStatus(c, pods, nil, true, now)
+	st := Build(c, pods, nil, true, now)
 	assert.Equal(t, v1alpha1.PhaseActive, st.Phase)
 	assert.Contains(t, string(st.Card.Raw), `"2.0.0"`)
 	assert.Equal(t, metav1.ConditionFalse, meta.FindStatusCondition(st.Conditions, "CardConsistent").Status)
@@ -53,58 +53,58 @@ func TestBuildStatusNewestWinsAndConditionsKeepTransitionTime(t *testing.T) {
 	for i := range c.Status.Conditions {
 		c.Status.Conditions[i].LastTransitionTime = metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second))
 	}
-	again := BuildStatus(c, pods, nil, true, now.Add(time.Minute))
-	assert.True(t, StatusEqual(c.Status, again), "an unchanged sync must not write")
+	again := Build(c, pods, nil, true, now.Add(time.Minute))
+	assert.True(t, Equal(c.Status, again), "an unchanged sync must not write")
 	assert.Equal(t, c.Status.Conditions[0].LastTransitionTime, again.Conditions[0].LastTransitionTime)
 }
 
 func TestBuildStatusRequireSignature(t *testing.T) {
 	c := &v1alpha1.AgentCard{}
-	st := BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, true, time.Now())
+	st := Build(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, true, time.Now())
 	assert.Equal(t, "SignatureRequired", meta.FindStatusCondition(st.Conditions, "Ready").Reason)
-	st = BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
+	st = Build(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
 	assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(st.Conditions, "Ready").Status, "unsigned is fine when not required")
-	st = BuildStatus(c, nil, &SelectorError{Reason: "TargetNotFound", Message: "Deployment \"x\" not found"}, true, time.Now())
+	st = Build(c, nil, &SelectorError{Reason: "TargetNotFound", Message: "Deployment \"x\" not found"}, true, time.Now())
 	assert.Equal(t, v1alpha1.PhasePending, st.Phase)
 	assert.Equal(t, "TargetNotFound", meta.FindStatusCondition(st.Conditions, "Ready").Reason)
 }
 
 func TestBuildStatusVerdict(t *testing.T) {
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
-	st := BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
+	st := Build(c, []PodResult{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
 	v := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified)
 	require.NotNil(t, v)
 	assert.Equal(t, metav1.ConditionTrue, v.Status)
 	assert.EqualValues(t, 2, v.ObservedGeneration)
 	assert.True(t, IsVerified(st))
 
-	st = BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
+	st = Build(c, []PodResult{served(t, "p", time.Now(), "1", false)}, nil, false, time.Now())
 	assert.Equal(t, "NoSignature", meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified).Reason)
 	assert.False(t, IsVerified(st))
 
 	// A binding the spec cannot have is the verdict's reason, before the signature's failure.
 	notAllowed := served(t, "p", time.Now(), "1", false)
 	notAllowed.Binding = signature.BindingResult{Reason: signature.ReasonIdentityNotAllowed, Message: "namespace rule"}
-	st = BuildStatus(c, []PodResult{notAllowed}, nil, false, time.Now())
+	st = Build(c, []PodResult{notAllowed}, nil, false, time.Now())
 	assert.Equal(t, signature.ReasonIdentityNotAllowed, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionVerified).Reason)
 
 	// No card: not verified, for Ready's reason.
 	failed := served(t, "p", time.Now(), "1", false)
 	failed.Card, failed.FetchStatus, failed.Reason = nil, v1alpha1.FetchFailed, v1alpha1.ReasonCardTooLarge
-	st = BuildStatus(c, []PodResult{failed}, nil, false, time.Now())
+	st = Build(c, []PodResult{failed}, nil, false, time.Now())
 	assert.Equal(t, "False/CardTooLarge", string(meta.FindStatusCondition(st.Conditions, "Verified").Status)+"/"+meta.FindStatusCondition(st.Conditions, "Verified").Reason)
 	assert.Equal(t, v1alpha1.ReasonCardTooLarge, meta.FindStatusCondition(st.Conditions, "Ready").Reason)
 	assert.Equal(t, v1alpha1.ReasonCardTooLarge, meta.FindStatusCondition(st.Conditions, "Synced").Reason)
-	st = BuildStatus(c, nil, &SelectorError{Reason: "TargetNotFound", Message: "x"}, false, time.Now())
+	st = Build(c, nil, &SelectorError{Reason: "TargetNotFound", Message: "x"}, false, time.Now())
 	assert.Equal(t, "TargetNotFound", meta.FindStatusCondition(st.Conditions, "Verified").Reason)
 }
 
 func TestFailClosedStatusWithdrawsTheVerdict(t *testing.T) {
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
-	c.Status = BuildStatus(c, []PodResult{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
+	c.Status = Build(c, []PodResult{served(t, "p", time.Now(), "1", true)}, nil, false, time.Now())
 	require.True(t, IsVerified(c.Status))
-	desired := BuildStatus(c, []PodResult{served(t, "p", time.Now(), "2", false)}, nil, false, time.Now())
-	st := FailClosedStatus(c, desired, fmt.Errorf("request entity too large"))
+	desired := Build(c, []PodResult{served(t, "p", time.Now(), "2", false)}, nil, false, time.Now())
+	st := FailClosed(c, desired, fmt.Errorf("request entity too large"))
 	assert.False(t, IsVerified(st))
 	assert.Nil(t, st.Card)
 	assert.Nil(t, st.Signature)

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -15,54 +13,22 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/intern"
 )
 
-// TestStoreAndCacheShareACard: the bytes the cardStore keeps for the controller's next status and
-// the cached AgentCard's status.card (decoded separately, from the API server's answer) are one
-// copy once both hold the same card.
-func TestStoreAndCacheShareACard(t *testing.T) {
+// TestCacheSharesTheCardCopy: the cached AgentCard's status.card (decoded from the API server's
+// answer) is the process's one copy of the card (intern.Bytes), the one the card store keeps for
+// the controller's next status (cardsync's TestStoreHoldsTheSharedCopy).
+func TestCacheSharesTheCardCopy(t *testing.T) {
 	encoded := []byte(`{"name":"shared-by-store-and-cache","version":"1"}`)
-	store := newCardStore(1 << 20)
-	held, ok := store.hold("body", &cardSummary{hash: "h", status: bytes.Clone(encoded)})
-	require.True(t, ok)
+	held := intern.Bytes(bytes.Clone(encoded))
 
 	decoded := &v1alpha1.AgentCard{Status: v1alpha1.AgentCardStatus{Card: &k8sruntime.RawExtension{Raw: bytes.Clone(encoded)}}}
 	o, err := shareCard(decoded)
 	require.NoError(t, err)
 	cached := o.(*v1alpha1.AgentCard).Status.Card.Raw
 	assert.Equal(t, encoded, cached)
-	assert.Same(t, unsafe.SliceData(held.status), unsafe.SliceData(cached), "the store and the cache hold a copy each")
-}
-
-// TestSharedBytesForgetsWhatNoOneHolds: an entry goes once its last holder drops the bytes, and
-// different contents never share.
-func TestSharedBytesForgetsWhatNoOneHolds(t *testing.T) {
-	s := newSharedBytes()
-	a := s.share([]byte("card a"))
-	b := s.share([]byte("card b"))
-	assert.Equal(t, "card a", string(a))
-	assert.Equal(t, "card b", string(b))
-	assert.Equal(t, 2, s.len())
-	runtime.KeepAlive(a)
-	runtime.KeepAlive(b)
-	a, b = nil, nil
-	require.Eventually(t, func() bool {
-		runtime.GC()
-		return s.len() == 0
-	}, 10*time.Second, 10*time.Millisecond, "entries of dropped bytes stay")
-	assert.Equal(t, "card a", string(s.share([]byte("card a"))), "a dropped content is kept again")
-}
-
-// TestInternedStringOutlivesAGarbageCollection: a string interned before a collection and still
-// held is the one a later intern of the same content returns (unique.Make's canonical copy went
-// with its last Handle, however many objects still held the string).
-func TestInternedStringOutlivesAGarbageCollection(t *testing.T) {
-	first := intern(strings.Clone("kagenti.io/interned-before-a-gc"))
-	runtime.GC()
-	runtime.GC()
-	again := intern(strings.Clone("kagenti.io/interned-before-a-gc"))
-	assert.Same(t, unsafe.StringData(first), unsafe.StringData(again), "a second copy after a garbage collection")
-	runtime.KeepAlive(first)
+	assert.Same(t, unsafe.SliceData(held), unsafe.SliceData(cached), "the store and the cache hold a copy each")
 }
 
 // TestCachedStatusIsCompacted: AgentCards decoded from the API server's JSON are cached with their

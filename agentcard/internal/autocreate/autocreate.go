@@ -1,4 +1,7 @@
-package controller
+// Package autocreate is AgentCardSync: one AgentCard for every workload labelled
+// kagenti.io/type=agent, created when the workload asks for one and no user's AgentCard targets
+// it, deleted (only when it is ours) when it no longer does.
+package autocreate
 
 import (
 	"context"
@@ -23,8 +26,8 @@ import (
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agentcards,verbs=create;delete
 
-// AutoCreateKinds are the workload kinds whose kagenti.io/type=agent objects get an AgentCard.
-var AutoCreateKinds = []schema.GroupVersionKind{
+// Kinds are the workload kinds whose kagenti.io/type=agent objects get an AgentCard.
+var Kinds = []schema.GroupVersionKind{
 	{Group: "apps", Version: "v1", Kind: "Deployment"},
 	{Group: "apps", Version: "v1", Kind: "StatefulSet"},
 	{Group: "apps", Version: "v1", Kind: "DaemonSet"},

@@ -1,4 +1,4 @@
-package controller
+package cardsync
 
 import (
 	"context"
@@ -18,8 +18,10 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/devca"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/podcache"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
+	"github.com/kagenti/platform/agentcard/internal/verify"
 )
 
 // Pods serving the same card body hold one copy of it and share one signature verification;
@@ -42,17 +44,17 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 	port, err := strconv.Atoi(portStr)
 	require.NoError(t, err)
 
-	trust := &TrustStore{}
+	trust := &verify.TrustStore{}
 	trust.Set(bundle, nil)
-	r := &CardReconciler{Fetcher: fetch.New(4, 5*time.Second), Trust: trust, cards: newCardStore(1 << 20)}
+	r := NewSyncer(fetch.New(4, 5*time.Second), trust, signature.IdentityRules{}, "", 1<<20)
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent"},
 		Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: int32(port), Path: "/card"}}}
 
-	states := make([]*podState, 3)
+	states := make([]*PodState, 3)
 	for i := range states {
-		p := &pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+		p := &podcache.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
 			ServiceAccount: "agent", IP: host, Serving: true}
-		states[i] = &podState{}
+		states[i] = &PodState{}
 		r.syncPod(context.Background(), states[i], syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
 		require.Equal(t, v1alpha1.FetchSuccess, states[i].fetchStatus, states[i].errMsg)
 		assert.True(t, states[i].verified(), "pod %d: %+v %+v", i, states[i].verify, states[i].binding)
@@ -70,7 +72,7 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 	other.Hash = "rotated"
 	trust.Set(other, nil)
 	for i, st := range states {
-		p := &pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+		p := &podcache.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
 			ServiceAccount: "agent", IP: host, Serving: true}
 		r.syncPod(context.Background(), st, syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
 		assert.True(t, st.verified())
@@ -81,7 +83,7 @@ func TestPodsServingOneCardShareOneVerifiedCopy(t *testing.T) {
 // BenchmarkFirstSyncOfPodsServingOneCard is the first sync of 100 pods serving the same signed
 // card (a Deployment's replicas): every fetch is a full 200 answer.
 //
-//	go test -run '^$' -bench FirstSyncOfPodsServingOneCard -benchmem ./agentcard/internal/controller/
+//	go test -run '^$' -bench FirstSyncOfPodsServingOneCard -benchmem ./agentcard/internal/cardsync/
 func BenchmarkFirstSyncOfPodsServingOneCard(b *testing.B) {
 	const pods = 100
 	ca, err := devca.NewCA("cluster.local", time.Hour)
@@ -99,20 +101,20 @@ func BenchmarkFirstSyncOfPodsServingOneCard(b *testing.B) {
 	require.NoError(b, err)
 	port, err := strconv.Atoi(portStr)
 	require.NoError(b, err)
-	trust := &TrustStore{}
+	trust := &verify.TrustStore{}
 	trust.Set(bundle, nil)
 	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent"},
 		Spec: v1alpha1.AgentCardSpec{Endpoint: &v1alpha1.Endpoint{Port: int32(port), Path: "/card"}}}
-	podList := make([]*pod, pods)
+	podList := make([]*podcache.Pod, pods)
 	for i := range podList {
-		podList[i] = &pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
+		podList[i] = &podcache.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "agent-" + strconv.Itoa(i), UID: types.UID("uid-" + strconv.Itoa(i))},
 			ServiceAccount: "agent", IP: host, Serving: true}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		r := &CardReconciler{Fetcher: fetch.New(4, 5*time.Second), Trust: trust, cards: newCardStore(1 << 20)}
+		r := NewSyncer(fetch.New(4, 5*time.Second), trust, signature.IdentityRules{}, "", 1<<20)
 		for _, p := range podList {
-			st := &podState{}
+			st := &PodState{}
 			r.syncPod(context.Background(), st, syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
 			if !st.verified() {
 				b.Fatalf("%+v %+v", st.verify, st.binding)

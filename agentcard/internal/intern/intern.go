@@ -1,4 +1,7 @@
-package controller
+// Package intern keeps one copy of the byte strings and strings that many cached objects of the
+// agentcard controller repeat (a card's bytes in status.card and in the card store, label keys and
+// values, condition reasons), for as long as one holder keeps it.
+package intern
 
 import (
 	"bytes"
@@ -32,9 +35,16 @@ func newSharedBytes() *sharedBytes {
 	return &sharedBytes{entries: map[[sha256.Size]byte]weakBytes{}}
 }
 
-// cardBytes is the process's one store of card bytes: the cache's transform and the controller
+// cardBytes is the process's one store of card bytes: the cache's transform and the card store
 // share through it.
 var cardBytes = newSharedBytes()
+
+// Bytes returns the process's held copy of b's content (see sharedBytes.share): the cached
+// AgentCards' status.card and the card store's bytes of the same card are one copy. The result
+// must not be modified.
+func Bytes(b []byte) []byte {
+	return cardBytes.share(b)
+}
 
 // share returns the held copy of b's content, keeping a copy of b when none is held. b itself is
 // never kept: it may be part of a larger buffer.
@@ -86,6 +96,24 @@ type stringStore struct {
 
 // internedStrings is the process's one store of interned strings.
 var internedStrings = &stringStore{seed: maphash.MakeSeed(), entries: map[uint64]weakBytes{}}
+
+// String returns the canonical copy of s: equal strings of many cached objects share one, for as
+// long as one of them holds it.
+func String(s string) string {
+	return internedStrings.intern(s)
+}
+
+// Labels copies labels with interned keys and values.
+func Labels(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(labels))
+	for k, v := range labels {
+		out[String(k)] = String(v)
+	}
+	return out
+}
 
 // intern returns the held copy of v, keeping a copy of v when none is held (v itself may be part
 // of a larger buffer, such as a decoded object's).

@@ -1,14 +1,18 @@
-package controller
+package cardsync
 
 import (
+	"bytes"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kagenti/platform/agentcard/internal/intern"
 )
 
 func TestCardStoreSharesAndBounds(t *testing.T) {
-	s := newCardStore(10)
+	s := newStore(10)
 	summary := func(status string) *cardSummary { return &cardSummary{hash: status, status: []byte(status)} }
 	ka, kb, kc := bodyKey([]byte("a")), bodyKey([]byte("b")), bodyKey([]byte("c"))
 	_, found := s.lookup(ka)
@@ -43,4 +47,17 @@ func TestCardStoreSharesAndBounds(t *testing.T) {
 	s.release("unknown")
 	assert.Zero(t, s.size())
 	assert.Empty(t, s.entries)
+}
+
+// TestStoreHoldsTheSharedCopy: the bytes the store keeps for the controller's next status are the
+// process's one copy of the card (intern.Bytes), the one the cached AgentCards' status.card holds
+// (the controller's cache transform shares through the same store).
+func TestStoreHoldsTheSharedCopy(t *testing.T) {
+	encoded := []byte(`{"name":"shared-by-store-and-cache","version":"1"}`)
+	s := newStore(1 << 20)
+	held, ok := s.hold("body", &cardSummary{hash: "h", status: bytes.Clone(encoded)})
+	require.True(t, ok)
+	cached := intern.Bytes(bytes.Clone(encoded))
+	assert.Equal(t, encoded, cached)
+	assert.Same(t, unsafe.SliceData(held.status), unsafe.SliceData(cached), "the store and the cache hold a copy each")
 }

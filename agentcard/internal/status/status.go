@@ -1,6 +1,9 @@
-// Package resources holds agentcard's pure parts: the status an AgentCard gets from its pods'
-// sync results, and the AgentCard auto-created for a workload.
-package resources
+// Package status builds an AgentCard's status from its pods' sync results, purely: the per-pod
+// entries, the card shown, the conditions (Synced, SignatureVerified, Bound, Verified,
+// CardConsistent, and Ready/Reconciling/Stalled), the text bounds of what a pod can make the
+// controller write, the comparison that spares unchanged writes, and the fail-closed status
+// written when the API server refuses one.
+package status
 
 import (
 	"fmt"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/agentcard/internal/verify"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -77,9 +81,9 @@ type SelectorError struct {
 
 func (e *SelectorError) Error() string { return e.Message }
 
-// BuildStatus computes the desired status from the sync results. It is pure: conditions keep
+// Build computes the desired status from the sync results. It is pure: conditions keep
 // their lastTransitionTime from old when their status does not change.
-func BuildStatus(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError, requireSig bool, now time.Time) v1alpha1.AgentCardStatus {
+func Build(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError, requireSig bool, now time.Time) v1alpha1.AgentCardStatus {
 	old := c.Status
 	st := v1alpha1.AgentCardStatus{DiscoveredPods: int32(len(pods))}
 	st.Conditions = append([]metav1.Condition(nil), old.Conditions...)
@@ -173,8 +177,9 @@ func BuildStatus(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError,
 	st.Binding = &v1alpha1.BindingStatus{Bound: b.Bound, ExpectedSpiffeID: CutEncoded(b.Expected, MaxSpiffeIDBytes), Reason: b.Reason, Message: CutEncoded(b.Message, MaxMessageBytes)}
 	set(v1alpha1.ConditionSignatureVerified, boolStatus(v.Verified), v.Reason, CutEncoded(v.Message, MaxMessageBytes))
 	set(v1alpha1.ConditionBound, boolStatus(b.Bound), b.Reason, CutEncoded(b.Message, MaxMessageBytes))
-	verified, reason, msg := verdict(v, b)
-	set(v1alpha1.ConditionVerified, boolStatus(verified), reason, CutEncoded(msg, MaxMessageBytes))
+	verdict := verify.Verdict{Signature: v, Binding: b}
+	reason, msg := verdict.Cause()
+	set(v1alpha1.ConditionVerified, boolStatus(verdict.Verified()), reason, CutEncoded(msg, MaxMessageBytes))
 
 	var differ []string
 	for _, sp := range withCard[1:] {
@@ -206,20 +211,6 @@ func BuildStatus(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError,
 		st.MarkReady(v1alpha1.ReasonCardAvailable, msg)
 	}
 	return st
-}
-
-// verdict is the Verified condition of a card: True when the signature verifies and the signer is
-// bound; otherwise the first cause, where a binding the spec cannot have (IdentityNotAllowed,
-// InvalidSpiffeID, ...) comes before the signature's own failure.
-func verdict(v signature.Result, b signature.BindingResult) (bool, string, string) {
-	switch {
-	case v.Verified && b.Bound:
-		return true, v1alpha1.ReasonVerified, "signed by " + v.SpiffeID + ", the identity this card may claim"
-	case b.Reason != signature.ReasonNotVerified && b.Reason != "":
-		return false, b.Reason, b.Message
-	default:
-		return false, v.Reason, v.Message
-	}
 }
 
 // failureReason is the condition reason of the first failed pod.
@@ -293,10 +284,10 @@ func encodedRuneLen(r rune) int {
 	}
 }
 
-// StatusEqual compares two statuses the way the API server would store them, ignoring timestamps
+// Equal compares two statuses the way the API server would store them, ignoring timestamps
 // that only move when something else changed, the card body (its hash is compared) and other
 // controllers' conditions.
-func StatusEqual(a, b v1alpha1.AgentCardStatus) bool {
+func Equal(a, b v1alpha1.AgentCardStatus) bool {
 	return equality.Semantic.DeepEqual(normalize(a), normalize(b))
 }
 
@@ -327,10 +318,10 @@ func IsVerified(st v1alpha1.AgentCardStatus) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == st.ObservedGeneration
 }
 
-// FailClosedStatus is the small status written when the API server refused desired: no card, no
+// FailClosed is the small status written when the API server refused desired: no card, no
 // signature or binding result, every verdict-bearing condition saying why. It is small enough for
 // any API server that accepts status writes at all.
-func FailClosedStatus(c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) v1alpha1.AgentCardStatus {
+func FailClosed(c *v1alpha1.AgentCard, desired v1alpha1.AgentCardStatus, writeErr error) v1alpha1.AgentCardStatus {
 	st := v1alpha1.AgentCardStatus{
 		Phase:          v1alpha1.PhaseError,
 		DiscoveredPods: desired.DiscoveredPods,
