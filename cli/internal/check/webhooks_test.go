@@ -213,7 +213,8 @@ func TestCheckWebhookCertificateFailures(t *testing.T) {
 	})
 }
 
-// A webhook registered by Service: its certificate is read from the Secret its Deployment mounts
+// A webhook registered by Service: its certificate is read from the Secret its Deployment names
+// (the rotator's, by flag) or mounts (cert-manager's)
 // (a CLI outside the cluster cannot dial a Service), and the lines when that cannot be done.
 func TestCheckWebhookRegisteredByService(t *testing.T) {
 	ns := installNamespace(t)
@@ -246,7 +247,7 @@ func TestCheckWebhookRegisteredByService(t *testing.T) {
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "kagenti-webhook"}, Ports: []corev1.ServicePort{{Port: 443}}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	requireLine(t, runCheck(t, clients(t), opts),
-		"– webhook validate.kagenti.io certificate: the serving certificate of "+where+" is not readable here (no Secret with tls.crt mounted by its Deployment) (the reachability check still tests it through the API server)")
+		"– webhook validate.kagenti.io certificate: the serving certificate of "+where+" is not readable here (no Secret with tls.crt named by its Deployment) (the reachability check still tests it through the API server)")
 
 	hooks := readAll("admissionregistration.k8s.io/mutatingwebhookconfigurations", "admissionregistration.k8s.io/validatingwebhookconfigurations")
 	requireLine(t, runCheck(t, asUser(t, hooks...), opts),
@@ -258,12 +259,23 @@ func TestCheckWebhookRegisteredByService(t *testing.T) {
 	_, err = admin.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-cert"},
 		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: []byte("unused")}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	valid := fmt.Sprintf("✓ webhook validate.kagenti.io certificate: %s: valid until %s, signed by the caBundle of ValidatingWebhookConfiguration %s",
+		where, ca.leafNotAfter.UTC().Format("2006-01-02"), name)
 	d := deployment(t, ns, "kagenti-webhook", 0)
+
+	// As shipped: the rotator's Secret named by the controller's flag, the files in an emptyDir.
+	d.Spec.Template.Spec.Containers[0].Args = []string{"--webhook", "--cert-secret=webhook-cert", "--rotator-cert-dir=/certs"}
+	d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	d, err = admin.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	requireLine(t, runCheck(t, clients(t), opts), valid)
+
+	// With cert-manager: the Secret mounted.
+	d.Spec.Template.Spec.Containers[0].Args = nil
 	d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "webhook-cert"}}}}
 	_, err = admin.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	requireLine(t, runCheck(t, clients(t), opts), fmt.Sprintf("✓ webhook validate.kagenti.io certificate: %s: valid until %s, signed by the caBundle of ValidatingWebhookConfiguration %s",
-		where, ca.leafNotAfter.UTC().Format("2006-01-02"), name))
+	requireLine(t, runCheck(t, clients(t), opts), valid)
 }
 
 // The injector's controller line when its webhook is registered by Service without a
