@@ -149,9 +149,18 @@ func TestDestructiveUninstall(t *testing.T) {
 		},
 	}
 	framework.Create(t, c, user.DeepCopy())
+	auth := map[string]any{"targetRef": map[string]any{"kind": "Deployment", "name": "keeper"}, "spiffe": map[string]any{"trustDomain": "e2e.example.com"}}
+	if framework.ClusterKind() == "kind" {
+		// Real pods start the agent only once the sidecars are ready, and they are ready once they
+		// have registered and fetched the IdP's keys: the kind install's dev IdP (hack/kind.sh).
+		idp := "http://kagenti-dev-idp." + framework.SystemNamespace + ".svc:9080"
+		auth["clientRegistration"] = map[string]any{"provider": "oidc", "oidc": map[string]any{
+			"issuer": idp, "tokenUrl": idp + "/oauth/token", "jwksUrl": idp + "/keys", "registrationUrl": idp + "/register"}}
+		auth["inbound"] = map[string]any{"validation": map[string]any{"issuer": idp, "jwksUrl": idp + "/keys"}}
+	}
 	for _, obj := range []*unstructured.Unstructured{
 		{Object: map[string]any{"apiVersion": "kagenti.io/v1alpha1", "kind": "TokenExchange", "metadata": map[string]any{"name": "keeper-auth", "namespace": ns},
-			"spec": map[string]any{"targetRef": map[string]any{"kind": "Deployment", "name": "keeper"}, "spiffe": map[string]any{"trustDomain": "e2e.example.com"}}}},
+			"spec": auth}},
 		{Object: map[string]any{"apiVersion": "kagenti.io/v1alpha1", "kind": "AgentTrace", "metadata": map[string]any{"name": "keeper-trace", "namespace": ns},
 			"spec": map[string]any{"targetRef": map[string]any{"kind": "Deployment", "name": "keeper"}, "exporters": []any{map[string]any{"type": "otlp", "endpoint": "otel-collector.observability:4317"}}}}},
 	} {

@@ -72,5 +72,12 @@ stage test
 rc=0
 (cd "${ROOT}/e2e" && KAGENTI_E2E_KUBECONFIG="${KIND_KUBECONFIG}" KAGENTI_E2E_CLUSTER=kind \
   KAGENTI_E2E_SHELL_IMAGE="${shell_image}" go test -count=1 -v -timeout 20m -run "${RUN}" ./...) || rc=$?
+# Second phase, last because it removes Kagenti: `kagenti uninstall` with workload continuity on
+# real pods (the cluster is thrown away afterwards).
+if [[ ${rc} -eq 0 && -z "${KAGENTI_KIND_RUN:-}" ]]; then
+  stage destructive
+  (cd "${ROOT}/e2e" && KAGENTI_E2E_KUBECONFIG="${KIND_KUBECONFIG}" KAGENTI_E2E_CLUSTER=kind KAGENTI_E2E_DESTRUCTIVE=1 \
+    KAGENTI_E2E_SHELL_IMAGE="${shell_image}" go test -count=1 -v -timeout 15m -run '^TestDestructiveUninstall$' .) || rc=$?
+fi
 stage done
 exit "${rc}"

@@ -79,7 +79,8 @@ func TestLifecycle(t *testing.T) {
 	eventually(t, "tampered policy restored", func() (bool, string) {
 		cur := &networkingv1.NetworkPolicy{}
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(np), cur)
-		return len(cur.Spec.Ingress) == 1 && len(cur.Spec.Egress) == 1 && len(cur.Spec.Egress[0].To) == 1, "not restored"
+		// Restrictive: ingress from the operator; egress to DNS and to the operator namespace.
+		return len(cur.Spec.Ingress) == 1 && len(cur.Spec.Egress) == 2 && len(cur.Spec.Egress[0].To) == 1, "not restored"
 	})
 	// netpol's writes are recorded under its field manager, not the process name.
 	restored := &networkingv1.NetworkPolicy{}

@@ -33,7 +33,8 @@ const (
 const (
 	// EgressAll lets verified agents reach anything.
 	EgressAll = "all"
-	// EgressVerified restricts verified agents to other verified agents, DNS and EgressCIDRs.
+	// EgressVerified restricts verified agents to other verified agents, the operator namespace,
+	// DNS and EgressCIDRs.
 	EgressVerified = "verified"
 )
 
@@ -45,7 +46,8 @@ const (
 
 // Options are the cluster-wide settings from the command line.
 type Options struct {
-	// OperatorNamespace may always reach agents (agentcard fetches and re-verifies cards from there).
+	// OperatorNamespace may always reach agents (agentcard fetches and re-verifies cards from there),
+	// and agents may always reach it (the IdP their identity sidecars register with).
 	OperatorNamespace string
 	// DNSNamespace and DNSPodLabels select the cluster DNS pods (kube-dns: kube-system, k8s-app=kube-dns).
 	DNSNamespace string
@@ -130,7 +132,11 @@ func MakeNetworkPolicy(card *view.AgentCard, podSelector metav1.LabelSelector, o
 		np.Spec.Egress = verifiedEgress(opts)
 	} else {
 		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{operator(opts)}}}
-		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{dns(opts)}
+		// DNS, and the operator namespace: the agent's identity sidecars register with the IdP and
+		// exchange tokens there (the shipped IdP URL is keycloak.kagenti-system.svc). Without it an
+		// unverified agent's sidecars never become ready, so the agent never serves the card that
+		// would verify it (seen on kind, issue 27).
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{dns(opts), {To: []networkingv1.NetworkPolicyPeer{operator(opts)}}}
 	}
 	return np
 }
@@ -180,7 +186,7 @@ func verifiedEgress(opts Options) []networkingv1.NetworkPolicyEgressRule {
 	if opts.Egress != EgressVerified {
 		return []networkingv1.NetworkPolicyEgressRule{{}} // one empty rule: everything
 	}
-	to := []networkingv1.NetworkPolicyPeer{verifiedAgents()}
+	to := []networkingv1.NetworkPolicyPeer{verifiedAgents(), operator(opts)}
 	cidrs := append([]string(nil), opts.EgressCIDRs...)
 	sort.Strings(cidrs)
 	for _, c := range cidrs {

@@ -96,7 +96,7 @@ func TestPolicySemantics(t *testing.T) {
 		{verifiedA, dnsP, 53, corev1.ProtocolUDP, true},          //
 		{unverified, dnsP, 8080, corev1.ProtocolTCP, false},      // only port 53 on the DNS pods
 		{unverified, internet, 443, corev1.ProtocolTCP, false},   // unverified → internet denied
-		{unverified, operatorP, 8080, corev1.ProtocolTCP, false}, // not even to the operator
+		{unverified, operatorP, 8080, corev1.ProtocolTCP, true},  // to the platform namespace: the IdP its sidecars register with
 		{plainPod, verifiedA, 8080, corev1.ProtocolTCP, false},   // unlabelled pods cannot reach agents
 		{plainPod, unverified, 8080, corev1.ProtocolTCP, false},  //
 		{internet, verifiedA, 8080, corev1.ProtocolTCP, false},   //
@@ -118,6 +118,7 @@ func TestPolicySemantics(t *testing.T) {
 			{verifiedA, peer{name: "allowed-cidr", ip: "192.0.2.10"}, 443, corev1.ProtocolTCP, true},
 			{verifiedA, verifiedB, 8080, corev1.ProtocolTCP, true},
 			{verifiedA, dnsP, 53, corev1.ProtocolTCP, true},
+			{verifiedA, operatorP, 8080, corev1.ProtocolTCP, true},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
