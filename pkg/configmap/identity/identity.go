@@ -18,6 +18,8 @@ const (
 	OutboundPort       = 15123
 	ProxyUID           = 1337
 	DefaultAudience    = "downstream-service"
+	// JWKSRefreshSeconds is how often the inbound proxy fetches the signing keys again.
+	JWKSRefreshSeconds = 600
 	// SpiffeEnabled is off: a workload asks for SPIFFE with the label kagenti.io/spiffe.
 	SpiffeEnabled = false
 )

@@ -68,6 +68,8 @@ var Settings = []Setting{
 	{Path: "inbound.validation.jwksUrl", Kind: String, Default: "the provider's JWKS URL", Doc: "signing keys of incoming tokens"},
 	{Path: "inbound.validation.audience", Kind: String, Default: "the workload's SPIFFE ID", Doc: "expected `aud` (`self`: the SPIFFE ID)"},
 	{Path: "inbound.validation.requiredScopes", Kind: Strings, Doc: "scopes every incoming token must carry"},
+	{Path: "inbound.validation.jwksRefreshSeconds", Kind: Seconds, Env: "KAGENTI_JWKS_REFRESH_SECONDS", Implied: strconv.Itoa(JWKSRefreshSeconds),
+		Injector: "identity.jwksRefreshSeconds", Doc: "how often the signing keys are fetched again (10 to 86400 s); a token naming an unknown key fetches them at once"},
 	{Path: "outbound.enabled", Kind: Bool, Env: "KAGENTI_OUTBOUND_ENABLED", Implied: "true", StartupOnly: true,
 		Doc: "outbound interception and token exchange (envoy-proxy); `false` when envoy-proxy is excluded"},
 	{Path: "outbound.trafficInterception.enabled", Kind: Bool, Default: "`true`", StartupOnly: true, Doc: "redirect of outgoing traffic to the proxy"},
@@ -131,10 +133,11 @@ const (
 	Ports        // comma-separated ports
 	Strings      // a list (config.yaml only)
 	Rules        // the destination rules (config.yaml only)
+	Seconds      // a whole number of seconds, 1 to 86400
 )
 
 func (k Kind) String() string {
-	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules"}[k]
+	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds"}[k]
 }
 
 // Merge is how config.yaml's value combines with the injector's default.
@@ -194,6 +197,12 @@ func (s Setting) Parse(value string) (any, error) {
 		return b, nil
 	case Port:
 		return parsePort(value)
+	case Seconds:
+		n, err := strconv.ParseInt(value, 10, 32)
+		if err != nil || n < 1 || n > 86400 {
+			return nil, fmt.Errorf("%q is not a number of seconds (1-86400)", value)
+		}
+		return int32(n), nil
 	case UID:
 		u, err := strconv.ParseInt(value, 10, 64)
 		if err != nil || u < 0 || u > 1<<31-1 {

@@ -68,7 +68,7 @@ func TestResolveSeedDefaults(t *testing.T) {
 		Inbound: Inbound{Enabled: true, Port: 8080, TargetPort: 8081, ExcludePorts: []int32{}, Validation: Validation{
 			Enabled: true, Issuer: "http://keycloak.kagenti-system.svc:8080/realms/default",
 			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
-			Audience: "spiffe://cluster.local/ns/agents/sa/agent-sa", RequiredScopes: []string{},
+			Audience: "spiffe://cluster.local/ns/agents/sa/agent-sa", RequiredScopes: []string{}, JWKSRefreshSeconds: 600,
 		}},
 		Outbound: Outbound{
 			Enabled:      true,

@@ -90,6 +90,7 @@ func TestSpecHoldsExactlyTheTablesSettings(t *testing.T) {
 		identity.Ports:   reflect.TypeFor[[]int32](),
 		identity.Strings: reflect.TypeFor[[]string](),
 		identity.Rules:   reflect.TypeFor[[]authconfig.DestinationRule](),
+		identity.Seconds: reflect.TypeFor[*int32](),
 	}
 	for _, s := range identity.Settings {
 		if held(s) {
@@ -120,7 +121,7 @@ func yamlSetting(path string) string {
 // and nothing else.
 func TestEveryVariableSetsTheFieldOfItsRow(t *testing.T) {
 	sample := map[identity.Kind]string{identity.String: "sample", identity.Bool: "false", identity.Port: "4242",
-		identity.UID: "4242", identity.Ports: "4242,4243"}
+		identity.UID: "4242", identity.Ports: "4242,4243", identity.Seconds: "30"}
 	for _, s := range identity.Settings {
 		if s.Env == "" {
 			continue

@@ -84,6 +84,8 @@ type ValidationSpec struct {
 	JWKSURL        string   `json:"jwksUrl,omitempty"`
 	Audience       string   `json:"audience,omitempty"`
 	RequiredScopes []string `json:"requiredScopes,omitempty"`
+	// JWKSRefreshSeconds is how often the signing keys are fetched again.
+	JWKSRefreshSeconds *int32 `json:"jwksRefreshSeconds,omitempty"`
 }
 
 // OutboundSpec configures outbound traffic (the outbound proxy, seed name envoy-proxy).
