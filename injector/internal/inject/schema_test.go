@@ -23,6 +23,11 @@ var injectorOnly = []string{"identity.idpCredentialsSecret"}
 // the other fails here.
 func TestEverySettingReachesTheInjector(t *testing.T) {
 	cfg := config.Default()
+	for _, s := range identity.Settings {
+		if s.Injector != "" && !hasConfigField(s.Injector) {
+			t.Fatalf("%s: the injector's configuration has no %s", s.Path, s.Injector)
+		}
+	}
 	decided := workloadSettings(cfg, Options{Workload: "w", Spiffe: true})
 	fields := map[string]bool{}
 	for _, s := range identity.Settings {
@@ -49,6 +54,19 @@ func TestEverySettingReachesTheInjector(t *testing.T) {
 	for _, p := range jsonLeaves(reflect.TypeFor[config.Identity](), "identity.") {
 		assert.True(t, fields[p], "the injector's %s is no row of identity.Settings", p)
 	}
+}
+
+// hasConfigField reports whether the injector's configuration has a field at path.
+func hasConfigField(path string) bool {
+	v := reflect.ValueOf(config.Default()).Elem()
+	for elem := range strings.SplitSeq(path, ".") {
+		f, ok := jsonField(v, elem)
+		if !ok {
+			return false
+		}
+		v = f
+	}
+	return true
 }
 
 // setConfigValue sets the field of cfg at path to a value no default has, and returns it as
