@@ -440,14 +440,9 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		// "default" is what the data plane assumes without the line, as Kubernetes does.
 		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
 	}
-	decided := workloadSettings(cfg, o)
-	written := map[string]bool{}
-	for _, s := range identity.Settings {
-		if s.Env == "" || written[s.Env] {
-			continue
-		}
-		written[s.Env] = true
-		v, ok := decided[s.Path]
+	w := workloadOf(cfg, o)
+	for _, s := range identityLines {
+		v, ok := w.setting(s.Path)
 		if !ok {
 			v = configValue(cfg, s.Injector)
 		}
@@ -458,32 +453,59 @@ func identityDefaults(cfg *config.Config, o Options) string {
 	return b.String()
 }
 
-// workloadSettings are the identity settings the workload decides rather than the
-// configuration alone (by path): its switches follow the components injected, the port
-// exclusions its annotations.
-func workloadSettings(cfg *config.Config, o Options) map[string]string {
-	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
-	registration := !o.Exclude[config.ClientRegistration]
-	exchange := cfg.Identity.TokenExchange && (registration || spiffe) // the exchange authenticates with either
+// identityLines are the rows of identity.Settings with a variable, the first of each (rows that
+// share one are written once).
+var identityLines = func() []identity.Setting {
+	var out []identity.Setting
+	seen := map[string]bool{}
+	for _, s := range identity.Settings {
+		if s.Env != "" && !seen[s.Env] {
+			seen[s.Env] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}()
+
+// workload is what a workload decides of its identity settings, rather than the configuration
+// alone: its switches follow the components injected, the port exclusions its annotations.
+type workload struct {
+	o                              Options
+	spiffe, registration, exchange bool
+}
+
+func workloadOf(cfg *config.Config, o Options) workload {
+	w := workload{o: o, spiffe: o.Spiffe && !o.Exclude[config.SpiffeHelper], registration: !o.Exclude[config.ClientRegistration]}
+	w.exchange = cfg.Identity.TokenExchange && (w.registration || w.spiffe) // the exchange authenticates with either
+	return w
+}
+
+// setting returns the value of the setting at path when the workload decides it.
+func (w workload) setting(path string) (string, bool) {
 	on := strconv.FormatBool
-	out := map[string]string{
-		"spiffe.enabled":                                   on(spiffe),
-		"clientRegistration.enabled":                       on(registration),
-		"clientRegistration.keycloak.tokenExchangeEnabled": on(exchange),
-		"outbound.tokenExchange.enabled":                   on(exchange),
-		"inbound.enabled":                                  on(!o.Exclude[config.AuthProxy]),
-		"inbound.excludePorts":                             ports(o.InboundPortsExclude),
-		"outbound.enabled":                                 on(!o.Exclude[config.EnvoyProxy]),
+	switch path {
+	case "spiffe.enabled":
+		return on(w.spiffe), true
+	case "spiffe.socketPath", "spiffe.audience":
+		// spiffe-helper's settings only where it runs.
+		return "", !w.spiffe
+	case "clientRegistration.enabled":
+		return on(w.registration), true
+	case "clientRegistration.keycloak.tokenExchangeEnabled", "outbound.tokenExchange.enabled":
+		return on(w.exchange), true
+	case "inbound.enabled":
+		return on(!w.o.Exclude[config.AuthProxy]), true
+	case "inbound.excludePorts":
+		return ports(w.o.InboundPortsExclude), true
+	case "outbound.enabled":
+		return on(!w.o.Exclude[config.EnvoyProxy]), true
+	case "outbound.trafficInterception.excludePorts":
 		// No port is excluded by default (the seed excluded 8080, Keycloak's port and also every
 		// agent's inbound port, so agent-to-agent calls were never exchanged): the outbound proxy
 		// passes requests to the IdP's endpoints through itself.
-		"outbound.trafficInterception.excludePorts": ports(o.OutboundPortsExclude),
+		return ports(w.o.OutboundPortsExclude), true
 	}
-	if !spiffe {
-		// spiffe-helper's settings only where it runs.
-		out["spiffe.socketPath"], out["spiffe.audience"] = "", ""
-	}
-	return out
+	return "", false
 }
 
 // configValue is the field of cfg at path (JSON names, e.g. identity.inboundPort) as its

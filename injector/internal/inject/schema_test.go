@@ -28,13 +28,13 @@ func TestEverySettingReachesTheInjector(t *testing.T) {
 			t.Fatalf("%s: the injector's configuration has no %s", s.Path, s.Injector)
 		}
 	}
-	decided := workloadSettings(cfg, Options{Workload: "w", Spiffe: true})
+	w := workloadOf(cfg, Options{Workload: "w", Spiffe: true})
 	fields := map[string]bool{}
 	for _, s := range identity.Settings {
 		if s.Env == "" {
 			continue
 		}
-		if _, ok := decided[s.Path]; ok && s.Injector == "" {
+		if _, ok := w.setting(s.Path); ok && s.Injector == "" {
 			continue
 		}
 		if !assert.NotEmpty(t, s.Injector, "%s: neither the workload nor the configuration gives %s", s.Path, s.Env) {
