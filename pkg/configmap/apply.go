@@ -2,11 +2,8 @@ package configmap
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"reflect"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 const (
@@ -61,29 +60,10 @@ func (e *NotOwnedError) Error() string {
 	return fmt.Sprintf("%s %q exists and is not managed by this controller (%s); rename or delete it", e.Kind, e.Name, e.Owner)
 }
 
-// ContentHash is the hash of a ConfigMap's data and binaryData, independent of map order.
+// ContentHash is the hash of a ConfigMap's data and binaryData, independent of map order
+// (identity.ContentHash, which kagenti-authbridge computes for the files it runs).
 func ContentHash(cm *corev1.ConfigMap) string {
-	h := sha256.New()
-	write := func(prefix string, keys []string, value func(string) []byte) {
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(h, "%s%d:%s", prefix, len(k), k)
-			v := value(k)
-			fmt.Fprintf(h, "%d:", len(v))
-			h.Write(v)
-		}
-	}
-	keys := make([]string, 0, len(cm.Data))
-	for k := range cm.Data {
-		keys = append(keys, k)
-	}
-	write("d", keys, func(k string) []byte { return []byte(cm.Data[k]) })
-	keys = keys[:0]
-	for k := range cm.BinaryData {
-		keys = append(keys, k)
-	}
-	write("b", keys, func(k string) []byte { return cm.BinaryData[k] })
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	return identity.ContentHash(cm.Data, cm.BinaryData)
 }
 
 // Apply makes the ConfigMap desired.Name in desired.Namespace hold desired's data, labels and

@@ -180,6 +180,8 @@ type Identity struct {
 	OutboundPort    int32  `json:"outboundPort"`
 	ProxyUID        int64  `json:"proxyUID"`
 	DefaultAudience string `json:"defaultAudience"`
+	// JWKSRefreshSeconds is how often the inbound proxy fetches the signing keys again (10-86400).
+	JWKSRefreshSeconds int32 `json:"jwksRefreshSeconds"`
 }
 
 // Identity providers of identity.provider.
@@ -247,6 +249,7 @@ func Default() *Config {
 			OutboundPort:         identity.OutboundPort,
 			ProxyUID:             identity.ProxyUID,
 			DefaultAudience:      identity.DefaultAudience,
+			JWKSRefreshSeconds:   identity.JWKSRefreshSeconds,
 		},
 	}
 }
@@ -395,6 +398,9 @@ func (c *Config) Validate() error {
 		if p < 1 || p > 65535 {
 			add("%s: %d is not a port (1-65535)", field, p)
 		}
+	}
+	if id.JWKSRefreshSeconds < 10 || id.JWKSRefreshSeconds > 86400 {
+		add("identity.jwksRefreshSeconds: %d is not 10 to 86400 seconds", id.JWKSRefreshSeconds)
 	}
 	if id.ProxyUID < 1 {
 		add("identity.proxyUID: %d must be a non-root UID", id.ProxyUID)

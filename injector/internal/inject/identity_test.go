@@ -43,6 +43,7 @@ func everyFieldChanged(id *config.Identity) {
 		OutboundPort:         15001,
 		ProxyUID:             2000,
 		DefaultAudience:      "other-service",
+		JWKSRefreshSeconds:   30,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -416,21 +417,17 @@ func setProbes(c *corev1.Container, native bool) {
 	}
 }
 
-// identityDefaults renders the identity defaults kagenti-authbridge reads (the variables of its
-// authconfig.EnvDefaults, as NAME=VALUE lines of the identity volume's defaults.env): the
-// injector's configuration, narrowed by the workload's options. Every role resolves the whole
+// identityDefaults renders the identity defaults kagenti-authbridge reads (the variables of
+// identity.Settings, as NAME=VALUE lines of the identity volume's defaults.env): the injector's
+// configuration, narrowed by the workload's options. Every role resolves the whole
 // configuration, so all of them read all of it; one annotation, projected into one file, instead
 // of the same twenty variables in every container.
 //
-// Only what differs from the data plane is written: a variable equal to its built-in value
-// (package identity, compiled into kagenti-authbridge) is left out, one without a built-in value
-// is left out when empty, and a switch without one (the data plane takes it as on) only when on.
+// Only what differs from the data plane is written (identity.Setting.NeedsLine): a variable equal
+// to its built-in value (compiled into kagenti-authbridge) is left out, and one without a built-in
+// value when it is what the data plane assumes anyway (unset, a switch on, provider keycloak).
 // With the default configuration only the workload's name remains.
 func identityDefaults(cfg *config.Config, o Options) string {
-	id := cfg.Identity
-	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
-	registration := !o.Exclude[config.ClientRegistration]
-	exchange := id.TokenExchange && (registration || spiffe) // the exchange authenticates with either
 	var b strings.Builder
 	line := func(name, value string) {
 		b.WriteString(name)
@@ -438,65 +435,112 @@ func identityDefaults(cfg *config.Config, o Options) string {
 		b.WriteString(value)
 		b.WriteByte('\n')
 	}
-	// set writes name unless value is its built-in one; "" unsets a built-in value.
-	set := func(name, value string) {
-		if def, ok := identity.BuiltIn(name); ok && def == value {
-			return
-		}
-		line(name, value)
-	}
-	optional := func(name, value string) {
-		if value != "" {
-			line(name, value)
-		}
-	}
-	flag := func(name string, on bool) {
-		if _, ok := identity.BuiltIn(name); ok {
-			set(name, strconv.FormatBool(on))
-		} else if !on {
-			line(name, "false")
-		}
-	}
 	line("KAGENTI_WORKLOAD", o.Workload)
 	if o.ServiceAccount != "" && o.ServiceAccount != DefaultServiceAccount {
 		// "default" is what the data plane assumes without the line, as Kubernetes does.
 		line("KAGENTI_SERVICE_ACCOUNT", o.ServiceAccount)
 	}
-	set("KAGENTI_TRUST_DOMAIN", id.TrustDomain)
-	flag("KAGENTI_SPIFFE_ENABLED", spiffe)
-	if spiffe {
-		line("KAGENTI_SPIFFE_SOCKET", id.SocketPath)
-		line("KAGENTI_JWT_AUDIENCE", id.JWTAudience)
+	w := workloadOf(cfg, o)
+	for _, s := range identityLines {
+		v, ok := w.setting(s.Path)
+		if !ok {
+			v = configValue(cfg, s.Injector)
+		}
+		if s.NeedsLine(v) {
+			line(s.Env, v)
+		}
 	}
-	if id.Provider != config.ProviderKeycloak { // the data plane's default
-		line("KAGENTI_IDP_PROVIDER", id.Provider)
-	}
-	set("KAGENTI_IDP_URL", id.IdPURL)
-	set("KAGENTI_REALM", id.Realm)
-	optional("KAGENTI_OIDC_ISSUER", id.OIDC.Issuer)
-	optional("KAGENTI_OIDC_TOKEN_URL", id.OIDC.TokenURL)
-	optional("KAGENTI_OIDC_JWKS_URL", id.OIDC.JWKSURL)
-	optional("KAGENTI_OIDC_REGISTRATION_URL", id.OIDC.RegistrationURL)
-	flag("KAGENTI_CLIENT_REGISTRATION_ENABLED", registration)
-	set("KAGENTI_CLIENT_NAME_TEMPLATE", id.ClientNameTemplate)
-	flag("KAGENTI_TOKEN_EXCHANGE", exchange)
-	flag("KAGENTI_INBOUND_ENABLED", !o.Exclude[config.AuthProxy])
-	set("KAGENTI_INBOUND_PORT", itoa(id.InboundPort))
-	set("KAGENTI_TARGET_PORT", itoa(id.TargetPort))
-	if len(o.InboundPortsExclude) > 0 {
-		line("KAGENTI_INBOUND_PORTS_EXCLUDE", ports(o.InboundPortsExclude))
-	}
-	flag("KAGENTI_OUTBOUND_ENABLED", !o.Exclude[config.EnvoyProxy])
-	set("KAGENTI_OUTBOUND_PORT", itoa(id.OutboundPort))
-	set("KAGENTI_PROXY_UID", strconv.FormatInt(id.ProxyUID, 10))
-	// No port is excluded by default (the seed excluded 8080, Keycloak's port and also every agent's
-	// inbound port, so agent-to-agent calls were never exchanged): the outbound proxy passes
-	// requests to the IdP's endpoints through itself.
-	if len(o.OutboundPortsExclude) > 0 {
-		line("KAGENTI_OUTBOUND_PORTS_EXCLUDE", ports(o.OutboundPortsExclude))
-	}
-	set("KAGENTI_DEFAULT_AUDIENCE", id.DefaultAudience)
 	return b.String()
+}
+
+// identityLines are the rows of identity.Settings with a variable, the first of each (rows that
+// share one are written once).
+var identityLines = func() []identity.Setting {
+	var out []identity.Setting
+	seen := map[string]bool{}
+	for _, s := range identity.Settings {
+		if s.Env != "" && !seen[s.Env] {
+			seen[s.Env] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}()
+
+// workload is what a workload decides of its identity settings, rather than the configuration
+// alone: its switches follow the components injected, the port exclusions its annotations.
+type workload struct {
+	o                              Options
+	spiffe, registration, exchange bool
+}
+
+func workloadOf(cfg *config.Config, o Options) workload {
+	w := workload{o: o, spiffe: o.Spiffe && !o.Exclude[config.SpiffeHelper], registration: !o.Exclude[config.ClientRegistration]}
+	w.exchange = cfg.Identity.TokenExchange && (w.registration || w.spiffe) // the exchange authenticates with either
+	return w
+}
+
+// setting returns the value of the setting at path when the workload decides it.
+func (w workload) setting(path string) (string, bool) {
+	on := strconv.FormatBool
+	switch path {
+	case "spiffe.enabled":
+		return on(w.spiffe), true
+	case "spiffe.socketPath", "spiffe.audience":
+		// spiffe-helper's settings only where it runs.
+		return "", !w.spiffe
+	case "clientRegistration.enabled":
+		return on(w.registration), true
+	case "clientRegistration.keycloak.tokenExchangeEnabled", "outbound.tokenExchange.enabled":
+		return on(w.exchange), true
+	case "inbound.enabled":
+		return on(!w.o.Exclude[config.AuthProxy]), true
+	case "inbound.excludePorts":
+		return ports(w.o.InboundPortsExclude), true
+	case "outbound.enabled":
+		return on(!w.o.Exclude[config.EnvoyProxy]), true
+	case "outbound.trafficInterception.excludePorts":
+		// No port is excluded by default (the seed excluded 8080, Keycloak's port and also every
+		// agent's inbound port, so agent-to-agent calls were never exchanged): the outbound proxy
+		// passes requests to the IdP's endpoints through itself.
+		return ports(w.o.OutboundPortsExclude), true
+	}
+	return "", false
+}
+
+// configValue is the field of cfg at path (JSON names, e.g. identity.inboundPort) as its
+// variable carries it; "" for no path.
+func configValue(cfg *config.Config, path string) string {
+	if path == "" {
+		return ""
+	}
+	v := reflect.ValueOf(cfg).Elem()
+	for elem := range strings.SplitSeq(path, ".") {
+		f, ok := jsonField(v, elem)
+		if !ok {
+			panic("identity setting: the injector's configuration has no field " + path) // TestEverySettingReachesTheInjector
+		}
+		v = f
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		return strconv.FormatBool(v.Bool())
+	case reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(v.Int(), 10)
+	default:
+		return v.String()
+	}
+}
+
+// jsonField returns the field of struct v whose JSON name is name.
+func jsonField(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := range t.NumField() {
+		if n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); n == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
 }
 
 // identityVolume is everything the data plane reads about its workload, in one directory

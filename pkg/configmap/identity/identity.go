@@ -18,25 +18,24 @@ const (
 	OutboundPort       = 15123
 	ProxyUID           = 1337
 	DefaultAudience    = "downstream-service"
+	// JWKSRefreshSeconds is how often the inbound proxy fetches the signing keys again.
+	JWKSRefreshSeconds = 600
 	// SpiffeEnabled is off: a workload asks for SPIFFE with the label kagenti.io/spiffe.
 	SpiffeEnabled = false
 )
 
-// builtIn holds each identity variable with a built-in value. The SPIFFE socket and JWT audience
-// have none: the injector writes them exactly when SPIFFE is on, and a pod without SPIFFE resolves
-// them unset, as it always did.
-var builtIn = map[string]string{
-	"KAGENTI_TRUST_DOMAIN":         TrustDomain,
-	"KAGENTI_SPIFFE_ENABLED":       "false",
-	"KAGENTI_IDP_URL":              IdPURL,
-	"KAGENTI_REALM":                Realm,
-	"KAGENTI_CLIENT_NAME_TEMPLATE": ClientNameTemplate,
-	"KAGENTI_INBOUND_PORT":         "8080",
-	"KAGENTI_TARGET_PORT":          "8081",
-	"KAGENTI_OUTBOUND_PORT":        "15123",
-	"KAGENTI_PROXY_UID":            "1337",
-	"KAGENTI_DEFAULT_AUDIENCE":     DefaultAudience,
-}
+// builtIn holds each identity variable with a built-in value (the rows of Settings that have
+// one). The SPIFFE socket and JWT audience have none: the injector writes them exactly when SPIFFE
+// is on, and a pod without SPIFFE resolves them unset, as it always did.
+var builtIn = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range Settings {
+		if s.HasBuiltIn {
+			m[s.Env] = s.BuiltIn
+		}
+	}
+	return m
+}()
 
 // BuiltIn returns the built-in value of the identity variable name, and whether it has one. A
 // variable that defaults.env sets, even to "", does not take it: an empty line unsets the default

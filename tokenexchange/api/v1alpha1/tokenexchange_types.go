@@ -261,6 +261,13 @@ type ValidationSpec struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
 	RequiredScopes []string `json:"requiredScopes,omitempty"`
+
+	// JWKSRefreshSeconds is how often the signing keys are fetched again; a token signed by a key
+	// the proxy does not hold fetches them at once whatever this says. Default 600.
+	// +optional
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	JWKSRefreshSeconds *int32 `json:"jwksRefreshSeconds,omitempty"`
 }
 
 // OutboundSpec configures outbound traffic.

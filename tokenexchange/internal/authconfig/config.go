@@ -99,6 +99,8 @@ type Validation struct {
 	JWKSURL        string   `json:"jwksUrl"`
 	Audience       string   `json:"audience"`
 	RequiredScopes []string `json:"requiredScopes"`
+	// JWKSRefreshSeconds is how often the inbound proxy fetches the signing keys again.
+	JWKSRefreshSeconds int32 `json:"jwksRefreshSeconds"`
 }
 
 // Outbound is the resolved outbound section.

@@ -1,13 +1,12 @@
 package authconfig
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"sort"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 // Where the files live in a pod (docs/architecture.md §5, §6).
@@ -71,26 +70,19 @@ func Marshal(s Spec) []byte {
 }
 
 // ContentHash is the hash of a ConfigMap's content as the kubelet projects it into a volume:
-// one file per key. It equals pkg/configmap.ContentHash of a ConfigMap with these data keys (the
-// value the controller records in the kagenti.io/content-hash annotation), so a role reports
-// the same value for the content it runs as the controller for the content it wrote. An empty
-// map (no ConfigMap) hashes to "".
+// one file per key, which the controller writes as data (identity.ContentHash, the value it
+// records in the kagenti.io/content-hash annotation), so a role reports the same value for the
+// content it runs as the controller for the content it wrote. An empty map (no ConfigMap) hashes
+// to "".
 func ContentHash(files map[string][]byte) string {
 	if len(files) == 0 {
 		return ""
 	}
-	keys := make([]string, 0, len(files))
-	for k := range files {
-		keys = append(keys, k)
+	data := make(map[string]string, len(files))
+	for k, v := range files {
+		data[k] = string(v)
 	}
-	sort.Strings(keys)
-	h := sha256.New()
-	for _, k := range keys {
-		fmt.Fprintf(h, "d%d:%s", len(k), k)
-		fmt.Fprintf(h, "%d:", len(files[k]))
-		h.Write(files[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	return identity.ContentHash(data, nil)
 }
 
 // IsIdentityFile reports whether name is a file the identity directory holds besides the

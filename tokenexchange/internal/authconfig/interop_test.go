@@ -11,9 +11,7 @@ import (
 	helperconfig "github.com/spiffe/spiffe-helper/cmd/spiffe-helper/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -92,16 +90,4 @@ func TestClientNameAgreesWithAdmission(t *testing.T) {
 		require.NoError(t, rerr, tmpl)
 		assert.Equal(t, want, name, tmpl)
 	}
-}
-
-// TestContentHashAgreesWithController: the hash a role reports for the files it loaded is the
-// kagenti.io/content-hash the controller wrote on the ConfigMap.
-func TestContentHashAgreesWithController(t *testing.T) {
-	cm := &corev1.ConfigMap{Data: map[string]string{"config.yaml": "inbound:\n  port: 9090\n", "other": "x"}}
-	files := map[string][]byte{}
-	for k, v := range cm.Data {
-		files[k] = []byte(v)
-	}
-	assert.Equal(t, configmap.ContentHash(cm), authconfig.ContentHash(files))
-	assert.Empty(t, authconfig.ContentHash(nil), "no ConfigMap mounted: no hash")
 }

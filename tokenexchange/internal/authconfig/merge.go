@@ -1,155 +1,105 @@
 package authconfig
 
-import "slices"
+import (
+	"reflect"
+	"slices"
+
+	"github.com/kagenti/platform/pkg/configmap/identity"
+)
 
 // Merge returns over laid over base: a field set in over wins, a field over leaves out keeps
-// base's value. Lists replace, except the two port-exclusion lists, which are unioned: a port the
-// workload's annotation excludes from interception stays excluded whatever a TokenExchange says.
-// Neither argument is modified.
+// base's value. Lists replace, except those whose setting merges by identity.Union (the two
+// port-exclusion lists): a port the workload's annotation excludes from interception stays
+// excluded whatever a TokenExchange says. Neither argument is modified, and the result shares no
+// memory with them.
+//
+// One rule for every field, driven by identity.Settings: sections (pointers to structs) merge
+// field by field, a pointer or a non-empty string that over sets wins, a list that over sets
+// (even empty: it clears base's) replaces or, for Union, joins base's.
 func Merge(base, over Spec) Spec {
-	return Spec{
-		Spiffe:             mergeSpiffe(base.Spiffe, over.Spiffe),
-		ClientRegistration: mergeClientRegistration(base.ClientRegistration, over.ClientRegistration),
-		Inbound:            mergeInbound(base.Inbound, over.Inbound),
-		Outbound:           mergeOutbound(base.Outbound, over.Outbound),
-	}
+	var out Spec
+	mergeInto(reflect.ValueOf(&out).Elem(), reflect.ValueOf(base), reflect.ValueOf(over), "")
+	return out
 }
 
-func mergeSpiffe(b, o *SpiffeSpec) *SpiffeSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &SpiffeSpec{
-		Enabled:      pick(x.Enabled, y.Enabled),
-		TrustDomain:  str(x.TrustDomain, y.TrustDomain),
-		SocketPath:   str(x.SocketPath, y.SocketPath),
-		OutputFormat: str(x.OutputFormat, y.OutputFormat),
-		Audience:     str(x.Audience, y.Audience),
-	}
-}
-
-func mergeClientRegistration(b, o *ClientRegistrationSpec) *ClientRegistrationSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &ClientRegistrationSpec{
-		Enabled:  pick(x.Enabled, y.Enabled),
-		Provider: str(x.Provider, y.Provider),
-		Keycloak: mergeKeycloak(x.Keycloak, y.Keycloak),
-		OIDC:     mergeOIDC(x.OIDC, y.OIDC),
-	}
-}
-
-func mergeKeycloak(b, o *KeycloakSpec) *KeycloakSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &KeycloakSpec{
-		URL:                  str(x.URL, y.URL),
-		Realm:                str(x.Realm, y.Realm),
-		ClientNameTemplate:   str(x.ClientNameTemplate, y.ClientNameTemplate),
-		TokenExchangeEnabled: pick(x.TokenExchangeEnabled, y.TokenExchangeEnabled),
-	}
-}
-
-func mergeOIDC(b, o *OIDCSpec) *OIDCSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &OIDCSpec{
-		Issuer:          str(x.Issuer, y.Issuer),
-		TokenURL:        str(x.TokenURL, y.TokenURL),
-		JWKSURL:         str(x.JWKSURL, y.JWKSURL),
-		RegistrationURL: str(x.RegistrationURL, y.RegistrationURL),
-	}
-}
-
-func mergeInbound(b, o *InboundSpec) *InboundSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &InboundSpec{
-		Enabled:      pick(x.Enabled, y.Enabled),
-		Port:         pick(x.Port, y.Port),
-		TargetPort:   pick(x.TargetPort, y.TargetPort),
-		Validation:   mergeValidation(x.Validation, y.Validation),
-		ExcludePorts: union(x.ExcludePorts, y.ExcludePorts),
-	}
-}
-
-func mergeValidation(b, o *ValidationSpec) *ValidationSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &ValidationSpec{
-		Enabled:        pick(x.Enabled, y.Enabled),
-		Issuer:         str(x.Issuer, y.Issuer),
-		JWKSURL:        str(x.JWKSURL, y.JWKSURL),
-		Audience:       str(x.Audience, y.Audience),
-		RequiredScopes: list(x.RequiredScopes, y.RequiredScopes),
-	}
-}
-
-func mergeOutbound(b, o *OutboundSpec) *OutboundSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &OutboundSpec{
-		Enabled:             pick(x.Enabled, y.Enabled),
-		TrafficInterception: mergeInterception(x.TrafficInterception, y.TrafficInterception),
-		TokenExchange:       mergeTokenExchange(x.TokenExchange, y.TokenExchange),
-	}
-}
-
-func mergeInterception(b, o *TrafficInterceptionSpec) *TrafficInterceptionSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &TrafficInterceptionSpec{
-		Enabled:      pick(x.Enabled, y.Enabled),
-		ProxyPort:    pick(x.ProxyPort, y.ProxyPort),
-		ProxyUID:     pick(x.ProxyUID, y.ProxyUID),
-		ExcludePorts: union(x.ExcludePorts, y.ExcludePorts),
-	}
-}
-
-func mergeTokenExchange(b, o *TokenExchangeSpec) *TokenExchangeSpec {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &TokenExchangeSpec{
-		Enabled:          pick(x.Enabled, y.Enabled),
-		TokenURL:         str(x.TokenURL, y.TokenURL),
-		DefaultTarget:    mergeTarget(x.DefaultTarget, y.DefaultTarget),
-		DestinationRules: cloneRules(list(x.DestinationRules, y.DestinationRules)),
-	}
-}
-
-func mergeTarget(b, o *ExchangeTarget) *ExchangeTarget {
-	if b == nil && o == nil {
-		return nil
-	}
-	x, y := value(b), value(o)
-	return &ExchangeTarget{Audience: str(x.Audience, y.Audience), Scopes: list(x.Scopes, y.Scopes)}
-}
-
-// cloneRules copies the rules' targets too, so that a merged Spec shares no memory with its inputs.
-func cloneRules(rules []DestinationRule) []DestinationRule {
-	for i, r := range rules {
-		if r.Target != nil {
-			rules[i].Target = &ExchangeTarget{Audience: r.Target.Audience, Scopes: slices.Clone(r.Target.Scopes)}
+// mergeInto sets dst, a struct of the same type as b and o, to o over b; prefix is their path.
+func mergeInto(dst, b, o reflect.Value, prefix string) {
+	t := dst.Type()
+	for i := range t.NumField() {
+		path := fieldName(t.Field(i))
+		if prefix != "" {
+			path = prefix + "." + path
+		}
+		d, x, y := dst.Field(i), b.Field(i), o.Field(i)
+		switch {
+		case d.Kind() == reflect.Pointer && d.Type().Elem().Kind() == reflect.Struct:
+			if x.IsNil() && y.IsNil() {
+				continue
+			}
+			d.Set(reflect.New(d.Type().Elem()))
+			mergeInto(d.Elem(), elemOrZero(x), elemOrZero(y), path)
+		case d.Kind() == reflect.Slice:
+			if s, ok := identity.Lookup(path); ok && s.Merge == identity.Union {
+				d.Set(reflect.ValueOf(union(x.Interface().([]int32), y.Interface().([]int32))))
+			} else if !y.IsNil() {
+				d.Set(deepCopy(y))
+			} else {
+				d.Set(deepCopy(x))
+			}
+		case d.Kind() == reflect.Pointer:
+			if !y.IsNil() {
+				d.Set(deepCopy(y))
+			} else {
+				d.Set(deepCopy(x))
+			}
+		case d.Kind() == reflect.String:
+			if y.String() != "" {
+				d.Set(y)
+			} else {
+				d.Set(x)
+			}
+		default:
+			d.Set(deepCopy(y)) // a struct field (none in Spec today): over's, as for a required value
 		}
 	}
-	return rules
+}
+
+// elemOrZero is what the pointer p points to, or the zero value of its element type.
+func elemOrZero(p reflect.Value) reflect.Value {
+	if p.IsNil() {
+		return reflect.Zero(p.Type().Elem())
+	}
+	return p.Elem()
+}
+
+// deepCopy returns a copy of v sharing no memory with it (pointers, slices and structs of them).
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return reflect.Zero(v.Type())
+		}
+		p := reflect.New(v.Type().Elem())
+		p.Elem().Set(deepCopy(v.Elem()))
+		return p
+	case reflect.Slice:
+		if v.IsNil() {
+			return reflect.Zero(v.Type())
+		}
+		s := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			s.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return s
+	case reflect.Struct:
+		s := reflect.New(v.Type()).Elem()
+		for i := range v.NumField() {
+			s.Field(i).Set(deepCopy(v.Field(i)))
+		}
+		return s
+	default:
+		return v
+	}
 }
 
 func value[T any](p *T) T {
@@ -160,32 +110,11 @@ func value[T any](p *T) T {
 	return *p
 }
 
-// pick returns over when set, else base; the result never aliases base's or over's memory.
-func pick[T any](base, over *T) *T {
-	if over != nil {
-		v := *over
-		return &v
-	}
-	if base != nil {
-		v := *base
-		return &v
-	}
-	return nil
-}
-
 func str(base, over string) string {
 	if over != "" {
 		return over
 	}
 	return base
-}
-
-// list returns over when set (an empty but non-nil list is set: it clears base), else base.
-func list[T any](base, over []T) []T {
-	if over != nil {
-		return slices.Clone(over)
-	}
-	return slices.Clone(base)
 }
 
 // union returns the sorted, de-duplicated union; nil when both are nil.

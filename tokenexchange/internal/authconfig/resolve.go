@@ -70,6 +70,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 			JWKSURL:        str(c.IdP.JWKSURL, v.JWKSURL),
 			Audience:       audience,
 			RequiredScopes: nonNil(v.RequiredScopes),
+			// The data plane's default when neither config.yaml nor the injector sets one.
+			JWKSRefreshSeconds: valueOr(v.JWKSRefreshSeconds, identity.JWKSRefreshSeconds),
 		},
 	}
 
@@ -222,6 +224,9 @@ func (c Config) validate() []error {
 		httpURL("inbound.validation.issuer", c.Inbound.Validation.Issuer)
 		httpURL("inbound.validation.jwksUrl", c.Inbound.Validation.JWKSURL)
 		scopes("inbound.validation.requiredScopes", c.Inbound.Validation.RequiredScopes)
+		if r := c.Inbound.Validation.JWKSRefreshSeconds; r < 10 || r > 86400 {
+			add("inbound.validation.jwksRefreshSeconds", "%d is not 10 to 86400 seconds (default %s)", r, envOf("inbound.validation.jwksRefreshSeconds"))
+		}
 	}
 
 	port("outbound.trafficInterception.proxyPort", c.Outbound.Interception.ProxyPort)
@@ -301,6 +306,13 @@ func InSpireSocketDir(path string) bool {
 }
 
 func enabled(p *bool) bool { return p == nil || *p }
+
+func valueOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
 
 func nonNil[T any](s []T) []T {
 	if s == nil {

@@ -84,6 +84,8 @@ type ValidationSpec struct {
 	JWKSURL        string   `json:"jwksUrl,omitempty"`
 	Audience       string   `json:"audience,omitempty"`
 	RequiredScopes []string `json:"requiredScopes,omitempty"`
+	// JWKSRefreshSeconds is how often the signing keys are fetched again.
+	JWKSRefreshSeconds *int32 `json:"jwksRefreshSeconds,omitempty"`
 }
 
 // OutboundSpec configures outbound traffic (the outbound proxy, seed name envoy-proxy).
@@ -100,7 +102,7 @@ type TrafficInterceptionSpec struct {
 	// ProxyUID comes only from the environment (KAGENTI_PROXY_UID): it is the runAsUser the
 	// injector gives the proxies, which the interception rules let through, so config.yaml cannot
 	// set it (not part of its schema; the TokenExchange CRD rejects the field).
-	ProxyUID     *int64  `json:"-"`
+	ProxyUID     *int64  `json:"-" path:"proxyUid"`
 	ExcludePorts []int32 `json:"excludePorts,omitempty"`
 }
 

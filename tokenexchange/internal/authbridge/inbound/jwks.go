@@ -184,6 +184,13 @@ func (k *KeySet) RefreshIfDue() {
 	}
 }
 
+// SetRefreshInterval changes RefreshInterval while the set is in use (a configuration change).
+func (k *KeySet) SetRefreshInterval(d time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.RefreshInterval = d
+}
+
 // Loaded reports whether keys were fetched at least once.
 func (k *KeySet) Loaded() bool {
 	k.mu.Lock()

@@ -75,20 +75,23 @@ func (p *Proxy) apply(c authconfig.Config) {
 	}
 	if st.validate {
 		st.validator = &Validator{
-			Keys:   p.keys(v.JWKSURL),
+			Keys:   p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
 			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes},
 		}
 	}
 	p.state.Store(st)
 }
 
-func (p *Proxy) keys(url string) *KeySet {
+// keys returns the key set of url, refreshed every refresh (inbound.validation.jwksRefreshSeconds).
+func (p *Proxy) keys(url string, refresh time.Duration) *KeySet {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if k, ok := p.keySet[url]; ok {
+		k.SetRefreshInterval(refresh)
 		return k
 	}
 	k := NewKeySet(url, p.httpClient)
+	k.SetRefreshInterval(refresh)
 	p.keySet = map[string]*KeySet{url: k} // keys of a URL no longer configured are dropped
 	return k
 }

@@ -294,6 +294,37 @@ func TestH2CIsForwarded(t *testing.T) {
 	assert.Equal(t, "HTTP/2.0", resp.Header.Get("X-Seen-Proto"), "the agent is spoken to in the client's protocol")
 }
 
+// TestSigningKeysAreRefreshedAtTheConfiguredInterval: inbound.validation.jwksRefreshSeconds sets
+// how old the held keys may grow before a background fetch, from the start and on a change of
+// config.yaml; without it the data plane's default (identity.JWKSRefreshSeconds) holds.
+func TestSigningKeysAreRefreshedAtTheConfiguredInterval(t *testing.T) {
+	f := newFixture(t)
+	require.Equal(t, http.StatusOK, f.get("/", f.token(f.valid(nil)), nil).status, "the keys are loaded")
+	// dueAfter reports whether the key set in use would fetch again d after its last fetch.
+	dueAfter := func(d time.Duration) bool {
+		k := f.proxy.state.Load().validator.Keys
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		at := k.fetchedAt.Add(d)
+		k.now = func() time.Time { return at }
+		return k.dueLocked()
+	}
+	assert.False(t, dueAfter(599*time.Second), "the default: 600 s")
+	assert.True(t, dueAfter(601*time.Second))
+
+	writeConfig(t, f.dir, "inbound: {validation: {jwksRefreshSeconds: 30}}\n")
+	f.cfg.Reload()
+	require.NoError(t, f.cfg.Err())
+	assert.False(t, dueAfter(29*time.Second))
+	assert.True(t, dueAfter(31*time.Second), "config.yaml's 30 s")
+
+	writeConfig(t, f.dir, "inbound: {validation: {jwksRefreshSeconds: 5}}\n")
+	f.cfg.Reload()
+	require.Error(t, f.cfg.Err())
+	assert.Contains(t, f.cfg.Err().Error(), "inbound.validation.jwksRefreshSeconds: 5 is not 10 to 86400 seconds")
+	assert.True(t, dueAfter(31*time.Second), "a rejected value leaves the one in effect")
+}
+
 func writeConfig(t *testing.T, dir, content string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte(content), 0o644))
