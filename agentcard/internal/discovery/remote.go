@@ -28,6 +28,8 @@ type RemoteCatalog interface {
 	RemoteCards(cluster, namespace string) []RemoteCard
 	// RemoteCard returns one card.
 	RemoteCard(cluster, namespace, name string) (RemoteCard, bool)
+	// Serving is false on a hub replica that is not the leader: it holds no member's cards.
+	Serving() bool
 }
 
 // Freshness says how current a federated card is: when the hub verified it, when the member had

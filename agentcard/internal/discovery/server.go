@@ -180,7 +180,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		verified = &b
 	}
-	agents, err := s.agents(r, ns, q.Get("cluster"))
+	cluster := q.Get("cluster")
+	if s.Remote != nil && cluster != s.LocalCluster && !s.Remote.Serving() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "this replica is not the federation hub's leader and holds no member cluster's agents; retry (or pass ?cluster="+s.LocalCluster+")")
+		return
+	}
+	agents, err := s.agents(r, ns, cluster)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -246,6 +252,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
 		return
 	}
 	if cluster := r.URL.Query().Get("cluster"); s.Remote != nil && cluster != "" && cluster != s.LocalCluster {
+		if !s.Remote.Serving() {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "this replica is not the federation hub's leader; retry")
+			return
+		}
 		rc, ok := s.Remote.RemoteCard(cluster, ns, name)
 		if !ok {
 			writeError(w, http.StatusNotFound, "agent "+ns+"/"+name+" of cluster "+strconv.Quote(cluster)+" not found")

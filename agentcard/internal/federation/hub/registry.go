@@ -92,6 +92,9 @@ func (r Registration) Usable() bool { return r.Reason == "" }
 // Registry holds the registrations by name and by trust domain, and is the hub's TLS bundle source:
 // a member's certificate must chain to the bundle of a registered trust domain.
 type Registry struct {
+	ready     chan struct{}
+	readyOnce sync.Once
+
 	mu     sync.RWMutex
 	byName map[string]Registration
 	byTD   map[spiffeid.TrustDomain]string
@@ -99,8 +102,11 @@ type Registry struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}}
+	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}, ready: make(chan struct{})}
 }
+
+// Ready is closed once the registrations were loaded.
+func (g *Registry) Ready() <-chan struct{} { return g.ready }
 
 // Replace installs every FederatedCluster at once. Two registrations of one trust domain: the one
 // created first (then by name) keeps it; the other is unusable (DuplicateTrustDomain), so no
@@ -129,6 +135,7 @@ func (g *Registry) Replace(items []v1alpha1.FederatedCluster) {
 	g.mu.Lock()
 	g.byName, g.byTD = byName, byTD
 	g.mu.Unlock()
+	g.readyOnce.Do(func() { close(g.ready) })
 }
 
 // Get returns the registration named name.

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -52,6 +53,8 @@ type member struct {
 type Store struct {
 	Clock clock.PassiveClock
 
+	serving atomic.Bool
+
 	mu      sync.RWMutex
 	members map[string]*member
 	// changed is signalled (non-blocking) when a member's state changes, for the status writer.
@@ -62,6 +65,12 @@ type Store struct {
 func NewStore(c clock.PassiveClock) *Store {
 	return &Store{Clock: c, members: map[string]*member{}, changed: make(chan struct{}, 1)}
 }
+
+// Serving says whether this replica holds the member streams (it is the leader and serves).
+func (s *Store) Serving() bool { return s.serving.Load() }
+
+// SetServing marks the replica as holding the member streams, or not.
+func (s *Store) SetServing(v bool) { s.serving.Store(v) }
 
 // Changed is signalled after a change a status write should report.
 func (s *Store) Changed() <-chan struct{} { return s.changed }
