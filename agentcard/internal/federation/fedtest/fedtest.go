@@ -178,7 +178,13 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // Eventually polls cond every 10 ms until it holds or 20 s pass.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	EventuallyWithin(t, 20*time.Second, what, cond)
+}
+
+// EventuallyWithin polls cond every 10 ms until it holds or limit passes.
+func EventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for: %s", what)
