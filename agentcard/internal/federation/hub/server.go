@@ -197,12 +197,14 @@ func (h *Hub) admit(reg Registration, id spiffeid.ID, f *wire.MemberFrame) *stre
 // member closed it or the hub is stopping).
 func (h *Hub) serve(ctx context.Context, ss grpc.ServerStream, name string) *streamError {
 	frames := make(chan *wire.MemberFrame, 64)
-	recvErr := make(chan error, 1)
+	recvDone := make(chan struct{})
+	var recvErr error // written before recvDone is closed
 	go func() {
+		defer close(recvDone)
 		for {
 			f := &wire.MemberFrame{}
 			if err := ss.RecvMsg(f); err != nil {
-				recvErr <- err
+				recvErr = err
 				return
 			}
 			select {
@@ -216,28 +218,45 @@ func (h *Hub) serve(ctx context.Context, ss grpc.ServerStream, name string) *str
 	for {
 		select {
 		case <-ctx.Done():
-			// A failed receive cancels the stream too: report the failure rather than the cancel.
-			select {
-			case err := <-recvErr:
-				return recvEnded(err)
-			default:
-				return nil
+			if _, ours := context.Cause(ctx).(*streamError); ours {
+				return nil // the caller reports the cause
 			}
-		case err := <-recvErr:
-			return recvEnded(err)
+			// The stream itself ended; a failed receive (a frame too large or malformed) cancels it
+			// too, so report the receive's error rather than the cancel.
+			<-recvDone
+			if recvErr != nil {
+				return recvEnded(recvErr)
+			}
+			return nil
+		case <-recvDone:
+			// Apply what was received before the end (a member's last flush before it closed).
+			for len(frames) > 0 {
+				if se := h.frame(ss, name, limiter, <-frames); se != nil {
+					return se
+				}
+			}
+			if recvErr != nil {
+				return recvEnded(recvErr)
+			}
+			return nil
 		case f := <-frames:
-			if !limiter.Allow() {
-				return endStream(codes.ResourceExhausted, v1alpha1.ReasonRateLimited, "more than %v frames a second (burst %d); reconnect later", limiter.Limit(), limiter.Burst())
-			}
-			reg, ok := h.Registry.Get(name)
-			if !ok || !reg.Usable() {
-				return endStream(codes.PermissionDenied, v1alpha1.ReasonUnknownCluster, "FederatedCluster %s was deleted or became unusable", name)
-			}
-			if se := h.apply(ss, reg, f); se != nil {
+			if se := h.frame(ss, name, limiter, f); se != nil {
 				return se
 			}
 		}
 	}
+}
+
+// frame applies one frame within the member's budget and registration.
+func (h *Hub) frame(ss grpc.ServerStream, name string, limiter *rate.Limiter, f *wire.MemberFrame) *streamError {
+	if !limiter.Allow() {
+		return endStream(codes.ResourceExhausted, v1alpha1.ReasonRateLimited, "more than %v frames a second (burst %d); reconnect later", limiter.Limit(), limiter.Burst())
+	}
+	reg, ok := h.Registry.Get(name)
+	if !ok || !reg.Usable() {
+		return endStream(codes.PermissionDenied, v1alpha1.ReasonUnknownCluster, "FederatedCluster %s was deleted or became unusable", name)
+	}
+	return h.apply(ss, reg, f)
 }
 
 func (h *Hub) apply(ss grpc.ServerStream, reg Registration, f *wire.MemberFrame) *streamError {
