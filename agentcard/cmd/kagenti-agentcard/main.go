@@ -23,6 +23,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/controller"
 	"github.com/kagenti/platform/agentcard/internal/discovery"
+	"github.com/kagenti/platform/agentcard/internal/federation"
 	"github.com/kagenti/platform/pkg/duck/memlimit"
 	"github.com/kagenti/platform/pkg/duck/metricsauth"
 )
@@ -43,6 +44,7 @@ func newRootCommand() *cobra.Command {
 		metricsSecure                                 bool
 		opts                                          controller.Options
 		disc                                          discovery.Options
+		fed                                           federation.Options
 		zapOpts                                       = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	)
 	cmd := &cobra.Command{
@@ -55,7 +57,7 @@ func newRootCommand() *cobra.Command {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
 			ctrl.Log.WithName("setup").Info("Go garbage collector target", "GOGC", setGCPercent(os.Getenv))
-			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts, disc)
+			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts, disc, fed)
 		},
 	}
 	f := cmd.Flags()
@@ -88,6 +90,7 @@ func newRootCommand() *cobra.Command {
 	f.IntVar(&disc.RateBurst, "discovery-rate-burst", 40, "burst of requests above --discovery-rate-limit a client address may make")
 	f.DurationVar(&disc.AuthCacheTTL, "discovery-auth-cache-ttl", discovery.DefaultAuthCacheTTL, "how long a valid token and an allowed access are cached (never past the token's expiry)")
 	f.DurationVar(&disc.AuthNegativeCacheTTL, "discovery-auth-negative-cache-ttl", discovery.DefaultAuthNegativeCacheTTL, "how long an invalid token and a denied access are cached")
+	fed.BindFlags(f)
 	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
 	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
 	zapOpts.BindFlags(zapFlags)
@@ -97,7 +100,7 @@ func newRootCommand() *cobra.Command {
 	return cmd
 }
 
-func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options, disc discovery.Options) error {
+func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options, disc discovery.Options, fed federation.Options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -129,6 +132,10 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 	if err := controller.Setup(mgr, opts); err != nil {
 		return err
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := federation.Setup(ctx, mgr, fed, &disc); err != nil {
+		return err
+	}
 	if err := discovery.Setup(mgr, disc); err != nil {
 		return err
 	}
@@ -138,7 +145,7 @@ func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string,
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 func envOr(key, def string) string {

@@ -26,8 +26,12 @@ import (
 
 // Server is the HTTP handler. A nil Authorizer serves anonymously; a nil Limiter does not limit.
 type Server struct {
-	Reader     client.Reader
-	Authorizer Authorizer
+	Reader client.Reader
+	// Remote, on a federation hub, adds the member clusters' cards; every entry then carries its
+	// cluster (LocalCluster for this cluster's own) and ?cluster= filters by it.
+	Remote       RemoteCatalog
+	LocalCluster string
+	Authorizer   Authorizer
 	// Limiter answers 429 to a client over its rate before any other work (in particular before
 	// a TokenReview) is done.
 	Limiter *ClientLimiter
@@ -35,6 +39,8 @@ type Server struct {
 
 // Agent is one entry of the API.
 type Agent struct {
+	// Cluster is where the agent runs: set on a federation hub only.
+	Cluster     string   `json:"cluster,omitempty"`
 	Namespace   string   `json:"namespace"`
 	Name        string   `json:"name"`
 	AgentName   string   `json:"agentName,omitempty"`
@@ -52,6 +58,8 @@ type Agent struct {
 	// GET /v1/agents/{namespace}/{name} returns the whole card.
 	Truncated bool            `json:"truncated,omitempty"`
 	Card      json.RawMessage `json:"card,omitempty"`
+	// Freshness of a federated card (another cluster's).
+	Freshness *Freshness `json:"freshness,omitempty"`
 }
 
 // MaxSummaryBytes bounds the JSON of one agent's summary, so that a page of a list is bounded
@@ -172,28 +180,28 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		verified = &b
 	}
-	var cards v1alpha1.AgentCardList
-	opts := []client.ListOption{}
-	if ns != "" {
-		opts = append(opts, client.InNamespace(ns))
+	cluster := q.Get("cluster")
+	if s.Remote != nil && cluster != s.LocalCluster && !s.Remote.Serving() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "this replica is not the federation hub's leader and holds no member cluster's agents; retry (or pass ?cluster="+s.LocalCluster+")")
+		return
 	}
-	if err := s.Reader.List(r.Context(), &cards, opts...); err != nil {
+	agents, err := s.agents(r, ns, cluster)
+	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	sort.Slice(cards.Items, func(i, j int) bool { return key(&cards.Items[i]) < key(&cards.Items[j]) })
 	out := AgentList{Items: []Agent{}}
-	for i := range cards.Items {
-		c := &cards.Items[i]
-		if after != "" && key(c) <= after {
+	for i := range agents {
+		a := agents[i]
+		if after != "" && s.key(a) <= after {
 			continue
 		}
-		a := toAgent(c, false)
 		if !matches(a, q.Get("name"), q.Get("skill"), q.Get("tag"), verified) {
 			continue
 		}
 		if len(out.Items) == limit {
-			out.Continue = base64.RawURLEncoding.EncodeToString([]byte(key(&cards.Items[i-1])))
+			out.Continue = base64.RawURLEncoding.EncodeToString([]byte(s.key(agents[i-1])))
 			break
 		}
 		out.Items = append(out.Items, bounded(a))
@@ -201,8 +209,60 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// agents lists this cluster's agents and, on a hub, the member clusters', sorted by key.
+func (s *Server) agents(r *http.Request, ns, cluster string) ([]Agent, error) {
+	var agents []Agent
+	if cluster == "" || cluster == s.LocalCluster || s.Remote == nil {
+		var cards v1alpha1.AgentCardList
+		opts := []client.ListOption{}
+		if ns != "" {
+			opts = append(opts, client.InNamespace(ns))
+		}
+		if err := s.Reader.List(r.Context(), &cards, opts...); err != nil {
+			return nil, err
+		}
+		agents = make([]Agent, 0, len(cards.Items))
+		for i := range cards.Items {
+			a := toAgent(&cards.Items[i], false)
+			if s.Remote != nil {
+				a.Cluster = s.LocalCluster
+			}
+			agents = append(agents, a)
+		}
+	}
+	if s.Remote != nil && cluster != s.LocalCluster {
+		for _, rc := range s.Remote.RemoteCards(cluster, ns) {
+			agents = append(agents, remoteAgent(rc, false))
+		}
+	}
+	sort.Slice(agents, func(i, j int) bool { return s.key(agents[i]) < s.key(agents[j]) })
+	return agents, nil
+}
+
+// key orders agents and continues pages: namespace/name, prefixed by the cluster on a hub.
+func (s *Server) key(a Agent) string {
+	if s.Remote == nil {
+		return a.Namespace + "/" + a.Name
+	}
+	return a.Cluster + "/" + a.Namespace + "/" + a.Name
+}
+
 func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
 	if !s.authorize(w, r, Access{Verb: "get", Namespace: ns, Name: name}) {
+		return
+	}
+	if cluster := r.URL.Query().Get("cluster"); s.Remote != nil && cluster != "" && cluster != s.LocalCluster {
+		if !s.Remote.Serving() {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "this replica is not the federation hub's leader; retry")
+			return
+		}
+		rc, ok := s.Remote.RemoteCard(cluster, ns, name)
+		if !ok {
+			writeError(w, http.StatusNotFound, "agent "+ns+"/"+name+" of cluster "+strconv.Quote(cluster)+" not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, remoteAgent(rc, true))
 		return
 	}
 	var c v1alpha1.AgentCard
@@ -214,10 +274,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, toAgent(&c, true))
+	a := toAgent(&c, true)
+	if s.Remote != nil {
+		a.Cluster = s.LocalCluster
+	}
+	writeJSON(w, http.StatusOK, a)
 }
-
-func key(c *v1alpha1.AgentCard) string { return c.Namespace + "/" + c.Name }
 
 func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 	a := Agent{Namespace: c.Namespace, Name: c.Name, Pods: c.Status.DiscoveredPods, CardHash: c.Status.CardHash}
@@ -230,26 +292,7 @@ func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 	}
 	tags := map[string]bool{}
 	if c.Status.Card != nil && len(c.Status.Card.Raw) > 0 {
-		var body struct {
-			Name        string  `json:"name"`
-			Version     string  `json:"version"`
-			Description string  `json:"description"`
-			Skills      []Skill `json:"skills"`
-		}
-		if json.Unmarshal(c.Status.Card.Raw, &body) == nil {
-			a.AgentName = card.Truncate(body.Name, card.MaxNameBytes)
-			a.Version = card.Truncate(body.Version, card.MaxNameBytes)
-			a.Description = card.Truncate(body.Description, card.MaxDescriptionBytes)
-			for _, s := range body.Skills {
-				s.ID, s.Name = card.Truncate(s.ID, card.MaxNameBytes), card.Truncate(s.Name, card.MaxNameBytes)
-				s.Description = card.Truncate(s.Description, card.MaxDescriptionBytes)
-				for i, t := range s.Tags {
-					s.Tags[i] = card.Truncate(t, card.MaxNameBytes)
-					tags[s.Tags[i]] = true
-				}
-				a.Skills = append(a.Skills, s)
-			}
-		}
+		fillFromCard(&a, c.Status.Card.Raw, tags)
 		if withCard {
 			a.Card = c.Status.Card.Raw
 		}
@@ -270,6 +313,31 @@ func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 	}
 	sort.Strings(a.Tags)
 	return a
+}
+
+// fillFromCard copies the summary fields out of a card's JSON, cut to bounded sizes, and collects
+// the skills' tags into tags.
+func fillFromCard(a *Agent, raw []byte, tags map[string]bool) {
+	var body struct {
+		Name        string  `json:"name"`
+		Version     string  `json:"version"`
+		Description string  `json:"description"`
+		Skills      []Skill `json:"skills"`
+	}
+	if json.Unmarshal(raw, &body) == nil {
+		a.AgentName = card.Truncate(body.Name, card.MaxNameBytes)
+		a.Version = card.Truncate(body.Version, card.MaxNameBytes)
+		a.Description = card.Truncate(body.Description, card.MaxDescriptionBytes)
+		for _, s := range body.Skills {
+			s.ID, s.Name = card.Truncate(s.ID, card.MaxNameBytes), card.Truncate(s.Name, card.MaxNameBytes)
+			s.Description = card.Truncate(s.Description, card.MaxDescriptionBytes)
+			for i, t := range s.Tags {
+				s.Tags[i] = card.Truncate(t, card.MaxNameBytes)
+				tags[s.Tags[i]] = true
+			}
+			a.Skills = append(a.Skills, s)
+		}
+	}
 }
 
 // bounded returns a with as many skills and then tags as fit in MaxSummaryBytes.

@@ -72,6 +72,10 @@ type Options struct {
 	RateBurst int
 	// AuthCacheTTL and AuthNegativeCacheTTL: see KubeAuthorizer.TTL and NegativeTTL.
 	AuthCacheTTL, AuthNegativeCacheTTL time.Duration
+	// Remote and LocalCluster: on a federation hub, the members' cards and this cluster's name
+	// (internal/federation sets them).
+	Remote       RemoteCatalog
+	LocalCluster string
 }
 
 // Setup adds the discovery API to mgr: its TLS server, which runs on every replica (it only reads
@@ -81,7 +85,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.BindAddress == "" || o.BindAddress == "0" {
 		return nil
 	}
-	handler := &Server{Reader: mgr.GetClient()}
+	handler := &Server{Reader: mgr.GetClient(), Remote: o.Remote, LocalCluster: o.LocalCluster}
 	if o.RateLimit > 0 {
 		handler.Limiter = NewClientLimiter(o.RateLimit, o.RateBurst, DefaultMaxClients)
 	}

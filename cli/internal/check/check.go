@@ -103,6 +103,7 @@ func Run(ctx context.Context, c *kube.Clients, opts Options) []Result {
 	r.controllers(ctx, probes)
 	r.identity(ctx)
 	r.podSecurity(ctx)
+	r.federation(ctx)
 	probes.cleanup()
 	return r.results
 }

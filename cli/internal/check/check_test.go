@@ -52,3 +52,32 @@ func TestValidate(t *testing.T) {
 	require.ErrorContains(t, Options{Pillars: []string{"injektor"}, Identity: "auto"}.Validate(), `unknown pillar "injektor"`)
 	require.ErrorContains(t, Options{Pillars: AllPillars, Identity: "maybe"}.Validate(), "--identity=maybe: auto, true or false")
 }
+
+func TestFederatedClusterLines(t *testing.T) {
+	fc := func(status map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+		u.SetName("a")
+		return u
+	}
+	cond := func(typ, status, reason, msg string) any {
+		return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg}
+	}
+	r := federatedClusterResult(fc(map[string]any{"cards": int64(3), "conditions": []any{cond("Ready", "True", "CardsServed", "")}}))
+	require.Equal(t, Pass, r.Status)
+	require.Equal(t, "connected; 3 cards served, 0 stale, 0 refused", r.Detail)
+
+	r = federatedClusterResult(fc(map[string]any{"cards": int64(3), "refusedCards": int64(1), "conditions": []any{
+		cond("Ready", "True", "CardsServed", ""), cond("CardsAccepted", "False", "CardRefused", "1 of the member's cards refused; agents/x: SignerOutsideTrustDomain: m")}}))
+	require.Equal(t, Fail, r.Status)
+	require.Contains(t, r.Detail, "SignerOutsideTrustDomain")
+	require.Contains(t, r.Fix, "status.refusals")
+
+	r = federatedClusterResult(fc(map[string]any{"conditions": []any{cond("Ready", "False", "CertificateExpired", "the certificate of spiffe://a/x expired")}}))
+	require.Equal(t, Fail, r.Status)
+	require.Contains(t, r.Detail, "CertificateExpired")
+	require.Contains(t, r.Fix, "rotate")
+
+	r = federatedClusterResult(fc(map[string]any{}))
+	require.Equal(t, Fail, r.Status)
+	require.Contains(t, r.Fix, "--federation=hub")
+}

@@ -30,6 +30,7 @@ const (
 	LabelInject               = "kagenti.io/inject"
 	LabelType                 = "kagenti.io/type"
 	LabelSignatureVerified    = "kagenti.io/signature-verified"
+	LabelExport               = "kagenti.io/export"
 	AnnotationInjectionStatus = "kagenti.io/injection-status"
 	AnnotationPolicy          = "kagenti.io/policy"
 	AnnotationVerification    = "kagenti.io/verification"
@@ -129,6 +130,8 @@ type Card struct {
 	ExpectedSpiffeID string          `json:"expectedSpiffeID,omitempty"`
 	Skills           []string        `json:"skills,omitempty"`
 	DiscoveredPods   int64           `json:"discoveredPods"`
+	// Exported: labelled kagenti.io/export=true, so a federation member streams it to its hub.
+	Exported bool `json:"exported,omitempty"`
 }
 
 // Policy is the NetworkPolicy netpol wrote for an AgentCard of the workload.
@@ -416,7 +419,7 @@ func (r *Report) add(u *unstructured.Unstructured, workload string, pods []corev
 }
 
 func cardOf(u *unstructured.Unstructured, conds []kube.Condition) Card {
-	c := Card{Name: u.GetName(), Ready: kube.FindCondition(conds, "Ready")}
+	c := Card{Name: u.GetName(), Ready: kube.FindCondition(conds, "Ready"), Exported: u.GetLabels()[LabelExport] == "true"}
 	c.Agent, _, _ = unstructured.NestedString(u.Object, "status", "card", "name")
 	c.Version, _, _ = unstructured.NestedString(u.Object, "status", "card", "version")
 	c.Verified, _, _ = unstructured.NestedBool(u.Object, "status", "signature", "verified")

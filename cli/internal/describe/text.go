@@ -127,6 +127,13 @@ func (r *Report) WriteText(out io.Writer) error {
 		if len(c.Skills) > 0 {
 			fmt.Fprintf(&b, "  skills: %s\n", strings.Join(c.Skills, ", "))
 		}
+		if c.Exported {
+			exported := "exported to the federation hub (" + LabelExport + "=true): a member streams it once Verified is True"
+			if !c.Verified || !c.Bound {
+				exported = "labelled " + LabelExport + "=true, but not verified and bound: the federation hub does not get it"
+			}
+			fmt.Fprintf(&b, "  %s\n", exported)
+		}
 	}
 	if len(r.AgentCards) == 0 {
 		fmt.Fprintf(&b, "\nAgentCard: none (label the workload %s=agent to have one created)\n", LabelType)

@@ -27,3 +27,15 @@ func TestConditionOrderIsStable(t *testing.T) {
 	require.Equal(t, a, b)
 	require.Contains(t, a, "    Ready=False (NoReadyPods): no pod is ready\n    NetworkPolicyReady=True (RestrictivePolicyApplied), Synced=False (NoReadyPods)\n")
 }
+
+func TestExportedCardSaysWhetherTheHubGetsIt(t *testing.T) {
+	render := func(c Card) string {
+		r := &Report{now: time.Now(), Workload: Workload{Kind: "Deployment", Namespace: "ns", Name: "w", Ready: "1/1 replicas ready"}, AgentCards: []Card{c}}
+		var b bytes.Buffer
+		require.NoError(t, r.WriteText(&b))
+		return b.String()
+	}
+	require.Contains(t, render(Card{Name: "c", Exported: true, Verified: true, Bound: true}), "exported to the federation hub (kagenti.io/export=true)")
+	require.Contains(t, render(Card{Name: "c", Exported: true}), "but not verified and bound: the federation hub does not get it")
+	require.NotContains(t, render(Card{Name: "c", Verified: true, Bound: true}), "federation")
+}

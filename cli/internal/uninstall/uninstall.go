@@ -37,7 +37,7 @@ const (
 )
 
 // pillarCRDs are the CRDs the pillars install.
-var pillarCRDs = []string{"tokenexchanges.kagenti.io", "agenttraces.kagenti.io", "agentcards.kagenti.io", "agentbuilds.kagenti.io"}
+var pillarCRDs = []string{"tokenexchanges.kagenti.io", "agenttraces.kagenti.io", "agentcards.kagenti.io", "federatedclusters.kagenti.io", "agentbuilds.kagenti.io"}
 
 // Options tune an uninstall.
 type Options struct {

@@ -1,0 +1,179 @@
+// Package hub is the federation hub: it authenticates member agents by their SPIFFE IDs against
+// FederatedCluster registrations, re-verifies every card they send against the member's own trust
+// bundle, keeps the accepted cards in memory (fed by the streams, served by the discovery API),
+// ages them (stale after the TTL, withdrawn after the grace period) and reports each member in its
+// FederatedCluster's status.
+package hub
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
+	"github.com/kagenti/platform/agentcard/internal/signature"
+)
+
+// Registration reasons (Ready=False on the FederatedCluster; its member is refused).
+const (
+	ReasonInvalidTrustBundle   = "InvalidTrustBundle"
+	ReasonDuplicateTrustDomain = "DuplicateTrustDomain"
+	ReasonInvalidRegistration  = "InvalidRegistration"
+)
+
+// Defaults of a FederatedCluster's optional fields (the CRD defaults them too; an older CRD may not).
+const (
+	DefaultTTL      = 30 * time.Second
+	DefaultGrace    = 5 * time.Minute
+	DefaultMaxCards = 5000
+	// DefaultAgentPath is the member agent's identity within its trust domain.
+	DefaultAgentPath = "/ns/kagenti-system/sa/kagenti-agentcard"
+)
+
+// Registration is a FederatedCluster as the hub uses it.
+type Registration struct {
+	Name        string
+	Generation  int64
+	TrustDomain spiffeid.TrustDomain
+	Bundle      *signature.Bundle
+	AgentID     spiffeid.ID
+	// Namespaces allowed to export; nil allows every namespace.
+	Namespaces map[string]bool
+	TTL, Grace time.Duration
+	MaxCards   int
+	// Reason and Message say why the registration cannot be used ("" when it can).
+	Reason, Message string
+}
+
+// RegistrationFrom reads a FederatedCluster. An unusable one comes back with Reason set.
+func RegistrationFrom(fc *v1alpha1.FederatedCluster) Registration {
+	r := Registration{Name: fc.Name, Generation: fc.Generation, TTL: DefaultTTL, Grace: DefaultGrace, MaxCards: DefaultMaxCards}
+	if fc.Spec.TTL != nil {
+		r.TTL = fc.Spec.TTL.Duration
+	}
+	if fc.Spec.GracePeriod != nil {
+		r.Grace = fc.Spec.GracePeriod.Duration
+	}
+	r.Grace = max(r.Grace, r.TTL)
+	if fc.Spec.MaxCards != nil {
+		r.MaxCards = int(*fc.Spec.MaxCards)
+	}
+	if len(fc.Spec.Namespaces) > 0 {
+		r.Namespaces = map[string]bool{}
+		for _, ns := range fc.Spec.Namespaces {
+			r.Namespaces[ns] = true
+		}
+	}
+	td, err := spiffeid.TrustDomainFromString(fc.Spec.TrustDomain)
+	if err != nil {
+		r.Reason, r.Message = ReasonInvalidRegistration, fmt.Sprintf("spec.trustDomain %q: %v", fc.Spec.TrustDomain, err)
+		return r
+	}
+	r.TrustDomain = td
+	agent := cmp.Or(fc.Spec.AgentSpiffeID, "spiffe://"+td.Name()+DefaultAgentPath)
+	if r.AgentID, err = spiffeid.FromString(agent); err != nil || r.AgentID.TrustDomain() != td {
+		r.Reason, r.Message = ReasonInvalidRegistration, fmt.Sprintf("spec.agentSpiffeID %q is not a SPIFFE ID of trust domain %q", agent, td.Name())
+		return r
+	}
+	if r.Bundle, err = signature.ParseBundle(td, []byte(fc.Spec.TrustBundle)); err != nil {
+		r.Reason, r.Message = ReasonInvalidTrustBundle, "spec.trustBundle: "+err.Error()
+	}
+	return r
+}
+
+// Usable says whether members may connect under r.
+func (r Registration) Usable() bool { return r.Reason == "" }
+
+// Registry holds the registrations by name and by trust domain, and is the hub's TLS bundle source:
+// a member's certificate must chain to the bundle of a registered trust domain.
+type Registry struct {
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	mu     sync.RWMutex
+	byName map[string]Registration
+	byTD   map[spiffeid.TrustDomain]string
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}, ready: make(chan struct{})}
+}
+
+// Ready is closed once the registrations were loaded.
+func (g *Registry) Ready() <-chan struct{} { return g.ready }
+
+// Replace installs every FederatedCluster at once. Two registrations of one trust domain: the one
+// created first (then by name) keeps it; the other is unusable (DuplicateTrustDomain), so no
+// member can publish under two names.
+func (g *Registry) Replace(items []v1alpha1.FederatedCluster) {
+	items = slices.Clone(items)
+	slices.SortFunc(items, func(a, b v1alpha1.FederatedCluster) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	byName := make(map[string]Registration, len(items))
+	byTD := make(map[spiffeid.TrustDomain]string, len(items))
+	for i := range items {
+		r := RegistrationFrom(&items[i])
+		if r.Usable() {
+			if other, taken := byTD[r.TrustDomain]; taken {
+				r.Reason, r.Message = ReasonDuplicateTrustDomain, fmt.Sprintf("trust domain %q is already registered by FederatedCluster %s", r.TrustDomain.Name(), other)
+			} else {
+				byTD[r.TrustDomain] = r.Name
+			}
+		}
+		byName[r.Name] = r
+	}
+	g.mu.Lock()
+	g.byName, g.byTD = byName, byTD
+	g.mu.Unlock()
+	g.readyOnce.Do(func() { close(g.ready) })
+}
+
+// Get returns the registration named name.
+func (g *Registry) Get(name string) (Registration, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	r, ok := g.byName[name]
+	return r, ok
+}
+
+// ByTrustDomain returns the usable registration of td.
+func (g *Registry) ByTrustDomain(td spiffeid.TrustDomain) (Registration, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	name, ok := g.byTD[td]
+	if !ok {
+		return Registration{}, false
+	}
+	return g.byName[name], true
+}
+
+// Names lists every registration's name.
+func (g *Registry) Names() []string {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	names := make([]string, 0, len(g.byName))
+	for n := range g.byName {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// GetX509BundleForTrustDomain implements x509bundle.Source.
+func (g *Registry) GetX509BundleForTrustDomain(td spiffeid.TrustDomain) (*x509bundle.Bundle, error) {
+	r, ok := g.ByTrustDomain(td)
+	if !ok {
+		return nil, fmt.Errorf("trust domain %q is not registered by any FederatedCluster", td.Name())
+	}
+	return r.Bundle.X509, nil
+}
