@@ -51,6 +51,7 @@ require (
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kagenti/platform/pkg/duck/ducktest v0.0.0-00010101000000-000000000000
 	github.com/mattfenwick/collections v0.3.2 // indirect
 	github.com/mattn/go-runewidth v0.0.9 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
@@ -102,3 +103,5 @@ replace (
 	github.com/kagenti/platform/pkg/configmap => ../pkg/configmap
 	github.com/kagenti/platform/pkg/duck => ../pkg/duck
 )
+
+replace github.com/kagenti/platform/pkg/duck/ducktest => ../pkg/duck/ducktest

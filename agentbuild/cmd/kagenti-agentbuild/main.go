@@ -20,8 +20,8 @@ import (
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/controller"
 	"github.com/kagenti/platform/agentbuild/internal/tekton"
-	"github.com/kagenti/platform/pkg/duck/memlimit"
-	"github.com/kagenti/platform/pkg/duck/metricsauth"
+	"github.com/kagenti/platform/pkg/duck/kit/memlimit"
+	"github.com/kagenti/platform/pkg/duck/kit/metricsauth"
 )
 
 const name = "kagenti-agentbuild"

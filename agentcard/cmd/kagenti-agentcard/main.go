@@ -23,8 +23,8 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/controller"
 	"github.com/kagenti/platform/agentcard/internal/discovery"
-	"github.com/kagenti/platform/pkg/duck/memlimit"
-	"github.com/kagenti/platform/pkg/duck/metricsauth"
+	"github.com/kagenti/platform/pkg/duck/kit/memlimit"
+	"github.com/kagenti/platform/pkg/duck/kit/metricsauth"
 )
 
 const name = "kagenti-agentcard"

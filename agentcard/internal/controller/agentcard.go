@@ -23,6 +23,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // FieldManager is the server-side apply field manager of everything this binary writes.
@@ -41,8 +42,8 @@ const DefaultSyncPeriod = 30 * time.Second
 // CardReconciler syncs AgentCards: resolve pods, fetch each one's card, verify, write status.
 type CardReconciler struct {
 	Client client.Client
-	// Pods are the cached pods (duck.SlimPods); agentcard reads pods nowhere else.
-	Pods     *duck.SlimPods[*pod]
+	// Pods are the cached pods (kit.SlimPods); agentcard reads pods nowhere else.
+	Pods     *kit.SlimPods[*pod]
 	Resolver *duck.Resolver
 	Fetcher  *fetch.Fetcher
 	Trust    *TrustStore

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // verifiedPods is the controller's memory of its own verdicts: the pods it labelled
@@ -223,7 +223,7 @@ func (r *CardReconciler) revokePod(ctx context.Context, key types.NamespacedName
 type LabelGuard struct {
 	Client client.Client
 	// Pods are the cached pods, shared with the CardReconciler.
-	Pods     *duck.SlimPods[*pod]
+	Pods     *kit.SlimPods[*pod]
 	Verified *verifiedPods
 	Recorder events.EventRecorder
 	// Retry is how soon a pod is looked at again while its namespace's AgentCards are not synced.

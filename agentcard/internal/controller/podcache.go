@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // pod is what agentcard keeps of a pod: what a sync, the pod watch's predicate and the LabelGuard
@@ -99,20 +99,20 @@ func cardPort(p *corev1.Pod) (corev1.ContainerPort, bool) {
 }
 
 // podIndexes are the indexes of agentcard's pod informers, besides the namespace.
-var podIndexes = map[string]duck.SlimPodIndexer[*pod]{PodLabelIndex: func(p *pod) []string { return podIndexValues(p) }}
+var podIndexes = map[string]kit.SlimPodIndexer[*pod]{PodLabelIndex: func(p *pod) []string { return podIndexValues(p) }}
 
 // newPodCache is agentcard's pod informers over cs, for the namespaces the controller watches (all
-// when empty), not started: the unit tests' way in (Setup uses duck.NewSlimPods, which the manager
+// when empty), not started: the unit tests' way in (Setup uses kit.NewSlimPods, which the manager
 // starts). Nothing in agentcard reads a pod through the manager's client (which would start
 // controller-runtime's typed pod cache again), only through these informers.
-func newPodCache(cs kubernetes.Interface, namespaces []string) *duck.SlimPods[*pod] {
-	return duck.NewSlimPodsFor(cs, namespaces, podFrom, podIndexes)
+func newPodCache(cs kubernetes.Interface, namespaces []string) *kit.SlimPods[*pod] {
+	return kit.NewSlimPodsFor(cs, namespaces, podFrom, podIndexes)
 }
 
 // selectedPods lists the pods of namespace that sel matches, sorted by name, through PodLabelIndex
 // when sel has an indexed requirement, else every pod of the namespace. The pods are the cache's
 // own: read-only, their labels above all.
-func selectedPods(pods *duck.SlimPods[*pod], namespace string, sel labels.Selector) ([]*pod, error) {
+func selectedPods(pods *kit.SlimPods[*pod], namespace string, sel labels.Selector) ([]*pod, error) {
 	var candidates []*pod
 	var err error
 	if label, ok := indexedRequirement(sel); ok {

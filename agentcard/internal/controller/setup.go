@@ -25,6 +25,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/agentcard/internal/signature"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // Options are the pillar-specific settings taken from the command line.
@@ -93,10 +94,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	ctx := context.Background()
 	// Namespaced only: every lookup (duck.EnqueueReferrers, userCardFor) names the workload's namespace.
-	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
+	if err := kit.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
-	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, podFrom, podIndexes)
+	pods, err := kit.NewSlimPods(mgr, opts.Namespaces, podFrom, podIndexes)
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,8 @@ import (
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/agenttrace/internal/controller"
-	"github.com/kagenti/platform/pkg/duck/memlimit"
-	"github.com/kagenti/platform/pkg/duck/metricsauth"
+	"github.com/kagenti/platform/pkg/duck/kit/memlimit"
+	"github.com/kagenti/platform/pkg/duck/kit/metricsauth"
 )
 
 const name = "kagenti-agenttrace"

@@ -23,8 +23,8 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/certs"
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
-	"github.com/kagenti/platform/pkg/duck/memlimit"
-	"github.com/kagenti/platform/pkg/duck/metricsauth"
+	"github.com/kagenti/platform/pkg/duck/kit/memlimit"
+	"github.com/kagenti/platform/pkg/duck/kit/metricsauth"
 )
 
 const name = "kagenti-injector"

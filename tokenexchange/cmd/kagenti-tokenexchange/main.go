@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/kagenti/platform/pkg/duck/memlimit"
-	"github.com/kagenti/platform/pkg/duck/metricsauth"
+	"github.com/kagenti/platform/pkg/duck/kit/memlimit"
+	"github.com/kagenti/platform/pkg/duck/kit/metricsauth"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
 	txwebhook "github.com/kagenti/platform/tokenexchange/internal/webhook"

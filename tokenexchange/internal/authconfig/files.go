@@ -71,7 +71,7 @@ func Marshal(s Spec) []byte {
 }
 
 // ContentHash is the hash of a ConfigMap's content as the kubelet projects it into a volume:
-// one file per key. It equals pkg/configmap.ContentHash of a ConfigMap with these data keys (the
+// one file per key. It equals pkg/kit.ContentHash of a ConfigMap with these data keys (the
 // value the controller records in the kagenti.io/content-hash annotation), so a role reports
 // the same value for the content it runs as the controller for the content it wrote. An empty
 // map (no ConfigMap) hashes to "".

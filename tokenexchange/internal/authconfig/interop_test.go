@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -102,6 +102,6 @@ func TestContentHashAgreesWithController(t *testing.T) {
 	for k, v := range cm.Data {
 		files[k] = []byte(v)
 	}
-	assert.Equal(t, configmap.ContentHash(cm), authconfig.ContentHash(files))
+	assert.Equal(t, kit.ContentHash(cm), authconfig.ContentHash(files))
 	assert.Empty(t, authconfig.ContentHash(nil), "no ConfigMap mounted: no hash")
 }
