@@ -25,4 +25,3 @@ func TestChildNameIsDeterministicAndLengthSafe(t *testing.T) {
 	assert.NotEqual(t, a, TokenExchangeName(strings.Repeat("a", 59)+"b"), "shortened names stay distinct")
 	assert.NotEqual(t, TokenExchangeName(long), TraceName(long))
 }
-

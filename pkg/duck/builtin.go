@@ -32,4 +32,3 @@ func NewBuiltinObject(gvk schema.GroupVersionKind) client.Object {
 	}
 	return nil
 }
-
