@@ -56,6 +56,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kagenti/platform/pkg/duck/ducktest v0.0.0-00010101000000-000000000000
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -93,3 +94,5 @@ replace (
 	github.com/kagenti/platform/pkg/configmap => ../pkg/configmap
 	github.com/kagenti/platform/pkg/duck => ../pkg/duck
 )
+
+replace github.com/kagenti/platform/pkg/duck/ducktest => ../pkg/duck/ducktest

@@ -241,6 +241,12 @@ func TestDestructiveUninstall(t *testing.T) {
 	}
 
 	t.Run("--uninject restores the templates", func(t *testing.T) {
+		if framework.ClusterKind() == "kind" {
+			// On kind the injector ran in the cluster: uninstall removed its Deployment and Service,
+			// so registering its webhook again points at nothing (the local cluster runs it as a
+			// process outside, still there).
+			t.Skip("needs the injector still running after uninstall: local cluster only")
+		}
 		// Register the (still running) injector again, as a re-installation would.
 		again := injectorHook.DeepCopy()
 		again.ResourceVersion, again.UID, again.ManagedFields, again.CreationTimestamp = "", "", nil, metav1.Time{}

@@ -58,6 +58,7 @@ require (
 	github.com/hashicorp/hcl v1.0.1-vault-7 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kagenti/platform/pkg/duck/ducktest v0.0.0-00010101000000-000000000000
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
 	github.com/mdlayher/socket v0.5.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -98,3 +99,5 @@ replace (
 	github.com/kagenti/platform/pkg/configmap => ../pkg/configmap
 	github.com/kagenti/platform/pkg/duck => ../pkg/duck
 )
+
+replace github.com/kagenti/platform/pkg/duck/ducktest => ../pkg/duck/ducktest

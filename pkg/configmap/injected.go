@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // Injected are the parts of a pod template the injector added.
@@ -14,9 +16,9 @@ type Injected struct {
 }
 
 // InjectedParts returns what the injector added to t, as its status annotation
-// (InjectionStatusAnnotation) records it: a v1 status lists the names; a v2, v3 or v4 status lists
-// only the names of its version's lists (InjectedComponents for v2, InjectedContainers since v3,
-// InjectedVolumes) that the template had of its own (kept), so the injected parts are the
+// (contract.InjectionStatusAnnotation) records it: a v1 status lists the names; a v2, v3 or v4 status lists
+// only the names of its version's lists (contract.InjectedComponents for v2, contract.InjectedContainers since v3,
+// contract.InjectedVolumes) that the template had of its own (kept), so the injected parts are the
 // template's containers and volumes with one of those names that is not kept. A template without a
 // status, or with one that does not parse, has none.
 func InjectedParts(t *corev1.PodTemplateSpec) Injected {
@@ -27,15 +29,15 @@ func InjectedParts(t *corev1.PodTemplateSpec) Injected {
 		Containers     []string `json:"containers"`
 		Volumes        []string `json:"volumes"`
 	}
-	raw, ok := t.Annotations[InjectionStatusAnnotation]
+	raw, ok := t.Annotations[contract.InjectionStatusAnnotation]
 	if !ok || json.Unmarshal([]byte(raw), &st) != nil {
 		return Injected{}
 	}
 	container := func(name string) bool {
-		return slices.Contains(InjectedContainers, name) && !slices.Contains(st.Kept, name)
+		return slices.Contains(contract.InjectedContainers, name) && !slices.Contains(st.Kept, name)
 	}
 	volume := func(name string) bool {
-		return slices.Contains(InjectedVolumes, name) && !slices.Contains(st.Kept, name)
+		return slices.Contains(contract.InjectedVolumes, name) && !slices.Contains(st.Kept, name)
 	}
 	switch st.Version {
 	case "v1":
@@ -44,7 +46,7 @@ func InjectedParts(t *corev1.PodTemplateSpec) Injected {
 		volume = func(name string) bool { return slices.Contains(st.Volumes, name) }
 	case "v2":
 		container = func(name string) bool {
-			return slices.Contains(InjectedComponents, name) && !slices.Contains(st.Kept, name)
+			return slices.Contains(contract.InjectedComponents, name) && !slices.Contains(st.Kept, name)
 		}
 	}
 	var in Injected

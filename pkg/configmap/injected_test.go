@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // InjectedParts reads every status version the injector has written: v1 lists the names, v2 to v4
@@ -20,7 +21,7 @@ func TestInjectedPartsFollowsTheStatusAnnotation(t *testing.T) {
 			Volumes:        []corev1.Volume{{Name: "kagenti-shared"}, {Name: "data"}, {Name: "kagenti-trace"}},
 		}}
 		if status != "" {
-			t.ObjectMeta = metav1.ObjectMeta{Annotations: map[string]string{configmap.InjectionStatusAnnotation: status}}
+			t.ObjectMeta = metav1.ObjectMeta{Annotations: map[string]string{contract.InjectionStatusAnnotation: status}}
 		}
 		return t
 	}

@@ -30,10 +30,12 @@ func TargetKey(gk schema.GroupKind, name string) string {
 
 // IndexTargetRef registers TargetRefIndex for obj's type (a Referrer) with the manager's indexer.
 func IndexTargetRef(ctx context.Context, indexer client.FieldIndexer, obj Referrer) error {
-	return indexer.IndexField(ctx, obj, TargetRefIndex, targetRefIndexValue)
+	return indexer.IndexField(ctx, obj, TargetRefIndex, TargetRefKeys)
 }
 
-func targetRefIndexValue(o client.Object) []string {
+// TargetRefKeys are the values of TargetRefIndex for o: the TargetKey of the workload it references,
+// none when it is not a Referrer or references nothing.
+func TargetRefKeys(o client.Object) []string {
 	r, ok := o.(Referrer)
 	if !ok || r.GetTargetRef() == nil {
 		return nil

@@ -67,9 +67,9 @@ func TestTargetRefString(t *testing.T) {
 }
 
 func TestTargetKeyIgnoresVersion(t *testing.T) {
-	a := targetRefIndexValue(&testReferrer{Spec: testReferrerSpec{TargetRef: &TargetRef{APIVersion: "example.io/v1", Kind: "AgentSet", Name: "x"}}})
-	b := targetRefIndexValue(&testReferrer{Spec: testReferrerSpec{TargetRef: &TargetRef{APIVersion: "example.io/v2", Kind: "AgentSet", Name: "x"}}})
+	a := TargetRefKeys(&testReferrer{Spec: testReferrerSpec{TargetRef: &TargetRef{APIVersion: "example.io/v1", Kind: "AgentSet", Name: "x"}}})
+	b := TargetRefKeys(&testReferrer{Spec: testReferrerSpec{TargetRef: &TargetRef{APIVersion: "example.io/v2", Kind: "AgentSet", Name: "x"}}})
 	assert.Equal(t, a, b)
 	assert.Equal(t, []string{"AgentSet.example.io/x"}, a)
-	assert.Nil(t, targetRefIndexValue(&testReferrer{}), "objects without a targetRef are not indexed")
+	assert.Nil(t, TargetRefKeys(&testReferrer{}), "objects without a targetRef are not indexed")
 }

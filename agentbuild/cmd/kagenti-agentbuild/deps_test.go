@@ -13,7 +13,7 @@ import (
 // Tekton's own types serve only the tests, as the oracle those types are checked against. It keeps
 // k8s.io/apiserver out too: through controller-runtime's metrics filters it linked about 260
 // packages (CEL, gRPC, OpenTelemetry), a third of the binary and of its resident memory, for the
-// metrics endpoint's TokenReview and SubjectAccessReview, which pkg/duck/metricsauth makes with client-go.
+// metrics endpoint's TokenReview and SubjectAccessReview, which pkg/duck/kit/metricsauth makes with client-go.
 func TestBinaryDoesNotLinkTekton(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	require.NoError(t, err)

@@ -8,13 +8,14 @@ import (
 	"github.com/kagenti/platform/pkg/configmap"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 const (
 	// ManagedBy is the app.kubernetes.io/managed-by value of every object this controller creates.
 	ManagedBy = "kagenti-agentbuild"
 	// LabelManagedBy is the standard managed-by label.
-	LabelManagedBy = configmap.ManagedByLabel
+	LabelManagedBy = contract.ManagedByLabel
 	// LabelBuildUID selects every Pipeline and PipelineRun of one AgentBuild (UIDs fit a label value;
 	// build names may not).
 	LabelBuildUID = "kagenti.io/agentbuild-uid"

@@ -12,7 +12,7 @@ import (
 // cards (the local cluster's sample card is a file, hack/local/weather-agent-card.json, given to
 // serve-sample-card), and k8s.io/apiserver, which controller-runtime's metrics filters linked
 // (about 260 packages, a third of the binary and of its resident memory) for the TokenReview and
-// SubjectAccessReview that pkg/duck/metricsauth makes with client-go alone.
+// SubjectAccessReview that pkg/duck/kit/metricsauth makes with client-go alone.
 func TestBinaryDoesNotLinkTestFixtures(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	require.NoError(t, err)

@@ -2,171 +2,84 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"maps"
+	"context"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap/zapcore"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/controller"
 	"github.com/kagenti/platform/agentcard/internal/discovery"
 	"github.com/kagenti/platform/agentcard/internal/federation"
-	"github.com/kagenti/platform/pkg/duck/memlimit"
-	"github.com/kagenti/platform/pkg/duck/metricsauth"
+	"github.com/kagenti/platform/pkg/duck/kit/command"
 )
 
-const name = "kagenti-agentcard"
+func main() { command.Main(options()) }
 
-func main() {
-	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func newRootCommand() *cobra.Command { return command.NewCommand(options()) }
 
-func newRootCommand() *cobra.Command {
+func options() command.Options {
 	var (
-		metricsAddr, probeAddr, pprofAddr, namespaces string
-		leaderElect                                   bool
-		metricsSecure                                 bool
-		opts                                          controller.Options
-		disc                                          discovery.Options
-		fed                                           federation.Options
-		zapOpts                                       = zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		opts controller.Options
+		disc discovery.Options
+		fed  federation.Options
 	)
-	cmd := &cobra.Command{
-		Use:           name,
-		Short:         "Runs the Kagenti agentcard controller",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Args:          cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-			memlimit.SetFromContainer(ctrl.Log.WithName("setup"))
+	return command.Options{
+		Name:  "kagenti-agentcard",
+		Short: "Runs the Kagenti agentcard controller",
+		Flags: func(f *pflag.FlagSet) {
+			f.BoolVar(&opts.RequireSignature, "require-signature", false, "default of spec.requireSignature: Ready needs a verified signature bound to the workload identity")
+			f.StringVar(&opts.TrustBundleConfigMap, "trust-bundle-configmap", "", "namespace/name of the SPIRE trust bundle ConfigMap (PEM or SPIFFE JSON bundle); empty: no signature can verify")
+			f.StringVar(&opts.TrustBundleKey, "trust-bundle-key", "bundle.crt", "key of the trust bundle in the ConfigMap")
+			f.StringVar(&opts.TrustDomain, "trust-domain", "cluster.local", "SPIFFE trust domain of the workloads (default of spec.identityBinding.trustDomain)")
+			f.IntVar(&opts.MaxConcurrentFetches, "max-concurrent-fetches", 64, "card fetches in flight across all AgentCards")
+			f.DurationVar(&opts.FetchTimeout, "fetch-timeout", 5*time.Second, "timeout of one card fetch")
+			f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
+			f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
+			f.StringSliceVar(&opts.CrossNamespaceIdentities, "cross-namespace-identities", nil, "comma-separated SPIFFE ID patterns (path.Match: * stays within one path segment) that spec.identityBinding.spiffeID of an AgentCard in any namespace may name; by default an AgentCard binds only identities of its own namespace (spiffe://<trust domain>/ns/<namespace>/...)")
+			f.IntVar(&opts.MaxCachedCardBytes, "max-cached-card-bytes", controller.DefaultMaxCachedCardBytes, "bytes of agent cards kept between syncs, once per distinct card; a card beyond it is fetched in full on every sync")
+			f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (HTTPS, GET /v1/agents); 0 disables it")
+			f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
+			f.StringSliceVar(&disc.Audiences, "discovery-audience", nil, "audience the discovery API's bearer tokens must be issued for (repeatable; TokenReview spec.audiences); empty accepts tokens for the API server's own audiences")
+			f.StringVar(&disc.CertDir, "discovery-cert-dir", "", "directory with tls.crt and tls.key (and ca.crt) of the discovery API provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
+			f.StringVar(&disc.RotatorCertDir, "discovery-rotator-cert-dir", "/tmp/kagenti-agentcard/discovery-certs", "where the rotator's certificate Secret is mounted (without --discovery-cert-dir)")
+			f.StringVar(&disc.CertSecret, "discovery-cert-secret", "kagenti-agentcard-discovery-cert", "Secret (in --discovery-namespace) holding the CA and serving certificate managed by the rotator")
+			f.StringVar(&disc.ServiceName, "discovery-service-name", "kagenti-agentcard-discovery", "Service in front of the discovery API (the certificate is issued for <service>.<namespace>.svc)")
+			f.StringVar(&disc.Namespace, "discovery-namespace", command.EnvOr("POD_NAMESPACE", "kagenti-system"), "the controller's own namespace: holds the discovery API's certificate Secret and CA ConfigMap")
+			f.StringVar(&disc.CAConfigMap, "discovery-ca-configmap", "kagenti-agentcard-discovery-ca", "ConfigMap (in --discovery-namespace) the discovery API's CA is published in (key ca.crt) for clients; empty does not publish it")
+			f.Float64Var(&disc.RateLimit, "discovery-rate-limit", 20, "requests per second each client address may make to the discovery API (429 with Retry-After beyond); 0 disables the limit")
+			f.IntVar(&disc.RateBurst, "discovery-rate-burst", 40, "burst of requests above --discovery-rate-limit a client address may make")
+			f.DurationVar(&disc.AuthCacheTTL, "discovery-auth-cache-ttl", discovery.DefaultAuthCacheTTL, "how long a valid token and an allowed access are cached (never past the token's expiry)")
+			f.DurationVar(&disc.AuthNegativeCacheTTL, "discovery-auth-negative-cache-ttl", discovery.DefaultAuthNegativeCacheTTL, "how long an invalid token and a denied access are cached")
+			fed.BindFlags(f)
+		},
+		Commands: []*cobra.Command{newSignCommand(), newDevCACommand(), newDevSVIDCommand(), newServeSampleCardCommand()},
+		Prepare: func() error {
 			ctrl.Log.WithName("setup").Info("Go garbage collector target", "GOGC", setGCPercent(os.Getenv))
-			return run(metricsauth.ServerOptions(metricsAddr, metricsSecure), probeAddr, pprofAddr, namespaces, leaderElect, opts, disc, fed)
+			return nil
+		},
+		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
+		// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
+		Cache:  func(ns []string) cache.Options { return controller.CacheOptions(command.NamespaceConfigs(ns)) },
+		Client: controller.ClientOptions(),
+		Setup: func(mgr manager.Manager, rt command.Runtime) error {
+			opts.Namespaces = rt.Namespaces
+			if err := controller.Setup(mgr, opts); err != nil {
+				return err
+			}
+			// Before the discovery API: a hub serves its members' cards there. The context only
+			// registers informers; the runnables get the manager's.
+			if err := federation.Setup(context.Background(), mgr, fed, &disc); err != nil {
+				return err
+			}
+			return discovery.Setup(mgr, disc)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	f.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole kagenti-metrics-reader); false serves plain HTTP to anyone")
-	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
-	f.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it")
-	f.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles")
-	f.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
-	f.BoolVar(&opts.RequireSignature, "require-signature", false, "default of spec.requireSignature: Ready needs a verified signature bound to the workload identity")
-	f.StringVar(&opts.TrustBundleConfigMap, "trust-bundle-configmap", "", "namespace/name of the SPIRE trust bundle ConfigMap (PEM or SPIFFE JSON bundle); empty: no signature can verify")
-	f.StringVar(&opts.TrustBundleKey, "trust-bundle-key", "bundle.crt", "key of the trust bundle in the ConfigMap")
-	f.StringVar(&opts.TrustDomain, "trust-domain", "cluster.local", "SPIFFE trust domain of the workloads (default of spec.identityBinding.trustDomain)")
-	f.IntVar(&opts.MaxConcurrentFetches, "max-concurrent-fetches", 64, "card fetches in flight across all AgentCards")
-	f.DurationVar(&opts.FetchTimeout, "fetch-timeout", 5*time.Second, "timeout of one card fetch")
-	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
-	f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
-	f.StringSliceVar(&opts.CrossNamespaceIdentities, "cross-namespace-identities", nil, "comma-separated SPIFFE ID patterns (path.Match: * stays within one path segment) that spec.identityBinding.spiffeID of an AgentCard in any namespace may name; by default an AgentCard binds only identities of its own namespace (spiffe://<trust domain>/ns/<namespace>/...)")
-	f.IntVar(&opts.MaxCachedCardBytes, "max-cached-card-bytes", controller.DefaultMaxCachedCardBytes, "bytes of agent cards kept between syncs, once per distinct card; a card beyond it is fetched in full on every sync")
-	f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (HTTPS, GET /v1/agents); 0 disables it")
-	f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
-	f.StringSliceVar(&disc.Audiences, "discovery-audience", nil, "audience the discovery API's bearer tokens must be issued for (repeatable; TokenReview spec.audiences); empty accepts tokens for the API server's own audiences")
-	f.StringVar(&disc.CertDir, "discovery-cert-dir", "", "directory with tls.crt and tls.key (and ca.crt) of the discovery API provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
-	f.StringVar(&disc.RotatorCertDir, "discovery-rotator-cert-dir", "/tmp/kagenti-agentcard/discovery-certs", "where the rotator's certificate Secret is mounted (without --discovery-cert-dir)")
-	f.StringVar(&disc.CertSecret, "discovery-cert-secret", "kagenti-agentcard-discovery-cert", "Secret (in --discovery-namespace) holding the CA and serving certificate managed by the rotator")
-	f.StringVar(&disc.ServiceName, "discovery-service-name", "kagenti-agentcard-discovery", "Service in front of the discovery API (the certificate is issued for <service>.<namespace>.svc)")
-	f.StringVar(&disc.Namespace, "discovery-namespace", envOr("POD_NAMESPACE", "kagenti-system"), "the controller's own namespace: holds the discovery API's certificate Secret and CA ConfigMap")
-	f.StringVar(&disc.CAConfigMap, "discovery-ca-configmap", "kagenti-agentcard-discovery-ca", "ConfigMap (in --discovery-namespace) the discovery API's CA is published in (key ca.crt) for clients; empty does not publish it")
-	f.Float64Var(&disc.RateLimit, "discovery-rate-limit", 20, "requests per second each client address may make to the discovery API (429 with Retry-After beyond); 0 disables the limit")
-	f.IntVar(&disc.RateBurst, "discovery-rate-burst", 40, "burst of requests above --discovery-rate-limit a client address may make")
-	f.DurationVar(&disc.AuthCacheTTL, "discovery-auth-cache-ttl", discovery.DefaultAuthCacheTTL, "how long a valid token and an allowed access are cached (never past the token's expiry)")
-	f.DurationVar(&disc.AuthNegativeCacheTTL, "discovery-auth-negative-cache-ttl", discovery.DefaultAuthNegativeCacheTTL, "how long an invalid token and a denied access are cached")
-	fed.BindFlags(f)
-	// --kubeconfig comes from controller-runtime's config package, the zap flags from zapOpts.
-	zapFlags := flag.NewFlagSet("zap", flag.ExitOnError)
-	zapOpts.BindFlags(zapFlags)
-	f.AddGoFlagSet(zapFlags)
-	f.AddGoFlagSet(flag.CommandLine)
-	cmd.AddCommand(newSignCommand(), newDevCACommand(), newDevSVIDCommand(), newServeSampleCardCommand())
-	return cmd
-}
-
-func run(metrics metricsserver.Options, probeAddr, pprofAddr, namespaces string, leaderElect bool, opts controller.Options, disc discovery.Options, fed federation.Options) error {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return err
-	}
-	// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
-	watched := namespaceSet(namespaces)
-	opts.Namespaces = slices.Sorted(maps.Keys(watched))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metrics,
-		HealthProbeBindAddress:        probeAddr,
-		PprofBindAddress:              pprofAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              name + ".kagenti.io",
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(watched),
-		Client:                        controller.ClientOptions(),
-	})
-	if err != nil {
-		return err
-	}
-	if err := controller.Setup(mgr, opts); err != nil {
-		return err
-	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := federation.Setup(ctx, mgr, fed, &disc); err != nil {
-		return err
-	}
-	if err := discovery.Setup(mgr, disc); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-// namespaceSet turns "a,b" into the cache's per-namespace configuration; nil watches all namespaces.
-func namespaceSet(list string) map[string]cache.Config {
-	var out map[string]cache.Config
-	for _, ns := range strings.Split(list, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			if out == nil {
-				out = map[string]cache.Config{}
-			}
-			out[ns] = cache.Config{}
-		}
-	}
-	return out
 }
 
 // Every binary authenticates and authorizes the scrapers of its metrics endpoint with the API server.

@@ -21,6 +21,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/resources"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -61,7 +62,7 @@ func wantsCard(w *unstructured.Unstructured) (bool, string) {
 // Reconcile implements reconcile.Reconciler for workloads of r.GVK.
 func (r *SyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// Read typed from the cache (the informer the watches of this kind share, trimmed by
-	// duck.TrimmedWorkloads), then viewed as unstructured like any workload.
+	// kit.TrimmedWorkloads), then viewed as unstructured like any workload.
 	obj := duck.NewBuiltinObject(r.GVK)
 	name := configmap.AgentCardName(req.Name, r.GVK.Kind)
 	key := types.NamespacedName{Namespace: req.Namespace, Name: name}
@@ -113,7 +114,7 @@ func (r *SyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 // ownedBy: only cards we created for this workload are ever deleted.
 func (r *SyncReconciler) ownedBy(c *v1alpha1.AgentCard, w *unstructured.Unstructured) bool {
-	if c.Labels[configmap.ManagedByLabel] != resources.ManagedBy {
+	if c.Labels[contract.ManagedByLabel] != resources.ManagedBy {
 		return false
 	}
 	ref := metav1.GetControllerOf(c)
@@ -128,7 +129,7 @@ func (r *SyncReconciler) userCardFor(ctx context.Context, w *unstructured.Unstru
 		return "", err
 	}
 	for _, c := range list.Items {
-		if c.Name != ours && c.Labels[configmap.ManagedByLabel] != resources.ManagedBy {
+		if c.Name != ours && c.Labels[contract.ManagedByLabel] != resources.ManagedBy {
 			return c.Name, nil
 		}
 	}

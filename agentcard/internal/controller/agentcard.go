@@ -23,6 +23,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/podlabels"
 	"github.com/kagenti/platform/agentcard/internal/status"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // FieldManager is the server-side apply field manager of everything this binary writes.
@@ -43,8 +44,8 @@ const DefaultSyncPeriod = 30 * time.Second
 // label to pods whose verdict is.
 type CardReconciler struct {
 	Client client.Client
-	// Pods are the cached pods (duck.SlimPods); agentcard reads pods nowhere else.
-	Pods     *duck.SlimPods[*podcache.Pod]
+	// Pods are the cached pods (kit.SlimPods); agentcard reads pods nowhere else.
+	Pods     *kit.SlimPods[*podcache.Pod]
 	Resolver *duck.Resolver
 	// Cards fetches, keeps and verifies the pods' cards.
 	Cards *cardsync.Syncer

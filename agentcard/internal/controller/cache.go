@@ -8,13 +8,13 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/intern"
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // CacheOptions is what the manager caches for agentcard, watching namespaces (all when empty):
 // every object without managedFields (server-side apply does not need them here) and the built-in
 // workloads trimmed to their metadata, selector and pod template labels (all that target
-// resolution and auto-creation read). Pods are not in it: duck.SlimPods keeps them as the
+// resolution and auto-creation read). Pods are not in it: kit.SlimPods keeps them as the
 // small pod type. main and the envtest suite use it, so the tests run the controller on the caches the
 // binary has.
 func CacheOptions(namespaces map[string]cache.Config) cache.Options {
@@ -28,7 +28,7 @@ func CacheOptions(namespaces map[string]cache.Config) cache.Options {
 // byObject: the workloads trimmed, and AgentCards whose status.card shares its bytes with every
 // other holder of the same card (intern.Bytes).
 func byObject() map[client.Object]cache.ByObject {
-	by := duck.TrimmedWorkloads(templateLabelsOnly)
+	by := kit.TrimmedWorkloads(templateLabelsOnly)
 	by[&v1alpha1.AgentCard{}] = cache.ByObject{Transform: shareCard}
 	return by
 }

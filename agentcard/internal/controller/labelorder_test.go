@@ -35,6 +35,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/agentcard/internal/verify"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // The label one sync writes, and when (a unit test of Reconcile on an intercepting fake client:
@@ -217,7 +218,7 @@ func indexOf(list []string, s string) int {
 
 // startedPodInformers are agentcard's pod informers over a fake clientset holding pods, started and synced for
 // the test (a unit test of Reconcile: the envtest suite runs them on a real API server).
-func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *duck.SlimPods[*podcache.Pod] {
+func startedPodInformers(t *testing.T, pods ...*corev1.Pod) *kit.SlimPods[*podcache.Pod] {
 	t.Helper()
 	objs := make([]runtime.Object, len(pods))
 	for i, p := range pods {

@@ -32,6 +32,7 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/status"
 	"github.com/kagenti/platform/agentcard/internal/verify"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // DefaultMaxCachedCardBytes is the default of --max-cached-card-bytes.
@@ -103,10 +104,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	ctx := context.Background()
 	// Namespaced only: every lookup (duck.EnqueueReferrers, userCardFor) names the workload's namespace.
-	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
+	if err := kit.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentCard{}); err != nil {
 		return err
 	}
-	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, podcache.From, podcache.Indexes)
+	pods, err := kit.NewSlimPods(mgr, opts.Namespaces, podcache.From, podcache.Indexes)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // The AgentCards' targetRef index keeps each value once, under the AgentCard's namespace
-// (duck.IndexTargetRefInNamespace): no cluster-wide copy, which controller-runtime's IndexField
+// (kit.IndexTargetRefInNamespace): no cluster-wide copy, which controller-runtime's IndexField
 // adds and no lookup of agentcard asks for (each names the workload's namespace).
 func TestTargetRefIndexIsNamespacedOnly(t *testing.T) {
 	ns := newNamespace(t)

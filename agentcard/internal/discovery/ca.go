@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 const (
@@ -90,7 +90,7 @@ func (p *caPublisher) read() ([]byte, error) {
 
 func (p *caPublisher) apply(ctx context.Context, pem []byte) error {
 	cm := corev1ac.ConfigMap(p.key.Name, p.key.Namespace).
-		WithLabels(map[string]string{"app.kubernetes.io/name": "kagenti-agentcard", configmap.ManagedByLabel: fieldOwner}).
+		WithLabels(map[string]string{"app.kubernetes.io/name": "kagenti-agentcard", contract.ManagedByLabel: fieldOwner}).
 		WithData(map[string]string{caConfigMapKey: string(pem)})
 	return p.client.Apply(ctx, cm, client.FieldOwner(fieldOwner), client.ForceOwnership)
 }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kagenti/platform/agentcard/internal/intern"
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // Pod is what agentcard keeps of a pod: what a sync, the pod watch's predicate and the LabelGuard
@@ -103,20 +103,20 @@ func cardPort(p *corev1.Pod) (corev1.ContainerPort, bool) {
 }
 
 // Indexes are the indexes of agentcard's pod informers, besides the namespace.
-var Indexes = map[string]duck.SlimPodIndexer[*Pod]{LabelIndex: func(p *Pod) []string { return IndexValues(p) }}
+var Indexes = map[string]kit.SlimPodIndexer[*Pod]{LabelIndex: func(p *Pod) []string { return IndexValues(p) }}
 
 // New is agentcard's pod informers over cs, for the namespaces the controller watches (all
-// when empty), not started: the unit tests' way in (Setup uses duck.NewSlimPods, which the manager
+// when empty), not started: the unit tests' way in (Setup uses kit.NewSlimPods, which the manager
 // starts). Nothing in agentcard reads a pod through the manager's client (which would start
 // controller-runtime's typed pod cache again), only through these informers.
-func New(cs kubernetes.Interface, namespaces []string) *duck.SlimPods[*Pod] {
-	return duck.NewSlimPodsFor(cs, namespaces, From, Indexes)
+func New(cs kubernetes.Interface, namespaces []string) *kit.SlimPods[*Pod] {
+	return kit.NewSlimPodsFor(cs, namespaces, From, Indexes)
 }
 
 // Selected lists the pods of namespace that sel matches, sorted by name, through LabelIndex
 // when sel has an indexed requirement, else every pod of the namespace. The pods are the cache's
 // own: read-only, their labels above all.
-func Selected(pods *duck.SlimPods[*Pod], namespace string, sel labels.Selector) ([]*Pod, error) {
+func Selected(pods *kit.SlimPods[*Pod], namespace string, sel labels.Selector) ([]*Pod, error) {
 	var candidates []*Pod
 	var err error
 	if label, ok := indexedRequirement(sel); ok {

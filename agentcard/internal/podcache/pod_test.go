@@ -97,13 +97,13 @@ func TestPodKeepsWhatAgentcardReads(t *testing.T) {
 	assert.Equal(t, "weather", small.Labels["app"])
 }
 
-// The label index holds each label of a pod (duck.SlimPods keys it under the pod's namespace),
+// The label index holds each label of a pod (kit.SlimPods keys it under the pod's namespace),
 // leaving out the labels no sync looks pods up by.
 func TestPodLabelIndexValues(t *testing.T) {
 	assert.Equal(t, []string{"app=weather"}, Indexes[LabelIndex](From(fullPod(1))))
 }
 
-// namespacedLabelKeys are a pod's entries in LabelIndex as duck.SlimPods' indexer stores them.
+// namespacedLabelKeys are a pod's entries in LabelIndex as kit.SlimPods' indexer stores them.
 func namespacedLabelKeys(obj any) ([]string, error) {
 	p := obj.(*Pod)
 	vals := IndexValues(p)
@@ -154,7 +154,7 @@ func retainedHeap(build func() any) uint64 {
 
 // BenchmarkPodLabelIndexFootprint reports the heap LabelIndex holds for 3,000 cached pods of
 // 1,000 AgentCards (3 pods each, labels app=<card>, tier=agent and a pod-template-hash), as the
-// informer's indexer keeps it: "namespaced" is how duck.SlimPods keeps it,
+// informer's indexer keeps it: "namespaced" is how kit.SlimPods keeps it,
 // "field-indexer" the same values as the manager's field indexer stores them, each a second time
 // under its cluster-wide "__all_namespaces/" key.
 func BenchmarkPodLabelIndexFootprint(b *testing.B) {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/podcache"
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // Grants is the controller's memory of its own verdicts: the pods it labelled
@@ -107,7 +107,7 @@ func (v *Grants) allSynced(cards []v1alpha1.AgentCard) bool {
 type Labeller struct {
 	Client client.Client
 	// Pods are the cached pods (shared with the sync and the LabelGuard).
-	Pods *duck.SlimPods[*podcache.Pod]
+	Pods *kit.SlimPods[*podcache.Pod]
 	// Granted remembers the pods labelled true (shared with the LabelGuard).
 	Granted *Grants
 }
@@ -268,7 +268,7 @@ func hasLabelValue(p *podcache.Pod, value string) bool {
 type LabelGuard struct {
 	Client client.Client
 	// Pods are the cached pods, shared with the CardReconciler.
-	Pods     *duck.SlimPods[*podcache.Pod]
+	Pods     *kit.SlimPods[*podcache.Pod]
 	Verified *Grants
 	Recorder events.EventRecorder
 	// Retry is how soon a pod is looked at again while its namespace's AgentCards are not synced.

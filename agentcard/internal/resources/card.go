@@ -8,6 +8,7 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -23,7 +24,7 @@ func AgentCardFor(w *unstructured.Unstructured) *v1alpha1.AgentCard {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      configmap.AgentCardName(w.GetName(), gvk.Kind),
 			Namespace: w.GetNamespace(),
-			Labels:    map[string]string{configmap.ManagedByLabel: ManagedBy},
+			Labels:    map[string]string{contract.ManagedByLabel: ManagedBy},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: w.GetName(), UID: w.GetUID(),
 				Controller: &yes, BlockOwnerDeletion: &yes,

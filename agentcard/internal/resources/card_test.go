@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 func TestAgentCardForTargetsAndIsControlledByTheWorkload(t *testing.T) {
@@ -19,7 +20,7 @@ func TestAgentCardForTargetsAndIsControlledByTheWorkload(t *testing.T) {
 	c := AgentCardFor(w)
 	assert.Equal(t, configmap.AgentCardName("weather", "StatefulSet"), c.Name)
 	assert.Equal(t, "agents", c.Namespace)
-	assert.Equal(t, ManagedBy, c.Labels[configmap.ManagedByLabel])
+	assert.Equal(t, ManagedBy, c.Labels[contract.ManagedByLabel])
 	if assert.Len(t, c.OwnerReferences, 1) {
 		o := c.OwnerReferences[0]
 		assert.Equal(t, "apps/v1", o.APIVersion)

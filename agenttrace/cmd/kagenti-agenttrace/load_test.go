@@ -25,7 +25,7 @@ import (
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/agenttrace/internal/resources"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
 )
@@ -210,7 +210,7 @@ func deployment(ns, name string) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{
 					Labels: map[string]string{"app": name},
 					// As the injector leaves it (the controller only reads that the annotation exists).
-					Annotations: map[string]string{configmap.InjectionStatusAnnotation: `{"version":"load"}`},
+					Annotations: map[string]string{contract.InjectionStatusAnnotation: `{"version":"load"}`},
 				},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}}},
 			},
@@ -226,8 +226,8 @@ func pod(ns, app string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: app + "-0", Namespace: ns, Labels: map[string]string{"app": app}},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
-				VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}}},
-			Volumes: []corev1.Volume{{Name: configmap.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				VolumeMounts: []corev1.VolumeMount{{Name: contract.VolumeTrace, MountPath: "/etc/kagenti/trace"}}}},
+			Volumes: []corev1.Volume{{Name: contract.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Optional: ptr.To(true)}}}},
 		},
 	}

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
-	"github.com/kagenti/platform/pkg/configmap"
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/configmap/contract"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // stripAgentTrace drops what the controller never reads of an AgentTrace: managedFields and
@@ -30,7 +30,7 @@ func stripAgentTrace(obj any) (any, error) {
 }
 
 // cachedPod is what the controller reads of a pod, and all its pod informer keeps of one
-// (duck.SlimPods): a corev1.Pod costs ≈ 2.4 KB in a cache even with every field but these
+// (kit.SlimPods): a corev1.Pod costs ≈ 2.4 KB in a cache even with every field but these
 // dropped; this costs what its fields do. Of the metadata it keeps what identifies the pod, its
 // labels (the workload's selector) and its deletion.
 type cachedPod struct {
@@ -105,7 +105,7 @@ func slimPodSpec(spec *corev1.PodSpec) corev1.PodSpec {
 
 // slimTemplate keeps of a workload's pod template what templateWired and the selector read: the
 // labels, whether the injection-status annotation is set (not its value:
-// duck.TemplateMetaPresence), the ConfigMap volumes and the containers' mounts.
+// kit.TemplateMetaPresence), the ConfigMap volumes and the containers' mounts.
 func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{ObjectMeta: duck.TemplateMetaPresence(t.ObjectMeta, configmap.InjectionStatusAnnotation), Spec: slimPodSpec(&t.Spec)}
+	return corev1.PodTemplateSpec{ObjectMeta: kit.TemplateMetaPresence(t.ObjectMeta, contract.InjectionStatusAnnotation), Spec: slimPodSpec(&t.Spec)}
 }

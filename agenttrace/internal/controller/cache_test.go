@@ -23,9 +23,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
@@ -35,7 +36,7 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}
 	tmpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{configmap.InjectionStatusAnnotation: "{}"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{contract.InjectionStatusAnnotation: "{}"}},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
 				Env:          []corev1.EnvVar{{Name: "A", Value: "never read here"}},
@@ -63,7 +64,7 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 			require.NoError(t, err)
 			in := &unstructured.Unstructured{Object: m}
 			in.SetGroupVersionKind(tc.gvk)
-			out, err := duck.TrimWorkload(slimTemplate)(in)
+			out, err := kit.TrimWorkload(slimTemplate)(in)
 			require.NoError(t, err)
 			u := out.(*unstructured.Unstructured)
 			w, err := duck.NewWorkload(u)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/agenttrace/internal/resources"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -92,8 +92,8 @@ func TestSeedExampleBecomesActive(t *testing.T) {
 	require.NotNil(t, owner, "ConfigMap must be controlled by the AgentTrace (garbage collection)")
 	assert.Equal(t, got.UID, owner.UID)
 	assert.Equal(t, "AgentTrace", owner.Kind)
-	assert.Equal(t, Name, cm.Labels[configmap.ManagedByLabel])
-	assert.NotEmpty(t, cm.Annotations[configmap.ContentHashAnnotation])
+	assert.Equal(t, Name, cm.Labels[contract.ManagedByLabel])
+	assert.NotEmpty(t, cm.Annotations[contract.ContentHashAnnotation])
 	assert.Equal(t, "otel-collector.observability:4317", cm.Data["otel_endpoint"])
 	assert.Contains(t, cm.Data["otel.env"], "OTEL_TRACES_SAMPLER=traceidratio\nOTEL_TRACES_SAMPLER_ARG=0.1\n")
 	assert.NotContains(t, cm.Data["otel.env"], "14250", "jaeger never reaches the SDK environment")
@@ -268,9 +268,9 @@ func TestConfiguredPods(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "agent:v1"}}},
 		}
 		if mounted {
-			p.Spec.Volumes = []corev1.Volume{{Name: configmap.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			p.Spec.Volumes = []corev1.Volume{{Name: contract.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "web-trace"}, Optional: ptr(true)}}}}
-			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace", ReadOnly: true}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: contract.VolumeTrace, MountPath: "/etc/kagenti/trace", ReadOnly: true}}
 		}
 		create(t, p)
 		p.Status.Phase = phase
@@ -323,7 +323,7 @@ func TestTargetNotInjected(t *testing.T) {
 	// Injection (here: the annotation the injector writes) clears the warning.
 	var dep appsv1.Deployment
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plain"}, &dep))
-	dep.Spec.Template.Annotations = map[string]string{configmap.InjectionStatusAnnotation: "{}"}
+	dep.Spec.Template.Annotations = map[string]string{contract.InjectionStatusAnnotation: "{}"}
 	require.NoError(t, k8s.Update(ctx, &dep))
 	waitStatus(t, ns, "trace", v1alpha1.PhaseActive, v1alpha1.ReasonActive)
 }

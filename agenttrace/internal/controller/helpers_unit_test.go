@@ -8,16 +8,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 func traceVolume(cm string) corev1.Volume {
-	return corev1.Volume{Name: configmap.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+	return corev1.Volume{Name: contract.VolumeTrace, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}
 }
 
 func TestMountsConfigMap(t *testing.T) {
-	mount := []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}
+	mount := []corev1.VolumeMount{{Name: contract.VolumeTrace, MountPath: "/etc/kagenti/trace"}}
 	cases := map[string]struct {
 		spec corev1.PodSpec
 		want bool
@@ -49,7 +49,7 @@ func TestCachedPod(t *testing.T) {
 			Volumes: []corev1.Volume{traceVolume("a-trace"), {Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{
 				{Name: "c", Image: "i", Env: []corev1.EnvVar{{Name: "E", Value: "v"}},
-					VolumeMounts: []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}, {Name: "tmp", MountPath: "/tmp"}}},
+					VolumeMounts: []corev1.VolumeMount{{Name: contract.VolumeTrace, MountPath: "/etc/kagenti/trace"}, {Name: "tmp", MountPath: "/tmp"}}},
 				{Name: "sidecar", Image: "s", VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}},
 			},
 			InitContainers: []corev1.Container{{Name: "init", Image: "i"}},
@@ -72,7 +72,7 @@ func TestCachedPod(t *testing.T) {
 // Pods are indexed only by the ConfigMaps a container of theirs mounts: that is what
 // configuredPods counts, and each entry costs memory for every pod in the cluster.
 func TestPodConfigMapsIndexesMountedConfigMapsOnly(t *testing.T) {
-	mount := []corev1.VolumeMount{{Name: configmap.VolumeTrace, MountPath: "/etc/kagenti/trace"}}
+	mount := []corev1.VolumeMount{{Name: contract.VolumeTrace, MountPath: "/etc/kagenti/trace"}}
 	unmounted := corev1.Volume{Name: "other", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "b-config"}}}}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{traceVolume("a-trace"), unmounted},

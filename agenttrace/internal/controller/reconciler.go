@@ -15,8 +15,9 @@ import (
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/agenttrace/internal/resources"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=agenttraces,verbs=get;list;watch
@@ -36,16 +37,16 @@ type Reconciler struct {
 	Resolver *duck.Resolver
 	// Applier writes the ConfigMap; with its APIReader it tells someone else's ConfigMap of the
 	// same name (outside this controller's label-filtered cache) from a stale cache.
-	Applier *configmap.Applier
+	Applier *kit.Applier
 	// Status writes the status and records an Event when Ready changes, through Recorder.
 	Status   *duck.StatusApplier
 	Recorder recorder.EventRecorder
 	Options  Options
 	// PodCache holds the cluster's pods as cachedPods, indexed by podConfigMapIndex.
-	PodCache *duck.SlimPods[*cachedPod]
+	PodCache *kit.SlimPods[*cachedPod]
 	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
 	// Reconciler without a manager.
-	Workloads *duck.WorkloadWatches
+	Workloads *kit.WorkloadWatches
 }
 
 // Reconcile: render the trace ConfigMap of the AgentTrace's target, apply it, and set the status
@@ -105,7 +106,7 @@ func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s s
 	}
 	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
 	res, err := r.Applier.Apply(ctx, desired, at)
-	if notOwned := (*configmap.NotOwnedError)(nil); errors.As(err, &notOwned) {
+	if notOwned := (*kit.NotOwnedError)(nil); errors.As(err, &notOwned) {
 		s.configMapFailed(desired.Name, v1alpha1.ReasonConfigMapNotOwned, err.Error())
 		return ctrl.Result{RequeueAfter: r.Options.NotOwnedRetry}, nil
 	} else if err != nil {
@@ -143,7 +144,7 @@ func warnings(at *v1alpha1.AgentTrace, w *duck.Workload, cmName string) ([]warni
 	} else if !injected {
 		out = append(out, warning{v1alpha1.ReasonTargetNotInjected, fmt.Sprintf("%s %q is not injected (no %s annotation and no volume for ConfigMap %s on its pod template): "+
 			"label it kagenti.io/inject=enabled in a namespace labelled kagenti.io/injection=enabled, or mount the ConfigMap yourself, "+
-			"so the agent sees the files at %s", w.Kind(), w.Name(), configmap.InjectionStatusAnnotation, cmName, configmap.PathTrace)})
+			"so the agent sees the files at %s", w.Kind(), w.Name(), contract.InjectionStatusAnnotation, cmName, contract.PathTrace)})
 	}
 	// One warning for all deprecated exporters: Events of one reason on one object are a single
 	// series (events.k8s.io), so one per exporter would show only the first.
@@ -220,7 +221,7 @@ func templateWired(w *duck.Workload, cmName string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, ok := t.Annotations[configmap.InjectionStatusAnnotation]; ok {
+	if _, ok := t.Annotations[contract.InjectionStatusAnnotation]; ok {
 		return true, nil
 	}
 	return mountsConfigMap(&t.Spec, cmName), nil
@@ -231,6 +232,6 @@ func templateWired(w *duck.Workload, cmName string) (bool, error) {
 // (someone deleted it). The first creation is what creating the AgentTrace asks for, and its status
 // says so; an Event for it would cost every AgentTrace an API write and the event recorder's memory
 // for as long as it keeps the Event for de-duplication.
-func configMapWriteIsNews(res configmap.Result, hadConfigMap bool) bool {
-	return res == configmap.Updated || (res == configmap.Created && hadConfigMap)
+func configMapWriteIsNews(res kit.Result, hadConfigMap bool) bool {
+	return res == kit.Updated || (res == kit.Created && hadConfigMap)
 }

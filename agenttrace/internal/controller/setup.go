@@ -19,8 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // Name is the controller's name: field manager, event source and managed-by label value.
@@ -34,7 +35,7 @@ const podConfigMapIndex = "agenttrace.podConfigMaps"
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
 	// Namespaces are those watched (the manager's cache.Options.DefaultNamespaces, the
-	// --namespaces flag); none: all. The pod informer (duck.SlimPods) runs beside the cache and
+	// --namespaces flag); none: all. The pod informer (kit.SlimPods) runs beside the cache and
 	// is told them here.
 	Namespaces []string
 	// MaxConcurrentReconciles bounds parallel reconciles.
@@ -44,18 +45,18 @@ type Options struct {
 }
 
 // CacheOptions restricts what the manager caches to what this controller reads: only its own
-// ConfigMaps, as metadata and a hash of their content (configmap.DigestTransform), and the built-in
+// ConfigMaps, as metadata and a hash of their content (kit.DigestTransform), and the built-in
 // workloads stripped to what templateWired and the pod selector need. Pods are not in it: they are
-// kept as cachedPods in an informer of their own (duck.SlimPods, Setup). main and the tests use it.
+// kept as cachedPods in an informer of their own (kit.SlimPods, Setup). main and the tests use it.
 func CacheOptions() cache.Options {
 	o := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}:    {Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: configmap.DigestTransform},
+			&corev1.ConfigMap{}:    {Label: labels.SelectorFromSet(labels.Set{contract.ManagedByLabel: Name}), Transform: kit.DigestTransform},
 			&v1alpha1.AgentTrace{}: {Transform: stripAgentTrace},
 		},
 	}
-	for w, by := range duck.TrimmedWorkloads(slimTemplate) {
+	for w, by := range kit.TrimmedWorkloads(slimTemplate) {
 		o.ByObject[w] = by
 	}
 	return o
@@ -76,11 +77,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		opts.NotOwnedRetry = 10 * time.Second
 	}
 	// Every lookup through the two indexes names a namespace: they are kept namespaced only
-	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
-	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentTrace{}); err != nil {
+	// (kit.IndexFieldInNamespace), half the entries of the manager's field indexer.
+	if err := kit.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.AgentTrace{}); err != nil {
 		return err
 	}
-	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podConfigMapIndex: podConfigMaps})
+	pods, err := kit.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]kit.SlimPodIndexer[*cachedPod]{podConfigMapIndex: podConfigMaps})
 	if err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
 		Resolver: duck.NewManagerResolver(mgr),
-		Applier:  &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Applier:  &kit.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events, RequireCurrent: true,
 			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady}},
 		Recorder: events,
@@ -108,7 +109,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	r.Workloads = &duck.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(),
+	r.Workloads = &kit.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(),
 		NewList: func() client.ObjectList { return &v1alpha1.AgentTraceList{} }}
 	return nil
 }

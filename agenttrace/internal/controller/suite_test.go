@@ -25,7 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // The integration tests share one real kube-apiserver + etcd (envtest) and one manager running the
@@ -133,7 +133,7 @@ func deployment(t testing.TB, ns, name string, injected bool) *appsv1.Deployment
 	t.Helper()
 	d := newDeploymentObj(ns, name)
 	if injected {
-		d.Spec.Template.Annotations = map[string]string{configmap.InjectionStatusAnnotation: `{"version":"test"}`}
+		d.Spec.Template.Annotations = map[string]string{contract.InjectionStatusAnnotation: `{"version":"test"}`}
 	}
 	if err := k8s.Create(context.Background(), d); err != nil {
 		t.Fatalf("deployment: %v", err)

@@ -10,10 +10,11 @@ import (
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
-// Keys of the trace ConfigMap (docs/architecture.md §6). Each becomes a file in configmap.PathTrace
+// Keys of the trace ConfigMap (docs/architecture.md §6). Each becomes a file in contract.PathTrace
 // (/etc/kagenti/trace).
 const (
 	KeyOTelEndpoint            = "otel_endpoint"
@@ -38,12 +39,12 @@ const (
 	KeyOTelConfigYAML          = "otel-config.yaml"
 	KeyConfigJSON              = "config.json"
 	LabelAgentTrace            = "kagenti.io/agenttrace"
-	// Component is the trace ConfigMap's configmap.ComponentLabel value.
+	// Component is the trace ConfigMap's contract.ComponentLabel value.
 	Component = "trace-config"
 )
 
 // MakeConfigMap renders the ConfigMap {workload}-trace for the AgentTrace cr targeting w. Owner
-// reference, managed-by label and content hash are added by configmap.Applier.
+// reference, managed-by label and content hash are added by kit.Applier.
 func MakeConfigMap(cr *v1alpha1.AgentTrace, w *duck.Workload) (*corev1.ConfigMap, error) {
 	cfg := ResolveConfig(cr, w)
 	data, err := RenderFiles(cfg)
@@ -56,9 +57,9 @@ func MakeConfigMap(cr *v1alpha1.AgentTrace, w *duck.Workload) (*corev1.ConfigMap
 			Name:      configmap.TraceName(w.Name()),
 			Namespace: cr.Namespace,
 			Labels: map[string]string{
-				configmap.ComponentLabel: Component,
-				configmap.PartOfLabel:    configmap.PartOf,
-				LabelAgentTrace:          cr.Name,
+				contract.ComponentLabel: Component,
+				contract.PartOfLabel:    contract.PartOf,
+				LabelAgentTrace:         cr.Name,
 			},
 		},
 		Data: data,

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/configmap/podsecurity"
 )
 
@@ -81,7 +81,7 @@ func (r *runner) injectedTemplates(ctx context.Context, namespace string) ([]wor
 	apps, batch := r.c.Kube.AppsV1(), r.c.Kube.BatchV1()
 	var out []workloadTemplate
 	add := func(kind, name string, t *corev1.PodTemplateSpec) {
-		if _, ok := t.Annotations[configmap.InjectionStatusAnnotation]; ok {
+		if _, ok := t.Annotations[contract.InjectionStatusAnnotation]; ok {
 			out = append(out, workloadTemplate{name: kind + " " + name, template: t})
 		}
 	}

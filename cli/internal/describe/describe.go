@@ -21,6 +21,7 @@ import (
 
 	"github.com/kagenti/platform/cli/internal/kube"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -465,7 +466,7 @@ func (r *Report) configMaps(ctx context.Context, c *kube.Clients, ns, workload s
 			return err
 		default:
 			info.Exists = true
-			info.ContentHash = got.Annotations[configmap.ContentHashAnnotation]
+			info.ContentHash = got.Annotations[contract.ContentHashAnnotation]
 			for _, o := range got.OwnerReferences {
 				info.Owner = o.Kind + "/" + o.Name
 			}
@@ -527,7 +528,7 @@ func (r *Report) policies(ctx context.Context, c *kube.Clients, ns string) error
 // status lists the containers; a v2, v3 or v4 status lists only the names the template had of its own
 // (kept), so the injected containers are the template's containers with a name of that version
 // that is not kept (docs/injector.md, "The status annotation"). Since v3 one container,
-// authbridge, runs client-registration, auth-proxy and envoy-proxy (configmap.ComponentsOfContainer
+// authbridge, runs client-registration, auth-proxy and envoy-proxy (contract.ComponentsOfContainer
 // reads them from its arguments); v4 injects the same containers. An annotation that does not
 // parse yields nothing.
 func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]any, []string, []InjectedContainer) {
@@ -552,12 +553,12 @@ func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]an
 	case "v2":
 		kept := list("kept")
 		injected = func(name string) bool {
-			return slices.Contains(configmap.InjectedComponents, name) && !slices.Contains(kept, name)
+			return slices.Contains(contract.InjectedComponents, name) && !slices.Contains(kept, name)
 		}
 	default:
 		kept := list("kept")
 		injected = func(name string) bool {
-			return slices.Contains(configmap.InjectedContainers, name) && !slices.Contains(kept, name)
+			return slices.Contains(contract.InjectedContainers, name) && !slices.Contains(kept, name)
 		}
 	}
 	var components []string
@@ -566,7 +567,7 @@ func injectedComponents(raw string, tmpl *corev1.PodTemplateSpec) (map[string]an
 		if !injected(c.Name) {
 			continue
 		}
-		runs := configmap.ComponentsOfContainer(c.Name, c.Args)
+		runs := contract.ComponentsOfContainer(c.Name, c.Args)
 		components = append(components, runs...)
 		containers = append(containers, InjectedContainer{Name: c.Name, Components: runs})
 	}

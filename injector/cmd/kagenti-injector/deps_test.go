@@ -9,7 +9,7 @@ import (
 // TestLeanDependencies keeps k8s.io/apiserver out of the binary. Through controller-runtime's
 // metrics filters it linked about 260 packages (CEL, gRPC, OpenTelemetry): a third of the binary
 // and of its resident memory, for the metrics endpoint's TokenReview and SubjectAccessReview,
-// which pkg/duck/metricsauth makes with client-go alone.
+// which pkg/duck/kit/metricsauth makes with client-go alone.
 func TestLeanDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
@@ -35,8 +35,8 @@ const (
 var Components = []string{ProxyInit, SpiffeHelper, ClientRegistration, AuthProxy, EnvoyProxy}
 
 // Authbridge is the one container that runs the long-running roles of client-registration,
-// auth-proxy and envoy-proxy (configmap.ContainerAuthbridge): one process, one Go runtime.
-const Authbridge = configmap.ContainerAuthbridge
+// auth-proxy and envoy-proxy (contract.ContainerAuthbridge): one process, one Go runtime.
+const Authbridge = contract.ContainerAuthbridge
 
 // Containers lists the containers the injector may add, in injection order: the keys of
 // components (their resources) and of the resource annotations kagenti.io/<container>-cpu, ....
@@ -389,8 +389,8 @@ func (c *Config) Validate() error {
 			add("%s: %q must be an http or https URL with a host", field, v)
 		}
 	}
-	if id.SocketPath != "" && !strings.HasPrefix(id.SocketPath, configmap.PathSpireSocket+"/") {
-		add("identity.socketPath: %q must be a path in the spire-agent-socket volume, %s/ (no unix:// scheme)", id.SocketPath, configmap.PathSpireSocket)
+	if id.SocketPath != "" && !strings.HasPrefix(id.SocketPath, contract.PathSpireSocket+"/") {
+		add("identity.socketPath: %q must be a path in the spire-agent-socket volume, %s/ (no unix:// scheme)", id.SocketPath, contract.PathSpireSocket)
 	}
 	for field, p := range map[string]int32{
 		"identity.inboundPort": id.InboundPort, "identity.targetPort": id.TargetPort, "identity.outboundPort": id.OutboundPort,

@@ -7,7 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // Versions of the status annotation. The injector writes StatusVersion and reads both, so that
@@ -15,8 +16,8 @@ import (
 const (
 	// StatusV1 lists every name the injector added (≈ 410 bytes for the default components).
 	StatusV1 = "v1"
-	// StatusV2 records only the exceptions to "every name of configmap.InjectedComponents and
-	// configmap.InjectedVolumes in the template, and the trace mount and variable of every user
+	// StatusV2 records only the exceptions to "every name of contract.InjectedComponents and
+	// contract.InjectedVolumes in the template, and the trace mount and variable of every user
 	// container, are the injector's" (≈ 45 bytes for a template without any). The version names the
 	// set those names are taken from: a release that injects a new name writes a new version, and
 	// reads this one with the set it had.
@@ -36,7 +37,7 @@ const (
 	// StatusV5 is StatusV4 with the agent's probes rewritten (issue 27): a probe of a user
 	// container that the inbound interception catches becomes a GET on the authbridge container's
 	// status port, and the original is recorded in the identity defaults
-	// (configmap.AppProbesVariable), from which removal restores it. The names are v4's. An injector
+	// (contract.AppProbesVariable), from which removal restores it. The names are v4's. An injector
 	// that knows no v5 refuses to touch the template rather than leave the rewritten probes without
 	// their originals; a v4 template is stripped as v4 and injected afresh when it has a probe to
 	// rewrite, and left alone otherwise (it is what v5 writes).
@@ -49,9 +50,9 @@ const (
 // the names an injector writing version v may add.
 func InjectedContainers(v string) []string {
 	if v == StatusV2 {
-		return configmap.InjectedComponents
+		return contract.InjectedComponents
 	}
-	return configmap.InjectedContainers
+	return contract.InjectedContainers
 }
 
 // Status is the value of the pod template annotation kagenti.io/injection-status: what the
@@ -133,7 +134,7 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 			st.Kept = append(st.Kept, n)
 		}
 	}
-	for _, n := range configmap.InjectedVolumes {
+	for _, n := range contract.InjectedVolumes {
 		if slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == n }) {
 			st.Kept = append(st.Kept, n)
 		}
@@ -180,9 +181,9 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 		}
 	}
 	defaults := r.IdentityDefaults
-	if r.appProbes != nil && !taken[configmap.ContainerAuthbridge] {
+	if r.appProbes != nil && !taken[contract.ContainerAuthbridge] {
 		// Only the injected authbridge container serves the rewritten probes.
-		line, err := configmap.FormatAppProbes(r.rewriteProbes(spec))
+		line, err := appprobe.Format(r.rewriteProbes(spec))
 		if err != nil {
 			return nil, false, err
 		}
@@ -214,7 +215,7 @@ type PortConflictError struct {
 func (e *PortConflictError) Error() string {
 	l := e.Listener
 	exclude := l.Component
-	if l.Component == configmap.ContainerAuthbridge {
+	if l.Component == contract.ContainerAuthbridge {
 		// Not a component: it runs as long as one of its roles does.
 		exclude = "client-registration, auth-proxy and envoy-proxy"
 	}
@@ -348,7 +349,7 @@ func stripV2(t *corev1.PodTemplateSpec, s *Status) {
 	drop := func(c corev1.Container) bool { return injected(c.Name, all) }
 	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, drop)
 	spec.Containers = slices.DeleteFunc(spec.Containers, drop)
-	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return injected(v.Name, configmap.InjectedVolumes) })
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return injected(v.Name, contract.InjectedVolumes) })
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		if !slices.Contains(s.OwnTraceMount, c.Name) {
@@ -390,7 +391,7 @@ func Remove(t *corev1.PodTemplateSpec) (out *corev1.PodTemplateSpec, changed boo
 // present reports whether everything s says was injected is still in t. It is called with the
 // rendering of s.Hash, so what was injected is r's names but the kept ones (v2), or s's lists (v1).
 func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
-	if defaults, _ := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults]); defaults != r.IdentityDefaults || !r.probesPresent(t, slices.Contains(s.Kept, configmap.ContainerAuthbridge)) {
+	if defaults, _ := contract.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults]); defaults != r.IdentityDefaults || !r.probesPresent(t, slices.Contains(s.Kept, contract.ContainerAuthbridge)) {
 		return false
 	}
 	has := names(t.Spec.InitContainers, t.Spec.Containers)

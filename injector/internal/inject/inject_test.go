@@ -12,6 +12,7 @@ import (
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 func render(t testing.TB, cfg *config.Config) *inject.Rendered {
@@ -300,14 +301,14 @@ func TestLeanInjection(t *testing.T) {
 			for _, item := range p.Sources[0].DownwardAPI.Items {
 				files = append(files, item.Path)
 			}
-			want := []string{configmap.IdentityDefaultsFile, configmap.IdentityPodNamespaceFile}
+			want := []string{contract.IdentityDefaultsFile, contract.IdentityPodNamespaceFile}
 			if tc.podName {
-				want = []string{configmap.IdentityDefaultsFile, configmap.IdentityPodNameFile, configmap.IdentityPodNamespaceFile}
+				want = []string{contract.IdentityDefaultsFile, contract.IdentityPodNameFile, contract.IdentityPodNamespaceFile}
 			}
 			require.Equal(t, want, files)
 			require.Equal(t, configmap.TokenExchangeName("weather-agent"), p.Sources[1].ConfigMap.Name, "the TokenExchange ConfigMap beside the defaults")
 			require.True(t, *p.Sources[1].ConfigMap.Optional)
-			require.False(t, slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == configmap.VolumeTokenExchange }))
+			require.False(t, slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == contract.VolumeTokenExchange }))
 
 			agent := out.Spec.Containers[0]
 			require.Empty(t, agent.Env, "no variable is added to a user container")

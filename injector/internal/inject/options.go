@@ -10,16 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kagenti/platform/injector/internal/config"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // Labels and annotations read from the workload (docs/architecture.md §4).
 const (
 	LabelInject      = "kagenti.io/inject"
 	LabelSpiffe      = "kagenti.io/spiffe"
-	AnnotationStatus = configmap.InjectionStatusAnnotation
+	AnnotationStatus = contract.InjectionStatusAnnotation
 	// AnnotationIdentityDefaults carries the identity defaults to the data plane (pkg/configmap).
-	AnnotationIdentityDefaults  = configmap.IdentityDefaultsAnnotation
+	AnnotationIdentityDefaults  = contract.IdentityDefaultsAnnotation
 	AnnotationExcludeComponents = "kagenti.io/exclude-components"
 	AnnotationOutboundExclude   = "kagenti.io/outbound-ports-exclude"
 	AnnotationInboundExclude    = "kagenti.io/inbound-ports-exclude"

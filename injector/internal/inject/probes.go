@@ -8,7 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kagenti/platform/injector/internal/config"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // AnnotationRewriteAppProbes set to "false" on a workload keeps its containers' probes as written
@@ -57,9 +58,9 @@ func (p *probeRewrite) appPort(port int32) (int32, bool) {
 // false when it is left as written: no probe, an exec probe, an httpGet with a host of its own
 // (it does not probe this pod, whose traffic proxy-init alone redirects), a named port c does not
 // declare (the kubelet would fail it as written), a port not redirected.
-func (p *probeRewrite) original(c *corev1.Container, pr *corev1.Probe) (configmap.AppProbe, bool) {
+func (p *probeRewrite) original(c *corev1.Container, pr *corev1.Probe) (appprobe.AppProbe, bool) {
 	if pr == nil {
-		return configmap.AppProbe{}, false
+		return appprobe.AppProbe{}, false
 	}
 	var port int32
 	switch h := pr.ProbeHandler; {
@@ -71,14 +72,14 @@ func (p *probeRewrite) original(c *corev1.Container, pr *corev1.Probe) (configma
 		port = h.GRPC.Port
 	}
 	if port == 0 {
-		return configmap.AppProbe{}, false
+		return appprobe.AppProbe{}, false
 	}
 	app, caught := p.appPort(port)
 	if !caught {
-		return configmap.AppProbe{}, false
+		return appprobe.AppProbe{}, false
 	}
-	rec := configmap.AppProbe{ProbeHandler: pr.ProbeHandler, TimeoutSeconds: pr.TimeoutSeconds}
-	if written := (configmap.AppProbe{ProbeHandler: pr.ProbeHandler}).Port(); app != written {
+	rec := appprobe.AppProbe{ProbeHandler: pr.ProbeHandler, TimeoutSeconds: pr.TimeoutSeconds}
+	if written := (appprobe.AppProbe{ProbeHandler: pr.ProbeHandler}).Port(); app != written {
 		rec.AppPort = app
 	}
 	return rec, true
@@ -99,11 +100,11 @@ func resolvePort(c *corev1.Container, port intstr.IntOrString) int32 {
 }
 
 // rewrittenHandler is what a probe of container's kind becomes: a GET on the authbridge
-// container's status port, which runs the original (configmap.AppProbe) against the app.
+// container's status port, which runs the original (appprobe.AppProbe) against the app.
 func rewrittenHandler(container, kind string) corev1.ProbeHandler {
 	return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-		Path: configmap.AppProbePath(container, kind),
-		Port: intstr.FromInt32(configmap.StatusPortAuthbridge),
+		Path: contract.AppProbePath(container, kind),
+		Port: intstr.FromInt32(contract.StatusPortAuthbridge),
 	}}
 }
 
@@ -131,18 +132,18 @@ func probesOf(c *corev1.Container) []struct {
 		kind  string
 		probe **corev1.Probe
 	}{
-		{configmap.ProbeLiveness, &c.LivenessProbe},
-		{configmap.ProbeReadiness, &c.ReadinessProbe},
-		{configmap.ProbeStartup, &c.StartupProbe},
+		{contract.ProbeLiveness, &c.LivenessProbe},
+		{contract.ProbeReadiness, &c.ReadinessProbe},
+		{contract.ProbeStartup, &c.StartupProbe},
 	}
 }
 
 // rewriteProbes rewrites every probe of the user's containers (init containers too: a native
 // sidecar of the user's has probes) that the interception catches, and returns the originals by
-// configmap.AppProbeKey. The probe's other fields (period, thresholds, timeout) stay: the kubelet
+// contract.AppProbeKey. The probe's other fields (period, thresholds, timeout) stay: the kubelet
 // runs the rewritten probe on the original's schedule.
-func (r *Rendered) rewriteProbes(spec *corev1.PodSpec) map[string]configmap.AppProbe {
-	var originals map[string]configmap.AppProbe
+func (r *Rendered) rewriteProbes(spec *corev1.PodSpec) map[string]appprobe.AppProbe {
+	var originals map[string]appprobe.AppProbe
 	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range list {
 			c := &list[i]
@@ -155,9 +156,9 @@ func (r *Rendered) rewriteProbes(spec *corev1.PodSpec) map[string]configmap.AppP
 					continue
 				}
 				if originals == nil {
-					originals = map[string]configmap.AppProbe{}
+					originals = map[string]appprobe.AppProbe{}
 				}
-				originals[configmap.AppProbeKey(c.Name, k.kind)] = rec
+				originals[contract.AppProbeKey(c.Name, k.kind)] = rec
 				rewritten := **k.probe // a copy: the template's probe may be shared with the input
 				rewritten.ProbeHandler = rewrittenHandler(c.Name, k.kind)
 				*k.probe = &rewritten
@@ -171,8 +172,8 @@ func (r *Rendered) rewriteProbes(spec *corev1.PodSpec) map[string]configmap.AppP
 // before Strip deletes them) wherever the probe is still the injector's rewrite; a probe the user
 // changed since is the user's and stays.
 func restoreProbes(t *corev1.PodTemplateSpec) {
-	_, line := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults])
-	originals, err := configmap.ParseAppProbes(line)
+	_, line := contract.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults])
+	originals, err := appprobe.Parse(line)
 	if err != nil || len(originals) == 0 {
 		return // not this injector's record: nothing of it is restored
 	}
@@ -180,7 +181,7 @@ func restoreProbes(t *corev1.PodTemplateSpec) {
 		for i := range list {
 			c := &list[i]
 			for _, k := range probesOf(c) {
-				rec, ok := originals[configmap.AppProbeKey(c.Name, k.kind)]
+				rec, ok := originals[contract.AppProbeKey(c.Name, k.kind)]
 				if !ok || !isRewritten(*k.probe, c.Name, k.kind) {
 					continue
 				}
@@ -200,8 +201,8 @@ func (r *Rendered) probesPresent(t *corev1.PodTemplateSpec, keptAuthbridge bool)
 	if keptAuthbridge {
 		rewrite = nil
 	}
-	_, line := configmap.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults])
-	originals, err := configmap.ParseAppProbes(line)
+	_, line := contract.SplitAppProbes(t.Annotations[AnnotationIdentityDefaults])
+	originals, err := appprobe.Parse(line)
 	if err != nil {
 		return false
 	}
@@ -214,7 +215,7 @@ func (r *Rendered) probesPresent(t *corev1.PodTemplateSpec, keptAuthbridge bool)
 			}
 			for _, k := range probesOf(c) {
 				if isRewritten(*k.probe, c.Name, k.kind) {
-					if _, ok := originals[configmap.AppProbeKey(c.Name, k.kind)]; !ok || rewrite == nil {
+					if _, ok := originals[contract.AppProbeKey(c.Name, k.kind)]; !ok || rewrite == nil {
 						return false
 					}
 					rewritten++

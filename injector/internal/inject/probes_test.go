@@ -11,7 +11,8 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 func httpProbe(port intstr.IntOrString) *corev1.Probe {
@@ -32,10 +33,10 @@ func injectWith(t *testing.T, cfg *config.Config, annotations map[string]string,
 	return out
 }
 
-func appProbesOf(t *testing.T, tmpl *corev1.PodTemplateSpec) map[string]configmap.AppProbe {
+func appProbesOf(t *testing.T, tmpl *corev1.PodTemplateSpec) map[string]appprobe.AppProbe {
 	t.Helper()
-	_, line := configmap.SplitAppProbes(tmpl.Annotations[inject.AnnotationIdentityDefaults])
-	probes, err := configmap.ParseAppProbes(line)
+	_, line := contract.SplitAppProbes(tmpl.Annotations[inject.AnnotationIdentityDefaults])
+	probes, err := appprobe.Parse(line)
 	require.NoError(t, err)
 	return probes
 }
@@ -56,9 +57,9 @@ func TestProbeOnInterceptedPortIsServedByAuthbridge(t *testing.T) {
 
 	got := out.Spec.Containers[0].ReadinessProbe
 	require.Equal(t, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-		Path: "/app-health/agent/readyz", Port: intstr.FromInt32(configmap.StatusPortAuthbridge)}},
+		Path: "/app-health/agent/readyz", Port: intstr.FromInt32(contract.StatusPortAuthbridge)}},
 		TimeoutSeconds: 2, PeriodSeconds: 5}, got)
-	require.Equal(t, map[string]configmap.AppProbe{"agent/readyz": {ProbeHandler: tmpl.Spec.Containers[0].ReadinessProbe.ProbeHandler,
+	require.Equal(t, map[string]appprobe.AppProbe{"agent/readyz": {ProbeHandler: tmpl.Spec.Containers[0].ReadinessProbe.ProbeHandler,
 		TimeoutSeconds: 2, AppPort: 8081}}, appProbesOf(t, out))
 	require.Equal(t, "/ping", tmpl.Spec.Containers[0].ReadinessProbe.HTTPGet.Path, "the input template is not modified")
 
@@ -93,7 +94,7 @@ func TestWhichProbesAreRewritten(t *testing.T) {
 		{"httpGet with a host", withHost, nil, false, 0},
 		{"an undeclared named port", httpProbe(intstr.FromString("metrics")), nil, false, 0},
 		{"an excluded inbound port", httpProbe(intstr.FromInt32(9090)), map[string]string{inject.AnnotationInboundExclude: "9090"}, false, 0},
-		{"a status port of the sidecars", httpProbe(intstr.FromInt32(configmap.StatusPortAuthbridge)), nil, false, 0},
+		{"a status port of the sidecars", httpProbe(intstr.FromInt32(contract.StatusPortAuthbridge)), nil, false, 0},
 		{"the workload opts out", httpProbe(intstr.FromInt32(8081)), map[string]string{inject.AnnotationRewriteAppProbes: "false"}, false, 0},
 		{"no inbound proxy", httpProbe(intstr.FromInt32(8081)), map[string]string{inject.AnnotationExcludeComponents: "auth-proxy"}, false, 0},
 	} {

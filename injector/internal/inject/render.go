@@ -20,22 +20,23 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
 // Volume names and mount paths of docs/architecture.md §5 (pkg/configmap holds the contract).
 const (
-	VolumeShared         = configmap.VolumeShared
-	VolumeSpireSocket    = configmap.VolumeSpireSocket
-	VolumeTrace          = configmap.VolumeTrace
-	VolumeIdPCredentials = configmap.VolumeIdPCredentials
-	VolumeIdentity       = configmap.VolumeIdentity
+	VolumeShared         = contract.VolumeShared
+	VolumeSpireSocket    = contract.VolumeSpireSocket
+	VolumeTrace          = contract.VolumeTrace
+	VolumeIdPCredentials = contract.VolumeIdPCredentials
+	VolumeIdentity       = contract.VolumeIdentity
 
-	PathShared         = configmap.PathShared
-	PathSpireSocket    = configmap.PathSpireSocket
-	PathTrace          = configmap.PathTrace
-	PathIdPCredentials = configmap.PathIdPCredentials
-	PathIdentity       = configmap.PathIdentity
+	PathShared         = contract.PathShared
+	PathSpireSocket    = contract.PathSpireSocket
+	PathTrace          = contract.PathTrace
+	PathIdPCredentials = contract.PathIdPCredentials
+	PathIdentity       = contract.PathIdentity
 
 	// EnvTraceDir is the variable injectors of status v1 to v3 added to every user container, set to
 	// PathTrace (the reader's own default): v4 adds none, and strips theirs on upgrade.
@@ -92,23 +93,23 @@ func listeners(cfg *config.Config, name string) []Listener {
 	status := "its fixed status port"
 	switch name {
 	case config.AuthProxy:
-		return []Listener{{name, tcp(cfg.Identity.InboundPort), "identity.inboundPort of the injector configuration"}, {name, tcp(configmap.StatusPortInbound), status}}
+		return []Listener{{name, tcp(cfg.Identity.InboundPort), "identity.inboundPort of the injector configuration"}, {name, tcp(contract.StatusPortInbound), status}}
 	case config.EnvoyProxy:
-		return []Listener{{name, tcp(cfg.Identity.OutboundPort), "identity.outboundPort of the injector configuration"}, {name, tcp(configmap.StatusPortOutbound), status}}
+		return []Listener{{name, tcp(cfg.Identity.OutboundPort), "identity.outboundPort of the injector configuration"}, {name, tcp(contract.StatusPortOutbound), status}}
 	case config.ClientRegistration:
-		return []Listener{{name, tcp(configmap.StatusPortRegister), status}}
+		return []Listener{{name, tcp(contract.StatusPortRegister), status}}
 	case config.SpiffeHelper:
-		return []Listener{{name, tcp(configmap.HealthPortSpiffeHelper), "its fixed health port"}}
+		return []Listener{{name, tcp(contract.HealthPortSpiffeHelper), "its fixed health port"}}
 	}
 	return nil
 }
 
 // sidecarRoles returns the kagenti-authbridge roles the authbridge container runs for o, in the
-// order `kagenti-authbridge sidecar` starts them (configmap.SidecarRoles), and their components.
+// order `kagenti-authbridge sidecar` starts them (contract.SidecarRoles), and their components.
 func sidecarRoles(o Options) (roles, components []string) {
-	for _, role := range configmap.SidecarRoles {
+	for _, role := range contract.SidecarRoles {
 		for _, c := range []string{config.ClientRegistration, config.AuthProxy, config.EnvoyProxy} {
-			if configmap.AuthbridgeRoles[c] == role && !o.Exclude[c] {
+			if contract.AuthbridgeRoles[c] == role && !o.Exclude[c] {
 				roles, components = append(roles, role), append(components, c)
 			}
 		}
@@ -125,7 +126,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	proxies := !o.Exclude[config.AuthProxy] || !o.Exclude[config.EnvoyProxy]
 	if spiffe && o.Exclude[config.ProxyInit] {
 		return nil, invalid(AnnotationExcludeComponents, o.excludeText,
-			"spiffe-helper needs proxy-init, which writes its configuration (%s) at pod start; exclude spiffe-helper too, or keep proxy-init", configmap.PathHelperConf)
+			"spiffe-helper needs proxy-init, which writes its configuration (%s) at pod start; exclude spiffe-helper too, or keep proxy-init", contract.PathHelperConf)
 	}
 	on := func(name string) bool {
 		switch {
@@ -167,7 +168,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		for _, name := range components {
 			r.Listeners = append(r.Listeners, listeners(cfg, name)...)
 		}
-		r.Listeners = append(r.Listeners, Listener{config.Authbridge, tcp(configmap.StatusPortAuthbridge), "its fixed status port"})
+		r.Listeners = append(r.Listeners, Listener{config.Authbridge, tcp(contract.StatusPortAuthbridge), "its fixed status port"})
 		sidecars = append(sidecars, c)
 	}
 	native := cfg.SidecarMode == config.SidecarNative
@@ -286,7 +287,7 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		return c, err
 	}
 	if name == config.SpiffeHelper {
-		c.Args = []string{"-config", configmap.PathHelperConf}
+		c.Args = []string{"-config", contract.PathHelperConf}
 		c.VolumeMounts = []corev1.VolumeMount{
 			{Name: VolumeShared, MountPath: PathShared},
 			{Name: VolumeSpireSocket, MountPath: PathSpireSocket, ReadOnly: true},
@@ -304,7 +305,7 @@ func renderContainer(cfg *config.Config, o Options, name string) (corev1.Contain
 		// nftables over netlink needs CAP_NET_ADMIN only.
 		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 	}
-	c.Args = []string{configmap.AuthbridgeRoles[name]}
+	c.Args = []string{contract.AuthbridgeRoles[name]}
 	c.VolumeMounts = []corev1.VolumeMount{{Name: VolumeIdentity, MountPath: PathIdentity}} // projected: read-only anyway
 	if o.Spiffe && !o.Exclude[config.SpiffeHelper] {
 		// It writes helper.conf for spiffe-helper; without spiffe-helper it writes nothing there.
@@ -327,9 +328,9 @@ func renderAuthbridge(cfg *config.Config, o Options, roles []string) (corev1.Con
 	uid := cfg.Identity.ProxyUID
 	c.SecurityContext = restricted(uid, true)
 	c.SecurityContext.RunAsGroup = ptr.To(uid)
-	c.Args = append([]string{configmap.AuthbridgeSidecarCommand}, roles...)
+	c.Args = append([]string{contract.AuthbridgeSidecarCommand}, roles...)
 	c.VolumeMounts = []corev1.VolumeMount{{Name: VolumeIdentity, MountPath: PathIdentity}} // projected: read-only anyway
-	register, outbound := slices.Contains(roles, configmap.AuthbridgeRoles[config.ClientRegistration]), slices.Contains(roles, configmap.AuthbridgeRoles[config.EnvoyProxy])
+	register, outbound := slices.Contains(roles, contract.AuthbridgeRoles[config.ClientRegistration]), slices.Contains(roles, contract.AuthbridgeRoles[config.EnvoyProxy])
 	switch {
 	case register:
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeShared, MountPath: PathShared})
@@ -374,7 +375,7 @@ const (
 )
 
 // setProbes gives an identity sidecar its probes: spiffe-helper's on its health port, the
-// authbridge container's on its aggregate status port (configmap.StatusPortAuthbridge, which
+// authbridge container's on its aggregate status port (contract.StatusPortAuthbridge, which
 // answers for every role the process runs; tokenexchange's injected_test.go GETs it from the
 // binary started with the golden's arguments). Probe fields the API server defaults (timeout 1 s, period 10 s, 3
 // failures, scheme HTTP) are left out.
@@ -401,9 +402,9 @@ func setProbes(c *corev1.Container, native bool) {
 	var port int32
 	switch c.Name {
 	case config.SpiffeHelper:
-		port, live, ready = configmap.HealthPortSpiffeHelper, pathHelperLive, pathHelperReady
+		port, live, ready = contract.HealthPortSpiffeHelper, pathHelperLive, pathHelperReady
 	case config.Authbridge:
-		port, ready = configmap.StatusPortAuthbridge, pathReady
+		port, ready = contract.StatusPortAuthbridge, pathReady
 	default:
 		return
 	}
@@ -554,11 +555,11 @@ func identityVolume(o Options) corev1.Volume {
 	field := func(path, fieldPath string) corev1.DownwardAPIVolumeFile {
 		return corev1.DownwardAPIVolumeFile{Path: path, FieldRef: &corev1.ObjectFieldSelector{FieldPath: fieldPath}}
 	}
-	items := []corev1.DownwardAPIVolumeFile{field(configmap.IdentityDefaultsFile, "metadata.annotations['"+AnnotationIdentityDefaults+"']")}
+	items := []corev1.DownwardAPIVolumeFile{field(contract.IdentityDefaultsFile, "metadata.annotations['"+AnnotationIdentityDefaults+"']")}
 	if o.ProjectPodName {
-		items = append(items, field(configmap.IdentityPodNameFile, "metadata.name"))
+		items = append(items, field(contract.IdentityPodNameFile, "metadata.name"))
 	}
-	items = append(items, field(configmap.IdentityPodNamespaceFile, "metadata.namespace"))
+	items = append(items, field(contract.IdentityPodNamespaceFile, "metadata.namespace"))
 	return corev1.Volume{Name: VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 		{DownwardAPI: &corev1.DownwardAPIProjection{Items: items}},
 		{ConfigMap: &corev1.ConfigMapProjection{

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 )
 
@@ -47,7 +47,7 @@ func TestStatusV1IsStillRead(t *testing.T) {
 		// identity volume, and adds no variable).
 		st.Volumes = nil
 		for _, v := range fresh.Spec.Volumes {
-			if slices.Contains(configmap.InjectedVolumes, v.Name) {
+			if slices.Contains(contract.InjectedVolumes, v.Name) {
 				st.Volumes = append(st.Volumes, v.Name)
 			}
 		}
@@ -192,7 +192,7 @@ func TestStatusV1KeepsWhatItDoesNotList(t *testing.T) {
 // A v3 status strips by its lists of injected names: every name any rendering adds must be in
 // them, or removal would leave it behind.
 func TestRenderedNamesAreTheContractsLists(t *testing.T) {
-	require.Equal(t, config.Components, configmap.InjectedComponents, "the names of v2 and of kagenti.io/exclude-components")
+	require.Equal(t, config.Components, contract.InjectedComponents, "the names of v2 and of kagenti.io/exclude-components")
 	require.Equal(t, config.Containers, inject.InjectedContainers(inject.StatusV3))
 	for _, v := range variants {
 		for _, socket := range []string{config.SocketCSI, config.SocketHostPath} {
@@ -209,7 +209,7 @@ func TestRenderedNamesAreTheContractsLists(t *testing.T) {
 				require.Contains(t, inject.InjectedContainers(inject.StatusVersion), c.Name, v.name)
 			}
 			for _, vol := range r.Volumes {
-				require.Contains(t, configmap.InjectedVolumes, vol.Name, v.name)
+				require.Contains(t, contract.InjectedVolumes, vol.Name, v.name)
 			}
 			for _, m := range r.UserMounts {
 				require.Equal(t, inject.VolumeTrace, m.Name, "stripV2 removes this mount by name")
@@ -260,11 +260,11 @@ func TestStatusV3IsUpgraded(t *testing.T) {
 			return slices.ContainsFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
 		}
 		require.True(t, hasTraceEnv(o.injected), "a v3 template has the injected KAGENTI_TRACE_DIR")
-		require.True(t, hasVolume(o.injected, configmap.VolumeTokenExchange), "a v3 template has the token-exchange volume")
+		require.True(t, hasVolume(o.injected, contract.VolumeTokenExchange), "a v3 template has the token-exchange volume")
 
 		_, again := o.removeAndReinject(t) // upgraded on its next admission
 		require.False(t, hasTraceEnv(again), "v4 adds no KAGENTI_TRACE_DIR")
-		require.False(t, hasVolume(again, configmap.VolumeTokenExchange), "v4 projects the ConfigMap into the identity volume")
+		require.False(t, hasVolume(again, contract.VolumeTokenExchange), "v4 projects the ConfigMap into the identity volume")
 		i := slices.IndexFunc(again.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == inject.VolumeIdentity })
 		require.GreaterOrEqual(t, i, 0)
 		require.NotNil(t, again.Spec.Volumes[i].Projected, "the identity volume is projected")

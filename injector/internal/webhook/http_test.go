@@ -17,7 +17,7 @@ import (
 
 	"github.com/kagenti/platform/injector/internal/config"
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // TestHTTPHandlerAnswersAsControllerRuntime: the HTTP layer that reads and writes the
@@ -100,7 +100,7 @@ func TestHTTPHandlerAnswersAsControllerRuntime(t *testing.T) {
 func TestConfigReloadReachesTheNextFreshPatch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
-	w, err := configmap.NewWatcher(path, config.Parse, logr.Discard())
+	w, err := kit.NewWatcher(path, config.Parse, logr.Discard())
 	require.NoError(t, err)
 	h := injectorwebhook.HTTPHandler(&injectorwebhook.Handler{Config: w.Current})
 	body := review(t, admissionv1.Create, deploymentGVK, deployment("agents", 1, 0))

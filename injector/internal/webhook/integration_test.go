@@ -35,7 +35,7 @@ import (
 	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/injector/internal/inject"
 	injectorwebhook "github.com/kagenti/platform/injector/internal/webhook"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // suite is one API server with the webhook registered from deploy/kustomize/injector.
@@ -44,7 +44,7 @@ type suite struct {
 	c          client.Client
 	stop       context.CancelFunc // stops the webhook server
 	configPath string
-	watcher    *configmap.Watcher[*config.Config]
+	watcher    *kit.Watcher[*config.Config]
 	metrics    *injectorwebhook.Metrics
 	levels     *injectorwebhook.NamespaceLevels // the handler's Pod Security levels: empty until a test watches
 	timings    *timings                         // exact durations of every admission, for TestLoad
@@ -88,7 +88,7 @@ func startSuite(t *testing.T) *suite {
 
 	s := &suite{env: env, c: c, configPath: filepath.Join(t.TempDir(), "config.yaml")}
 	require.NoError(t, os.WriteFile(s.configPath, nil, 0o644))
-	s.watcher, err = configmap.NewWatcher(s.configPath, config.Parse, logr.Discard())
+	s.watcher, err = kit.NewWatcher(s.configPath, config.Parse, logr.Discard())
 	require.NoError(t, err)
 	s.metrics = injectorwebhook.NewMetrics(nil)
 	s.levels = &injectorwebhook.NamespaceLevels{}

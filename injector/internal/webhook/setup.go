@@ -17,8 +17,8 @@ import (
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 
 	"github.com/kagenti/platform/injector/internal/config"
-	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/configmap/certfiles"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // The rotator reads its Secret and updates the webhook configuration's caBundle.
@@ -128,7 +128,7 @@ func loadConfig(mgr manager.Manager, path string, m *Metrics, log logr.Logger) (
 		log.Info("configuration file missing: using the built-in defaults", "path", path)
 		return staticConfig(config.Default()), nil
 	}
-	w, err := configmap.NewWatcher(path, config.Parse, log.WithName("config"))
+	w, err := kit.NewWatcher(path, config.Parse, log.WithName("config"))
 	if err != nil {
 		return nil, err
 	}

@@ -251,7 +251,7 @@ func TestWriteCost(t *testing.T) {
 		measure("status update (PUT, whole object), changed", func(i int) error { return update(up[i], api.ReasonRestrictive) })
 	}
 
-	// NetworkPolicies: netpol creates them with Create (configmap.ApplyObject); the same policy by
+	// NetworkPolicies: netpol creates them with Create (kit.ApplyObject); the same policy by
 	// server-side apply for comparison.
 	if wanted("networkpolicy") {
 		owners := ssa

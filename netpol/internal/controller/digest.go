@@ -7,7 +7,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // specDigestAnnotation carries, on a NetworkPolicy held by netpol's cache, the digest of the spec
@@ -59,7 +59,7 @@ func storedSpecDigest(np *networkingv1.NetworkPolicy) string {
 // policyContent is what netpol writes of a NetworkPolicy besides its metadata: the spec, compared
 // by digest, so that a policy from the cache (spec digested) and one from the API server compare
 // alike; a stored policy with the same spec is not rewritten, a hand edit is undone.
-var policyContent = configmap.Content[*networkingv1.NetworkPolicy]{
+var policyContent = kit.Content[*networkingv1.NetworkPolicy]{
 	UpToDate: func(have, want *networkingv1.NetworkPolicy) bool {
 		return storedSpecDigest(have) == specDigest(&want.Spec)
 	},

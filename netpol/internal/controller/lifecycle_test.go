@@ -17,7 +17,7 @@ import (
 
 	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // TestLifecycle: create → restrictive, verify → permissive, identity binding required → restrictive
@@ -31,7 +31,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Not yet verified: restrictive, owned by the card, selecting the Deployment's pods.
 	np := waitPolicy(t, ns, "weather-agent-policy", resources.Restrictive)
-	assert.Equal(t, api.Name, np.Labels[configmap.ManagedByLabel])
+	assert.Equal(t, api.Name, np.Labels[contract.ManagedByLabel])
 	owner := metav1.GetControllerOf(np)
 	require.NotNil(t, owner, "the AgentCard controls the policy (garbage collection)")
 	assert.Equal(t, card.GetUID(), owner.UID)
@@ -240,7 +240,7 @@ func TestConflict(t *testing.T) {
 	// created again) is netpol's: adopted by the new card and brought up to date.
 	orphan := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "orphan-agent-policy", Namespace: ns,
-			Labels: map[string]string{configmap.ManagedByLabel: api.Name}},
+			Labels: map[string]string{contract.ManagedByLabel: api.Name}},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}},
 	}
 	require.NoError(t, k8s.Create(ctx, orphan))

@@ -21,8 +21,9 @@ import (
 	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // Modes of operation (--mode).
@@ -38,7 +39,7 @@ type Reconciler struct {
 	Client client.Client
 	// Policies writes the NetworkPolicies (its APIReader tells a user's policy, invisible to the
 	// label-filtered cache, from a cache lag).
-	Policies *configmap.Applier
+	Policies *kit.Applier
 	Resolver *duck.Resolver
 	Recorder events.EventRecorder
 	// Status writes NetworkPolicyReady, and only that, on AgentCards.
@@ -163,7 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	if err := r.apply(ctx, u, card, desired); err != nil {
-		var notOwned *configmap.NotOwnedError
+		var notOwned *kit.NotOwnedError
 		if errors.As(err, &notOwned) {
 			return ctrl.Result{}, r.report(ctx, u, metav1.ConditionFalse, api.ReasonPolicyConflict,
 				notOwned.Error()+", or point this AgentCard elsewhere")
@@ -207,9 +208,9 @@ func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (met
 	return resources.WorkloadPodSelector(w)
 }
 
-// apply writes the desired policy through configmap.ApplyObject, the one apply-if-changed every
+// apply writes the desired policy through kit.ApplyObject, the one apply-if-changed every
 // pillar uses for the objects it derives: nothing is written when the stored policy matches, and a
-// policy of that name that this card does not control is left alone with a *configmap.NotOwnedError.
+// policy of that name that this card does not control is left alone with a *kit.NotOwnedError.
 //
 // A created policy is an Event only when the card had already been reported on (it has a
 // NetworkPolicyReady condition: its target changed, the policy was deleted, the workload appeared):
@@ -217,18 +218,18 @@ func (r *Reconciler) podSelector(ctx context.Context, card *view.AgentCard) (met
 // cards getting their policies at start-up record no thousand Events (a third of the first sync's
 // API writes, and of the memory the event broadcaster holds for six to twelve minutes).
 func (r *Reconciler) apply(ctx context.Context, u *unstructured.Unstructured, card *view.AgentCard, desired *networkingv1.NetworkPolicy) error {
-	result, err := configmap.ApplyObject(ctx, r.Policies, desired, u, policyContent)
+	result, err := kit.ApplyObject(ctx, r.Policies, desired, u, policyContent)
 	if err != nil {
 		return err
 	}
 	switch result {
-	case configmap.Created:
+	case kit.Created:
 		if card.Condition(api.ConditionNetworkPolicyReady) == nil {
 			return nil
 		}
 		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyCreated", "Create",
 			"created %s NetworkPolicy %s", desired.Annotations[resources.PolicyKindAnnotation], desired.Name)
-	case configmap.Updated:
+	case kit.Updated:
 		r.Recorder.Eventf(u, desired, corev1.EventTypeNormal, "PolicyUpdated", "Update",
 			"updated NetworkPolicy %s to %s", desired.Name, desired.Annotations[resources.PolicyKindAnnotation])
 	}
@@ -258,7 +259,7 @@ func (r *Reconciler) auditState(ctx context.Context, desired *networkingv1.Netwo
 func (r *Reconciler) deleteOwned(ctx context.Context, namespace, cardName string, match func(metav1.OwnerReference) bool, card *unstructured.Unstructured, keep ...string) error {
 	var list networkingv1.NetworkPolicyList
 	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{policyCardIndex: cardName},
-		client.MatchingLabels{configmap.ManagedByLabel: api.Name}); err != nil {
+		client.MatchingLabels{contract.ManagedByLabel: api.Name}); err != nil {
 		return err
 	}
 	for i := range list.Items {

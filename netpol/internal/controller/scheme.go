@@ -12,7 +12,7 @@ import (
 
 // NewScheme is the scheme of netpol's manager: the typed kinds it caches, writes or names in
 // Events (core/v1, NetworkPolicies, the built-in workload kinds of apps/v1 and batch/v1, cached
-// typed by duck.TrimmedWorkloads) and the AgentCard status it applies. AgentCards are read
+// typed by kit.TrimmedWorkloads) and the AgentCard status it applies. AgentCards are read
 // unstructured and need no types; leader election, Events and metrics authentication use
 // client-go's typed clients with their own scheme. client-go's whole scheme (every built-in group,
 // about 2 MB of type tables per copy) is not registered again here.

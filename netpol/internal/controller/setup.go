@@ -31,8 +31,9 @@ import (
 	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/resources"
 	"github.com/kagenti/platform/netpol/internal/view"
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 )
 
 // Client rate limits of the binary (flags --kube-api-qps, --kube-api-burst). The default, a
@@ -83,13 +84,13 @@ func (o Options) Validate() error {
 // metadata and its pod selector: spec.selector, or its pod template's labels where they select the
 // pods (CronJob) (selectorOnly). Pass it as cache.Options.ByObject, with DefaultTransform.
 func CacheByObject() map[client.Object]cache.ByObject {
-	by := duck.TrimmedWorkloads(templateLabelsOnly)
+	by := kit.TrimmedWorkloads(templateLabelsOnly)
 	for obj, o := range by {
 		o.Transform = selectorOnly(o.Transform)
 		by[obj] = o
 	}
 	by[&networkingv1.NetworkPolicy{}] = cache.ByObject{
-		Label:     labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: api.Name}),
+		Label:     labels.SelectorFromSet(labels.Set{contract.ManagedByLabel: api.Name}),
 		Transform: digestPolicySpec,
 	}
 	return by
@@ -115,7 +116,7 @@ func DefaultTransform() toolscache.TransformFunc {
 // filtered by it) and whether it is being deleted.
 var workloadIdentity = []string{"name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp"}
 
-// selectorOnly wraps a workload cache transform (duck.TrimWorkload): of the metadata it keeps only
+// selectorOnly wraps a workload cache transform (kit.TrimWorkload): of the metadata it keeps only
 // workloadIdentity, and it empties the pod template where spec.selector selects the pods
 // (resources.WorkloadPodSelector reads the template's labels only for CronJobs and kinds without
 // a selector). Labels and annotations (Helm's, Argo CD's, kubectl's, the Deployment controller's
@@ -138,7 +139,7 @@ func selectorOnly(trim toolscache.TransformFunc) toolscache.TransformFunc {
 				o.Object["metadata"] = kept
 			}
 			dropTemplateIfSelected(o)
-		case client.Object: // the typed built-in kinds duck.TrimmedWorkloads caches
+		case client.Object: // the typed built-in kinds kit.TrimmedWorkloads caches
 			o.SetGenerateName("")
 			o.SetSelfLink("")
 			o.SetCreationTimestamp(metav1.Time{})
@@ -309,7 +310,7 @@ func newReconciler(mgr ctrl.Manager, c client.Client, opts Options) *Reconciler 
 	events := mgr.GetEventRecorder(api.Name)
 	return &Reconciler{
 		Client: c,
-		Policies: &configmap.Applier{
+		Policies: &kit.Applier{
 			Client:    client.WithFieldOwner(c, api.Name),
 			APIReader: mgr.GetAPIReader(),
 			Scheme:    mgr.GetScheme(),

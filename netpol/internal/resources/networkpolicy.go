@@ -16,6 +16,7 @@ import (
 	"github.com/kagenti/platform/netpol/api"
 	"github.com/kagenti/platform/netpol/internal/view"
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 const (
@@ -115,7 +116,7 @@ func MakeNetworkPolicy(card *view.AgentCard, podSelector metav1.LabelSelector, o
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      PolicyName(card),
 			Namespace: card.Namespace,
-			Labels:    map[string]string{configmap.ManagedByLabel: api.Name},
+			Labels:    map[string]string{contract.ManagedByLabel: api.Name},
 			Annotations: map[string]string{
 				PolicyKindAnnotation:   KindFor(v),
 				VerificationAnnotation: v.Reason,

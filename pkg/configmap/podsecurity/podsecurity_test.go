@@ -9,7 +9,7 @@ import (
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/utils/ptr"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/configmap/podsecurity"
 )
 
@@ -43,7 +43,7 @@ func proxyInit() corev1.Container {
 // injected is a template with the user's agent and the injected parts in, as a v4 status records them.
 func injected(volumes ...corev1.Volume) *corev1.PodTemplateSpec {
 	return &corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{configmap.InjectionStatusAnnotation: `{"version":"v4","hash":"0"}`}},
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.InjectionStatusAnnotation: `{"version":"v4","hash":"0"}`}},
 		Spec: corev1.PodSpec{
 			InitContainers: []corev1.Container{proxyInit()},
 			Containers: []corev1.Container{{Name: "agent", Image: "a:1",
@@ -67,11 +67,11 @@ func TestForbiddenNamesWhatTheLevelForbidsInTheInjectedParts(t *testing.T) {
 	none.Annotations = nil
 	require.Empty(t, podsecurity.Forbidden(baseline, none), "no status, nothing injected: the user's own proxy-init is the user's")
 	kept := injected()
-	kept.Annotations[configmap.InjectionStatusAnnotation] = `{"version":"v4","hash":"0","kept":["proxy-init"]}`
+	kept.Annotations[contract.InjectionStatusAnnotation] = `{"version":"v4","hash":"0","kept":["proxy-init"]}`
 	require.Empty(t, podsecurity.Forbidden(baseline, kept), "a kept proxy-init is the user's")
 
 	// A hostPath volume (the SPIRE socket from the node) is the injection's too.
-	hostPath := injected(corev1.Volume{Name: configmap.VolumeSpireSocket, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/spire"}}})
+	hostPath := injected(corev1.Volume{Name: contract.VolumeSpireSocket, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/spire"}}})
 	require.Equal(t, []string{netAdmin, `hostPath volumes (volume "spire-agent-socket")`}, podsecurity.Forbidden(baseline, hostPath))
 
 	// The template's own pod-level violation is left to Pod Security Admission's own message.

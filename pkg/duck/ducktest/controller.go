@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/kagenti/platform/pkg/duck/memlimit"
+	"github.com/kagenti/platform/pkg/duck/kit/memlimit"
 )
 
 // MemoryMaxEnv names the environment variable that runs a load test's controller inside a fresh

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
@@ -28,7 +28,7 @@ const (
 	outboundAdminPort      = sidecar.OutboundStatusPort
 	spiffeHelperHealthPort = sidecar.SpiffeHelperHealthPort
 	// sidecarStatusPort is the aggregate status server of `sidecar`, the roles of one container.
-	sidecarStatusPort = configmap.StatusPortAuthbridge
+	sidecarStatusPort = contract.StatusPortAuthbridge
 )
 
 type commonFlags struct {

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -118,7 +119,7 @@ func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Contain
 	}
 	vol, _ := mountOf(c, authconfig.IdentityDir)
 	if vol != "" {
-		require.Equal(t, configmap.VolumeIdentity, vol)
+		require.Equal(t, contract.VolumeIdentity, vol)
 		dir := t.TempDir()
 		for _, item := range identityItems(t, tmpl) {
 			require.NotNil(t, item.FieldRef)
@@ -144,7 +145,7 @@ func setContainerEnv(t *testing.T, tmpl corev1.PodTemplateSpec, c corev1.Contain
 // optional ConfigMap {workload}-token-exchange.
 func identityVolume(t *testing.T, tmpl corev1.PodTemplateSpec) *corev1.ProjectedVolumeSource {
 	t.Helper()
-	i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == configmap.VolumeIdentity })
+	i := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == contract.VolumeIdentity })
 	require.GreaterOrEqual(t, i, 0)
 	p := tmpl.Spec.Volumes[i].Projected
 	require.NotNil(t, p, "the identity volume is a projected volume")
@@ -194,16 +195,16 @@ func containers(tmpl corev1.PodTemplateSpec) []corev1.Container {
 
 // authbridgeComponents returns the components a kagenti-authbridge container of the injector runs,
 // after checking its arguments name them: a container named after its component runs that
-// component's role (configmap.AuthbridgeRoles); the combined container (configmap.ContainerAuthbridge)
+// component's role (contract.AuthbridgeRoles); the combined container (contract.ContainerAuthbridge)
 // runs `sidecar <role>...`, valid roles each once, in the order the sidecar starts them.
 func authbridgeComponents(t *testing.T, c corev1.Container) []string {
 	t.Helper()
 	require.NotEmpty(t, c.Args)
-	if c.Name != configmap.ContainerAuthbridge {
-		require.Equal(t, configmap.AuthbridgeRoles[c.Name], c.Args[0], "the component's role")
+	if c.Name != contract.ContainerAuthbridge {
+		require.Equal(t, contract.AuthbridgeRoles[c.Name], c.Args[0], "the component's role")
 		return []string{c.Name}
 	}
-	require.Equal(t, configmap.AuthbridgeSidecarCommand, c.Args[0], "the combined container runs the sidecar command")
+	require.Equal(t, contract.AuthbridgeSidecarCommand, c.Args[0], "the combined container runs the sidecar command")
 	var roles []string
 	for _, a := range c.Args[1:] {
 		if strings.HasPrefix(a, "-") {
@@ -214,7 +215,7 @@ func authbridgeComponents(t *testing.T, c corev1.Container) []string {
 	parsed, err := parseRoles(roles)
 	require.NoError(t, err, "the sidecar's roles")
 	require.Equal(t, parsed, roles, "the roles in the order they start")
-	components := configmap.ComponentsOfContainer(c.Name, c.Args)
+	components := contract.ComponentsOfContainer(c.Name, c.Args)
 	require.Len(t, components, len(roles), "every role is a component")
 	return components
 }
@@ -240,7 +241,7 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, c.Args[0], cmd.Name())
 				require.NoError(t, cmd.ParseFlags(rest), "the injected arguments parse")
-				if c.Name == configmap.ContainerAuthbridge {
+				if c.Name == contract.ContainerAuthbridge {
 					require.NoError(t, cmd.Args(cmd, cmd.Flags().Args()), "the roles")
 					// The kubelet's probes ask the aggregate status server.
 					probes := probesOf(c)
@@ -248,7 +249,7 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 					require.NotContains(t, probes, "liveness", "a role's fatal error ends the process: no liveness probe")
 					for kind, p := range probes {
 						require.NotNil(t, p.HTTPGet, kind)
-						assert.Equal(t, configmap.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s probe port", kind)
+						assert.Equal(t, contract.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s probe port", kind)
 						assert.Equal(t, "/readyz", p.HTTPGet.Path, "%s probe path", kind)
 					}
 				} else {
@@ -274,17 +275,17 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 
 				// The user's probes the injector rewrote are served by this binary's status server:
 				// each rewritten path names a probe the identity defaults hand it (not a 404).
-				if c.Name == configmap.ContainerAuthbridge {
+				if c.Name == contract.ContainerAuthbridge {
 					status := httptest.NewServer(aggregateHandler(nil, src.AppProbes))
 					defer status.Close()
 					served := 0
 					for _, uc := range containers(tmpl) {
 						for kind, p := range probesOf(uc) {
-							if p.HTTPGet == nil || !strings.HasPrefix(p.HTTPGet.Path, configmap.AppProbePathPrefix) {
+							if p.HTTPGet == nil || !strings.HasPrefix(p.HTTPGet.Path, contract.AppProbePathPrefix) {
 								continue
 							}
 							served++
-							assert.Equal(t, configmap.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s/%s", uc.Name, kind)
+							assert.Equal(t, contract.StatusPortAuthbridge, p.HTTPGet.Port.IntValue(), "%s/%s", uc.Name, kind)
 							resp, err := status.Client().Get(status.URL + p.HTTPGet.Path)
 							require.NoError(t, err)
 							_ = resp.Body.Close()
@@ -297,7 +298,7 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 				// The files it reads are where the injector mounts them: config.yaml of the
 				// workload's ConfigMap in the identity volume, beside the defaults.
 				vol, _ := mountOf(c, authconfig.ConfigDir)
-				assert.Equal(t, configmap.VolumeIdentity, vol, "config.yaml")
+				assert.Equal(t, contract.VolumeIdentity, vol, "config.yaml")
 				assert.True(t, readOnlyMount(tmpl, c, authconfig.ConfigDir))
 				var configMaps []string
 				for _, src := range identityVolume(t, tmpl).Sources {
@@ -308,35 +309,35 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 					}
 				}
 				assert.Equal(t, []string{configmap.TokenExchangeName(snap.Config.Workload.Name)}, configMaps)
-				spiffeHelper := slices.ContainsFunc(containers(tmpl), func(c corev1.Container) bool { return c.Name == configmap.ComponentSpiffeHelper })
+				spiffeHelper := slices.ContainsFunc(containers(tmpl), func(c corev1.Container) bool { return c.Name == contract.ComponentSpiffeHelper })
 				for _, component := range runs {
 					switch {
-					case component == configmap.ComponentProxyInit && !spiffeHelper:
+					case component == contract.ComponentProxyInit && !spiffeHelper:
 						vol, _ = mountOf(c, authconfig.SharedDir)
 						assert.Empty(t, vol, "without spiffe-helper, proxy-init writes nothing to the shared volume")
-					case component == configmap.ComponentProxyInit, component == configmap.ComponentClientRegistration:
+					case component == contract.ComponentProxyInit, component == contract.ComponentClientRegistration:
 						vol, _ = mountOf(c, authconfig.SharedDir)
-						assert.Equal(t, configmap.VolumeShared, vol, "%s writes the shared volume", component)
+						assert.Equal(t, contract.VolumeShared, vol, "%s writes the shared volume", component)
 						assert.False(t, readOnlyMount(tmpl, c, authconfig.SharedDir))
-					case component == configmap.ComponentEnvoyProxy:
+					case component == contract.ComponentEnvoyProxy:
 						vol, _ = mountOf(c, authconfig.SharedDir)
-						assert.Equal(t, configmap.VolumeShared, vol, "it reads the client credentials")
+						assert.Equal(t, contract.VolumeShared, vol, "it reads the client credentials")
 					}
-					if component == configmap.ComponentClientRegistration {
+					if component == contract.ComponentClientRegistration {
 						vol, _ = mountOf(c, authconfig.IdPCredentialsDir)
-						assert.Equal(t, configmap.VolumeIdPCredentials, vol)
+						assert.Equal(t, contract.VolumeIdPCredentials, vol)
 						assert.True(t, readOnlyMount(tmpl, c, authconfig.IdPCredentialsDir))
 					}
 				}
 				// The proxies' traffic is never redirected to themselves: they run as the proxy UID.
-				if c.Name != configmap.ComponentProxyInit {
+				if c.Name != contract.ComponentProxyInit {
 					require.NotNil(t, c.SecurityContext)
 					assert.Equal(t, snap.Config.Outbound.Interception.ProxyUID, *c.SecurityContext.RunAsUser)
 				}
 			})
 		}
 	}
-	require.Len(t, components, len(configmap.AuthbridgeRoles), "every role appears in the injector's goldens: %v", components)
+	require.Len(t, components, len(contract.AuthbridgeRoles), "every role appears in the injector's goldens: %v", components)
 }
 
 // TestInjectedHelperConfIsReadBySpiffeHelper runs proxy-init as injected (dry run) and parses the
@@ -347,14 +348,14 @@ func TestInjectedHelperConfIsReadBySpiffeHelper(t *testing.T) {
 	for _, file := range goldenFiles(t) {
 		tmpl := goldenTemplate(t, file)
 		all := containers(tmpl)
-		i := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentSpiffeHelper })
+		i := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == contract.ComponentSpiffeHelper })
 		if i < 0 {
 			continue
 		}
 		helper := all[i]
 		seen++
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			j := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentProxyInit })
+			j := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == contract.ComponentProxyInit })
 			require.GreaterOrEqual(t, j, 0, "spiffe-helper needs proxy-init, which writes its configuration")
 			require.Less(t, j, i, "proxy-init runs before spiffe-helper starts")
 			init := all[j]
@@ -367,7 +368,7 @@ func TestInjectedHelperConfIsReadBySpiffeHelper(t *testing.T) {
 			require.NoError(t, root.Execute())
 
 			text := out.String()
-			head := "wrote " + configmap.PathHelperConf + ":\n"
+			head := "wrote " + contract.PathHelperConf + ":\n"
 			k := strings.Index(text, head)
 			require.GreaterOrEqual(t, k, 0, "proxy-init writes helper.conf where spiffe-helper reads it:\n%s", text)
 			conf := text[k+len(head):]
@@ -384,23 +385,23 @@ func TestInjectedHelperConfIsReadBySpiffeHelper(t *testing.T) {
 			log.SetOutput(io.Discard)
 			require.NoError(t, hc.ValidateConfig(log), conf)
 
-			require.Equal(t, []string{"-config", configmap.PathHelperConf}, helper.Args, "spiffe-helper reads the file proxy-init writes")
-			vol, _ := mountOf(helper, configmap.PathHelperConf)
-			assert.Equal(t, configmap.VolumeShared, vol)
-			vol, _ = mountOf(init, configmap.PathHelperConf)
-			assert.Equal(t, configmap.VolumeShared, vol)
+			require.Equal(t, []string{"-config", contract.PathHelperConf}, helper.Args, "spiffe-helper reads the file proxy-init writes")
+			vol, _ := mountOf(helper, contract.PathHelperConf)
+			assert.Equal(t, contract.VolumeShared, vol)
+			vol, _ = mountOf(init, contract.PathHelperConf)
+			assert.Equal(t, contract.VolumeShared, vol)
 
 			assert.NotContains(t, hc.AgentAddress, "://", "spiffe-helper adds unix:// itself")
 			vol, _ = mountOf(helper, hc.AgentAddress)
-			assert.Equal(t, configmap.VolumeSpireSocket, vol, "the agent socket %s is in the SPIRE socket volume", hc.AgentAddress)
+			assert.Equal(t, contract.VolumeSpireSocket, vol, "the agent socket %s is in the SPIRE socket volume", hc.AgentAddress)
 			require.Len(t, hc.JWTSVIDs, 1)
 			svid := path.Join(hc.CertDir, hc.JWTSVIDs[0].JWTSVIDFilename) // as spiffe-helper's pkg/disk joins them
 			assert.Equal(t, path.Join(authconfig.SharedDir, authconfig.JWTSVIDFile), svid)
 			vol, ro := mountOf(helper, svid)
-			assert.Equal(t, configmap.VolumeShared, vol)
+			assert.Equal(t, contract.VolumeShared, vol)
 			assert.False(t, ro, "spiffe-helper writes the SVID")
 			assert.Equal(t, authconfig.DefaultHelperFileMode, hc.JWTSVIDFileMode)
-			assert.Equal(t, configmap.HealthPortSpiffeHelper, hc.HealthCheck.BindPort)
+			assert.Equal(t, contract.HealthPortSpiffeHelper, hc.HealthCheck.BindPort)
 
 			// Its probes GET the paths and the port its health listener serves with this file.
 			require.True(t, hc.HealthCheck.ListenerEnabled, "spiffe-helper's probes need its health listener")
@@ -419,26 +420,26 @@ func TestInjectedHelperConfIsReadBySpiffeHelper(t *testing.T) {
 
 // The ports and paths both sides must agree on (pkg/configmap is the injector's source).
 func TestContractWithTheInjector(t *testing.T) {
-	assert.Equal(t, configmap.StatusPortRegister, registerAdminPort)
-	assert.Equal(t, configmap.StatusPortInbound, inboundAdminPort)
-	assert.Equal(t, configmap.StatusPortOutbound, outboundAdminPort)
-	assert.Equal(t, configmap.HealthPortSpiffeHelper, spiffeHelperHealthPort)
-	assert.Equal(t, configmap.PathIdentity, authconfig.ConfigDir)
-	assert.Equal(t, configmap.PathTokenExchange, authconfig.LegacyConfigDir)
-	assert.Equal(t, configmap.PathShared, authconfig.SharedDir)
-	assert.Equal(t, configmap.PathIdPCredentials, authconfig.IdPCredentialsDir)
-	assert.Equal(t, configmap.PathIdentity, authconfig.IdentityDir)
-	assert.Equal(t, configmap.IdentityDefaultsFile, authconfig.IdentityDefaultsFile)
-	assert.Equal(t, configmap.PathHelperConf, path.Join(authconfig.SharedDir, authconfig.HelperConfFile))
-	assert.Equal(t, configmap.StatusPortAuthbridge, sidecarStatusPort)
+	assert.Equal(t, contract.StatusPortRegister, registerAdminPort)
+	assert.Equal(t, contract.StatusPortInbound, inboundAdminPort)
+	assert.Equal(t, contract.StatusPortOutbound, outboundAdminPort)
+	assert.Equal(t, contract.HealthPortSpiffeHelper, spiffeHelperHealthPort)
+	assert.Equal(t, contract.PathIdentity, authconfig.ConfigDir)
+	assert.Equal(t, contract.PathTokenExchange, authconfig.LegacyConfigDir)
+	assert.Equal(t, contract.PathShared, authconfig.SharedDir)
+	assert.Equal(t, contract.PathIdPCredentials, authconfig.IdPCredentialsDir)
+	assert.Equal(t, contract.PathIdentity, authconfig.IdentityDir)
+	assert.Equal(t, contract.IdentityDefaultsFile, authconfig.IdentityDefaultsFile)
+	assert.Equal(t, contract.PathHelperConf, path.Join(authconfig.SharedDir, authconfig.HelperConfFile))
+	assert.Equal(t, contract.StatusPortAuthbridge, sidecarStatusPort)
 	root := newRootCommand()
-	cmd, _, err := root.Find([]string{configmap.AuthbridgeSidecarCommand})
+	cmd, _, err := root.Find([]string{contract.AuthbridgeSidecarCommand})
 	require.NoError(t, err)
-	assert.Equal(t, configmap.AuthbridgeSidecarCommand, cmd.Name())
-	for _, role := range configmap.SidecarRoles {
-		assert.Contains(t, slices.Collect(maps.Values(configmap.AuthbridgeRoles)), role)
+	assert.Equal(t, contract.AuthbridgeSidecarCommand, cmd.Name())
+	for _, role := range contract.SidecarRoles {
+		assert.Contains(t, slices.Collect(maps.Values(contract.AuthbridgeRoles)), role)
 	}
-	for _, role := range configmap.AuthbridgeRoles {
+	for _, role := range contract.AuthbridgeRoles {
 		cmd, _, err := root.Find([]string{role})
 		require.NoError(t, err)
 		assert.Equal(t, role, cmd.Name())
@@ -447,9 +448,9 @@ func TestContractWithTheInjector(t *testing.T) {
 
 // componentStatusPort is each role's own status port, by component.
 var componentStatusPort = map[string]int{
-	configmap.ComponentClientRegistration: registerAdminPort,
-	configmap.ComponentAuthProxy:          inboundAdminPort,
-	configmap.ComponentEnvoyProxy:         outboundAdminPort,
+	contract.ComponentClientRegistration: registerAdminPort,
+	contract.ComponentAuthProxy:          inboundAdminPort,
+	contract.ComponentEnvoyProxy:         outboundAdminPort,
 }
 
 // probesOf returns c's probes by kind.
@@ -555,11 +556,11 @@ func TestInjectedProbesAreServed(t *testing.T) {
 						assert.Equal(t, http.StatusOK, code, "%s probe %s on :%d: %s", kind, p.HTTPGet.Path, port, body)
 						continue
 					}
-					if c.Name == configmap.ContainerAuthbridge {
+					if c.Name == contract.ContainerAuthbridge {
 						// Startup and readiness: every role's, as each one's /status reports it.
 						roleStatus := func() (allReady bool, why string) {
 							allReady = true
-							for _, component := range configmap.ComponentsOfContainer(c.Name, c.Args) {
+							for _, component := range contract.ComponentsOfContainer(c.Name, c.Args) {
 								scode, sbody, err := get(componentStatusPort[component], "/status")
 								var st sidecar.Status
 								if err != nil || scode != http.StatusOK || json.Unmarshal([]byte(sbody), &st) != nil || !st.Ready {
@@ -604,7 +605,7 @@ func TestInjectedProbesAreServed(t *testing.T) {
 					}
 					t.Logf("%s probe %s on :%d: %d %s", kind, p.HTTPGet.Path, port, code, strings.TrimSpace(body))
 				}
-				if c.Name == configmap.ContainerAuthbridge {
+				if c.Name == contract.ContainerAuthbridge {
 					for _, role := range c.Args[1:] {
 						checked[role] = true
 					}
@@ -629,14 +630,14 @@ func TestInjectedInitWithoutSharedVolume(t *testing.T) {
 	for _, file := range goldenFiles(t) {
 		tmpl := goldenTemplate(t, file)
 		all := containers(tmpl)
-		j := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentProxyInit })
-		if j < 0 || slices.ContainsFunc(all, func(c corev1.Container) bool { return c.Name == configmap.ComponentSpiffeHelper }) {
+		j := slices.IndexFunc(all, func(c corev1.Container) bool { return c.Name == contract.ComponentProxyInit })
+		if j < 0 || slices.ContainsFunc(all, func(c corev1.Container) bool { return c.Name == contract.ComponentSpiffeHelper }) {
 			continue
 		}
 		init := all[j]
 		seen++
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			vol, _ := mountOf(init, configmap.PathHelperConf)
+			vol, _ := mountOf(init, contract.PathHelperConf)
 			require.Empty(t, vol, "no shared volume without spiffe-helper")
 			_, err := os.Stat(authconfig.SharedDir)
 			require.ErrorIs(t, err, os.ErrNotExist, "this test needs a machine without %s", authconfig.SharedDir)

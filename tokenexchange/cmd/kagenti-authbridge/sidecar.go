@@ -13,7 +13,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 )
 
@@ -38,7 +39,7 @@ func newSidecarCommand(common *commonFlags) *cobra.Command {
 		out        outboundOptions
 	)
 	cmd := &cobra.Command{
-		Use:   configmap.AuthbridgeSidecarCommand + " <role>...",
+		Use:   contract.AuthbridgeSidecarCommand + " <role>...",
 		Short: "the long-running roles (register, inbound, outbound) of one container in one process",
 		Long:  sidecarLong,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -63,15 +64,15 @@ func newSidecarCommand(common *commonFlags) *cobra.Command {
 }
 
 // parseRoles checks the sidecar's arguments and returns the roles in the order they start
-// (configmap.SidecarRoles).
+// (contract.SidecarRoles).
 func parseRoles(args []string) ([]string, error) {
 	if len(args) == 0 {
-		return nil, fmt.Errorf("no role given: name one or more of %s", strings.Join(configmap.SidecarRoles, ", "))
+		return nil, fmt.Errorf("no role given: name one or more of %s", strings.Join(contract.SidecarRoles, ", "))
 	}
 	seen := map[string]bool{}
 	for _, a := range args {
-		if !slices.Contains(configmap.SidecarRoles, a) {
-			return nil, fmt.Errorf("unknown role %q: the roles are %s", a, strings.Join(configmap.SidecarRoles, ", "))
+		if !slices.Contains(contract.SidecarRoles, a) {
+			return nil, fmt.Errorf("unknown role %q: the roles are %s", a, strings.Join(contract.SidecarRoles, ", "))
 		}
 		if seen[a] {
 			return nil, fmt.Errorf("role %q is named twice", a)
@@ -79,7 +80,7 @@ func parseRoles(args []string) ([]string, error) {
 		seen[a] = true
 	}
 	var roles []string
-	for _, r := range configmap.SidecarRoles {
+	for _, r := range contract.SidecarRoles {
 		if seen[r] {
 			roles = append(roles, r)
 		}
@@ -226,7 +227,7 @@ func (s *roleState) waitReady(ctx context.Context) bool {
 // aggregateHandler serves /healthz (200 iff no role has stopped and none has a wedged serving
 // loop) and /readyz (200 iff every role is ready) for the roles of one process; each body has a
 // line per role with its state.
-func aggregateHandler(states []*roleState, appProbes map[string]configmap.AppProbe) http.Handler {
+func aggregateHandler(states []*roleState, appProbes map[string]appprobe.AppProbe) http.Handler {
 	answer := func(w http.ResponseWriter, readiness bool) {
 		ok := true
 		var body strings.Builder
@@ -249,6 +250,6 @@ func aggregateHandler(states []*roleState, appProbes map[string]configmap.AppPro
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { answer(w, false) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { answer(w, true) })
 	// The agent's own probes, rewritten by the injector to this port (issue 27).
-	mux.Handle("GET "+configmap.AppProbePathPrefix, sidecar.AppProbeHandler(appProbes))
+	mux.Handle("GET "+contract.AppProbePathPrefix, sidecar.AppProbeHandler(appProbes))
 	return mux
 }

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar/sidecartest"
 )
@@ -43,7 +43,7 @@ func TestParseRoles(t *testing.T) {
 		require.NoError(t, err, "%v", tc.args)
 		assert.Equal(t, tc.want, got)
 	}
-	assert.Equal(t, configmap.SidecarRoles, []string{"register", "inbound", "outbound"}, "the roles the sidecar command knows")
+	assert.Equal(t, contract.SidecarRoles, []string{"register", "inbound", "outbound"}, "the roles the sidecar command knows")
 }
 
 func TestSidecarCommandRefusesBadRoles(t *testing.T) {
@@ -53,7 +53,7 @@ func TestSidecarCommandRefusesBadRoles(t *testing.T) {
 		"outbound outbound": `role "outbound" is named twice`,
 	} {
 		root := newRootCommand()
-		argv := []string{configmap.AuthbridgeSidecarCommand}
+		argv := []string{contract.AuthbridgeSidecarCommand}
 		if args != "" {
 			argv = append(argv, strings.Fields(args)...)
 		}
@@ -228,8 +228,8 @@ func TestSidecarRoleThatEndsOnItsOwnIsAnError(t *testing.T) {
 }
 
 func TestSidecarStatusPortIsTheContract(t *testing.T) {
-	assert.Equal(t, configmap.StatusPortAuthbridge, sidecarStatusPort)
+	assert.Equal(t, contract.StatusPortAuthbridge, sidecarStatusPort)
 	ports, err := parsePorts(newInitCommand(&commonFlags{}).Flags().Lookup("always-exclude-inbound").DefValue)
 	require.NoError(t, err)
-	assert.Contains(t, ports, uint16(configmap.StatusPortAuthbridge), "proxy-init must not redirect the kubelet's probes of the sidecar")
+	assert.Contains(t, ports, uint16(contract.StatusPortAuthbridge), "proxy-init must not redirect the kubelet's probes of the sidecar")
 }

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
@@ -221,7 +221,7 @@ func deployment(ns, name string) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{
 					Labels: map[string]string{"app": name},
 					// As the injector leaves it (the controller only reads that the annotation exists).
-					Annotations: map[string]string{configmap.InjectionStatusAnnotation: `{"version":"load","injected":["spiffe-helper","client-registration","auth-proxy","envoy-proxy"]}`},
+					Annotations: map[string]string{contract.InjectionStatusAnnotation: `{"version":"load","injected":["spiffe-helper","client-registration","auth-proxy","envoy-proxy"]}`},
 				},
 				Spec: corev1.PodSpec{ServiceAccountName: name, Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}}},
 			},
@@ -237,11 +237,11 @@ func pod(ns, app string) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			ServiceAccountName: app,
 			Containers:         []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}},
-			Volumes: []corev1.Volume{{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			Volumes: []corev1.Volume{{Name: contract.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}}}},
 		},
 	}
-	for _, s := range []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy} {
+	for _, s := range []string{contract.ComponentSpiffeHelper, contract.ComponentClientRegistration, contract.ComponentAuthProxy, contract.ComponentEnvoyProxy} {
 		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: s, Image: "example.com/" + s + ":v1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
 	}
 	return p

@@ -16,7 +16,7 @@ const (
 	EnvServiceAccount = "KAGENTI_SERVICE_ACCOUNT" // the template's serviceAccountName, in defaults.env
 	EnvWorkload       = "KAGENTI_WORKLOAD"        // the workload's name, set by the injector
 	// EnvAppProbes is the agent's original probes the injector rewrote (JSON, in defaults.env):
-	// pkg/configmap's AppProbesVariable, which the sidecar parses (configmap.ParseAppProbes).
+	// pkg/configmap's AppProbesVariable, which the sidecar parses (appprobe.Parse).
 	EnvAppProbes = "KAGENTI_APP_PROBES"
 )
 

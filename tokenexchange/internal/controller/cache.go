@@ -8,19 +8,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kagenti/platform/pkg/configmap"
-	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/configmap/contract"
+	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/resources"
 )
 
 // CacheByObject restricts what the manager caches for this controller: only its own ConfigMaps
 // (not every ConfigMap in the cluster), as metadata and a hash of their content
-// (configmap.DigestTransform), and trimmed views of the built-in workloads. Pods are not in it:
-// they are kept as cachedPods in an informer of their own (duck.SlimPods, Setup).
+// (kit.DigestTransform), and trimmed views of the built-in workloads. Pods are not in it:
+// they are kept as cachedPods in an informer of their own (kit.SlimPods, Setup).
 func CacheByObject() map[client.Object]cache.ByObject {
-	by := duck.TrimmedWorkloads(slimTemplate)
-	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{configmap.ManagedByLabel: Name}), Transform: compactConfigMap}
+	by := kit.TrimmedWorkloads(slimTemplate)
+	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{contract.ManagedByLabel: Name}), Transform: compactConfigMap}
 	by[&v1alpha1.TokenExchange{}] = cache.ByObject{Transform: compactTokenExchange}
 	return by
 }
@@ -28,13 +28,13 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // configMapLabels are the labels of every ConfigMap this controller writes (resources.MakeConfigMap's
 // and the applier's managed-by). The cache never hands out its objects (its readers get deep
 // copies), so it holds this one map for every ConfigMap that carries exactly these labels.
-var configMapLabels = map[string]string{configmap.PartOfLabel: configmap.PartOf, configmap.ComponentLabel: resources.Component, configmap.ManagedByLabel: Name}
+var configMapLabels = map[string]string{contract.PartOfLabel: contract.PartOf, contract.ComponentLabel: resources.Component, contract.ManagedByLabel: Name}
 
-// compactConfigMap is configmap.DigestTransform (metadata and a hash of the content), with the
+// compactConfigMap is kit.DigestTransform (metadata and a hash of the content), with the
 // labels shared when they are configMapLabels: a map of three labels and their strings cost
 // ≈ 450 bytes a ConfigMap.
 func compactConfigMap(obj any) (any, error) {
-	obj, err := configmap.DigestTransform(obj)
+	obj, err := kit.DigestTransform(obj)
 	if cm, ok := obj.(*corev1.ConfigMap); ok && maps.Equal(cm.Labels, configMapLabels) {
 		cm.Labels = configMapLabels
 	}
@@ -57,9 +57,9 @@ func compactTokenExchange(obj any) (any, error) {
 }
 
 // slimTemplate keeps of a workload's pod template what the reconciler reads: the labels, whether
-// the injection-status annotation is set (not its value: duck.TemplateMetaPresence), and the
+// the injection-status annotation is set (not its value: kit.TemplateMetaPresence), and the
 // service account.
 func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{ObjectMeta: duck.TemplateMetaPresence(t.ObjectMeta, configmap.InjectionStatusAnnotation),
+	return corev1.PodTemplateSpec{ObjectMeta: kit.TemplateMetaPresence(t.ObjectMeta, contract.InjectionStatusAnnotation),
 		Spec: corev1.PodSpec{ServiceAccountName: t.Spec.ServiceAccountName}}
 }

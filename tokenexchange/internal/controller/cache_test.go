@@ -15,14 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
 func podTemplate() corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{configmap.InjectionStatusAnnotation: "{}"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{contract.InjectionStatusAnnotation: "{}"}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: "agent-sa",
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1",
@@ -51,8 +52,8 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			// Typed, as the cache holds the built-in kinds (duck.TrimmedWorkloads).
-			out, err := duck.TrimWorkload(slimTemplate)(tc.obj.DeepCopyObject())
+			// Typed, as the cache holds the built-in kinds (kit.TrimmedWorkloads).
+			out, err := kit.TrimWorkload(slimTemplate)(tc.obj.DeepCopyObject())
 			require.NoError(t, err)
 			assert.IsType(t, tc.obj, out)
 			w, err := duck.NewWorkloadFromObject(out.(runtime.Object), tc.gvk)
@@ -66,7 +67,7 @@ func TestTrimWorkloadKeepsWhatTheReconcilerReads(t *testing.T) {
 			tmpl, err := w.PodTemplate()
 			require.NoError(t, err)
 			assert.Equal(t, "agent-sa", tmpl.Spec.ServiceAccountName)
-			assert.Contains(t, tmpl.Annotations, configmap.InjectionStatusAnnotation)
+			assert.Contains(t, tmpl.Annotations, contract.InjectionStatusAnnotation)
 			assert.Empty(t, tmpl.Spec.Containers, "the pod spec is not cached")
 			sel, err := w.Selector()
 			require.NoError(t, err)
@@ -82,16 +83,16 @@ func TestCachedPod(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team", UID: "u1", Labels: map[string]string{"app": "agent"}, Annotations: map[string]string{"a": "b"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "agent-1"}}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
 		Spec: corev1.PodSpec{
-			Containers:     []corev1.Container{{Name: "agent", Image: "x"}, {Name: configmap.ComponentAuthProxy, Image: "x"}},
-			InitContainers: []corev1.Container{{Name: configmap.ComponentSpiffeHelper, Image: "x"}, {Name: configmap.ComponentEnvoyProxy, Image: "x"}},
+			Containers:     []corev1.Container{{Name: "agent", Image: "x"}, {Name: contract.ComponentAuthProxy, Image: "x"}},
+			InitContainers: []corev1.Container{{Name: contract.ComponentSpiffeHelper, Image: "x"}, {Name: contract.ComponentEnvoyProxy, Image: "x"}},
 			Volumes: []corev1.Volume{
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
+				{Name: contract.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}}},
 			},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7",
-			InitContainerStatuses: []corev1.ContainerStatus{{Name: configmap.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}, {Name: configmap.ComponentEnvoyProxy}},
-			ContainerStatuses:     []corev1.ContainerStatus{{Name: "agent", Ready: true}, {Name: configmap.ComponentAuthProxy, Ready: true}}},
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: contract.ComponentSpiffeHelper, Ready: true, Image: "x", ImageID: "y"}, {Name: contract.ComponentEnvoyProxy}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "agent", Ready: true}, {Name: contract.ComponentAuthProxy, Ready: true}}},
 	}
 	got := newCachedPod(p)
 	assert.Equal(t, metav1.ObjectMeta{Name: "p", Namespace: "team", UID: "u1", Labels: map[string]string{"app": "agent"}}, got.ObjectMeta,
@@ -100,7 +101,7 @@ func TestCachedPod(t *testing.T) {
 	assert.Equal(t, []string{"agent-token-exchange"}, podTokenExchangeConfigMap(got))
 	// Injection v4 projects the ConfigMap into the identity volume.
 	lean := p.DeepCopy()
-	lean.Spec.Volumes[1] = corev1.Volume{Name: configmap.VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+	lean.Spec.Volumes[1] = corev1.Volume{Name: contract.VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 		{DownwardAPI: &corev1.DownwardAPIProjection{}},
 		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-token-exchange"}}},
 	}}}}
@@ -109,14 +110,14 @@ func TestCachedPod(t *testing.T) {
 	assert.Empty(t, newCachedPod(lean).configMap, "a projected volume of the user's")
 	assert.True(t, got.running)
 	assert.Equal(t, "10.0.0.7", got.ip)
-	assert.Equal(t, []string{configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}, got.roles,
+	assert.Equal(t, []string{contract.ComponentAuthProxy, contract.ComponentEnvoyProxy}, got.roles,
 		"the roles with a status port (spiffe-helper has none), from init and classic containers: the status prober asks them")
 	assert.Equal(t, len(got.roles), cap(got.roles), "held for the pod's lifetime: no spare capacity")
 	pods := []*cachedPod{got}
-	assert.True(t, allReady(pods, configmap.ComponentSpiffeHelper), "ready as a native sidecar")
-	assert.True(t, allReady(pods, configmap.ComponentAuthProxy), "ready as a classic container")
-	assert.False(t, allReady(pods, configmap.ComponentEnvoyProxy), "not ready")
-	assert.False(t, allReady(pods, configmap.ComponentClientRegistration), "absent")
+	assert.True(t, allReady(pods, contract.ComponentSpiffeHelper), "ready as a native sidecar")
+	assert.True(t, allReady(pods, contract.ComponentAuthProxy), "ready as a classic container")
+	assert.False(t, allReady(pods, contract.ComponentEnvoyProxy), "not ready")
+	assert.False(t, allReady(pods, contract.ComponentClientRegistration), "absent")
 
 	ps := summarizePods(pods, "agent-token-exchange")
 	assert.Len(t, ps.pods, 1)
@@ -126,7 +127,7 @@ func TestCachedPod(t *testing.T) {
 	c := got.DeepCopyObject().(*cachedPod)
 	c.Labels["app"], c.roles[0] = "x", "x"
 	assert.Equal(t, "agent", got.Labels["app"])
-	assert.Equal(t, configmap.ComponentAuthProxy, got.roles[0])
+	assert.Equal(t, contract.ComponentAuthProxy, got.roles[0])
 }
 
 // TestCompactTokenExchange: the TokenExchange cache keeps neither managedFields nor kubectl's

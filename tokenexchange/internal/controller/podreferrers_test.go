@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
@@ -61,13 +61,13 @@ func TestPodEventEnqueuesItsTokenExchange(t *testing.T) {
 		pod  *corev1.Pod
 		want []reconcile.Request
 	}{
-		{"mounts web's ConfigMap", pod(configmap.VolumeTokenExchange, "web-token-exchange"),
+		{"mounts web's ConfigMap", pod(contract.VolumeTokenExchange, "web-token-exchange"),
 			[]reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "web"}}}},
-		{"mounts the canary's ConfigMap", pod(configmap.VolumeTokenExchange, "web-canary-token-exchange"),
+		{"mounts the canary's ConfigMap", pod(contract.VolumeTokenExchange, "web-canary-token-exchange"),
 			[]reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "web-canary"}}}},
-		{"mounts a ConfigMap not written yet", pod(configmap.VolumeTokenExchange, "gone-token-exchange"), nil},
-		{"mounts a ConfigMap a Deployment controls", pod(configmap.VolumeTokenExchange, "theirs-token-exchange"), nil},
-		{"mounts a ConfigMap without owner", pod(configmap.VolumeTokenExchange, "loose-token-exchange"), nil},
+		{"mounts a ConfigMap not written yet", pod(contract.VolumeTokenExchange, "gone-token-exchange"), nil},
+		{"mounts a ConfigMap a Deployment controls", pod(contract.VolumeTokenExchange, "theirs-token-exchange"), nil},
+		{"mounts a ConfigMap without owner", pod(contract.VolumeTokenExchange, "loose-token-exchange"), nil},
 		{"the ConfigMap under another volume name", pod("config", "web-token-exchange"), nil},
 		{"not injected", pod("", ""), nil},
 	}

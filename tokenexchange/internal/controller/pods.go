@@ -17,7 +17,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 )
 
@@ -80,10 +80,10 @@ func summarizePods(pods []*cachedPod, cmName string) podSummary {
 	}
 	id := &v1alpha1.IdentityStatus{}
 	if len(configured) > 0 {
-		id.SpiffeEnabled = allReady(configured, configmap.ComponentSpiffeHelper)
-		id.IdpRegistered = allReady(configured, configmap.ComponentClientRegistration)
-		id.InboundProxyReady = allReady(configured, configmap.ComponentAuthProxy)
-		id.OutboundProxyReady = allReady(configured, configmap.ComponentEnvoyProxy)
+		id.SpiffeEnabled = allReady(configured, contract.ComponentSpiffeHelper)
+		id.IdpRegistered = allReady(configured, contract.ComponentClientRegistration)
+		id.InboundProxyReady = allReady(configured, contract.ComponentAuthProxy)
+		id.OutboundProxyReady = allReady(configured, contract.ComponentEnvoyProxy)
 	}
 	return podSummary{pods: configured, identity: id}
 }
@@ -99,7 +99,7 @@ func allReady(pods []*cachedPod, component string) bool {
 }
 
 // cachedPod is what the controller reads of a pod, and all its pod informer keeps of one
-// (duck.SlimPods): a corev1.Pod costs ≈ 2.4 KB in a cache even with every field but these
+// (kit.SlimPods): a corev1.Pod costs ≈ 2.4 KB in a cache even with every field but these
 // dropped; this costs what its fields do. Of the metadata it keeps what identifies the pod (the
 // prober remembers pods by UID), its labels (the workload's selector) and its deletion.
 type cachedPod struct {
@@ -116,7 +116,7 @@ type cachedPod struct {
 	// ready holds the identity components whose container is ready (identityComponentBit): a
 	// native sidecar (init container, restartPolicy Always) or a classic container, depending on
 	// the injector's configuration; both are looked at. One container may run several components
-	// (configmap.ContainerAuthbridge).
+	// (contract.ContainerAuthbridge).
 	ready uint8
 }
 
@@ -150,13 +150,13 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 func tokenExchangeConfigMap(pod *corev1.Pod) string {
 	for _, v := range pod.Spec.Volumes {
 		switch {
-		case v.Name == configmap.VolumeIdentity && v.Projected != nil:
+		case v.Name == contract.VolumeIdentity && v.Projected != nil:
 			for _, src := range v.Projected.Sources {
 				if src.ConfigMap != nil {
 					return src.ConfigMap.Name
 				}
 			}
-		case v.Name == configmap.VolumeTokenExchange && v.ConfigMap != nil:
+		case v.Name == contract.VolumeTokenExchange && v.ConfigMap != nil:
 			return v.ConfigMap.Name
 		}
 	}
@@ -176,14 +176,14 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 }
 
 // containerComponents maps the containers of pod that run identity components to those
-// components (configmap.ComponentsOfContainer): a container named after its component, as
+// components (contract.ComponentsOfContainer): a container named after its component, as
 // injectors before the combined sidecar rendered them, or the authbridge container running
 // several roles. A component is ready when the container that runs it is.
 func containerComponents(pod *corev1.Pod) map[string][]string {
 	out := map[string][]string{}
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range list {
-			if components := configmap.ComponentsOfContainer(c.Name, c.Args); len(components) > 0 {
+			if components := contract.ComponentsOfContainer(c.Name, c.Args); len(components) > 0 {
 				out[c.Name] = components
 			}
 		}
@@ -210,13 +210,13 @@ func roleComponents(pod *corev1.Pod) []string {
 // identity component.
 func identityComponentBit(component string) uint8 {
 	switch component {
-	case configmap.ComponentSpiffeHelper:
+	case contract.ComponentSpiffeHelper:
 		return 1
-	case configmap.ComponentClientRegistration:
+	case contract.ComponentClientRegistration:
 		return 2
-	case configmap.ComponentAuthProxy:
+	case contract.ComponentAuthProxy:
 		return 4
-	case configmap.ComponentEnvoyProxy:
+	case contract.ComponentEnvoyProxy:
 		return 8
 	}
 	return 0

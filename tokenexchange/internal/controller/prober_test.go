@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/kagenti/platform/pkg/configmap"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 )
 
@@ -47,7 +47,7 @@ func newProberFixture(t *testing.T) *proberFixture {
 func rolePod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
-		Spec:       corev1.PodSpec{InitContainers: []corev1.Container{{Name: configmap.ComponentEnvoyProxy}, {Name: configmap.ComponentSpiffeHelper}}},
+		Spec:       corev1.PodSpec{InitContainers: []corev1.Container{{Name: contract.ComponentEnvoyProxy}, {Name: contract.ComponentSpiffeHelper}}},
 		Status:     corev1.PodStatus{PodIP: "10.0.0.1"},
 	}
 }

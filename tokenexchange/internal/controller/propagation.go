@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/kagenti/platform/pkg/configmap"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 )
@@ -39,9 +39,9 @@ import (
 // statusPorts maps the components that run a kagenti-authbridge role to their status ports (each
 // role serves its own, also when one authbridge container runs several). spiffe-helper reads its configuration once and reports no hash; proxy-init has exited.
 var statusPorts = map[string]int32{
-	configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
-	configmap.ComponentAuthProxy:          sidecar.InboundStatusPort,
-	configmap.ComponentEnvoyProxy:         sidecar.OutboundStatusPort,
+	contract.ComponentClientRegistration: sidecar.RegisterStatusPort,
+	contract.ComponentAuthProxy:          sidecar.InboundStatusPort,
+	contract.ComponentEnvoyProxy:         sidecar.OutboundStatusPort,
 }
 
 const (

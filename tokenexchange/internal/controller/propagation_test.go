@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
@@ -70,9 +70,9 @@ type rolePod struct {
 
 func startRolePod(t *testing.T, ns, name, app string) *rolePod {
 	t.Helper()
-	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}
+	sidecars := []string{contract.ComponentSpiffeHelper, contract.ComponentAuthProxy, contract.ComponentEnvoyProxy}
 	return runRolePod(t, injectedPod(ns, name, app, sidecars), sidecars,
-		map[string]int{configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort})
+		map[string]int{contract.ComponentAuthProxy: sidecar.InboundStatusPort, contract.ComponentEnvoyProxy: sidecar.OutboundStatusPort})
 }
 
 // startCombinedRolePod is startRolePod for a pod injected with the combined sidecar: the
@@ -80,9 +80,9 @@ func startRolePod(t *testing.T, ns, name, app string) *rolePod {
 func startCombinedRolePod(t *testing.T, ns, name, app string) *rolePod {
 	t.Helper()
 	return runRolePod(t, combinedPod(ns, name, app, "register", "inbound", "outbound"),
-		[]string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge},
-		map[string]int{configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
-			configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort})
+		[]string{contract.ComponentSpiffeHelper, contract.ContainerAuthbridge},
+		map[string]int{contract.ComponentClientRegistration: sidecar.RegisterStatusPort,
+			contract.ComponentAuthProxy: sidecar.InboundStatusPort, contract.ComponentEnvoyProxy: sidecar.OutboundStatusPort})
 }
 
 // runRolePod creates p with its sidecars ready and a pod IP, and runs the roles behind the IP's
@@ -120,7 +120,7 @@ func runRolePodWith(t *testing.T, p *corev1.Pod, sidecars []string, roles map[st
 		go func() { defer wg.Done(); cfg.Run(runCtx, 50e6) }()
 		var readiness sidecar.Readiness
 		var refusal sidecar.Refusals
-		if role == configmap.ComponentClientRegistration {
+		if role == contract.ComponentClientRegistration {
 			refusal = rp.refusal.Load
 			readiness = func() []string {
 				if r := rp.refusal.Load(); r != nil {
@@ -180,7 +180,7 @@ func (rp *rolePod) sync(t *testing.T, ns, cmName string) string {
 	cm, err := getCM(context.Background(), ns, cmName)
 	require.NoError(t, err)
 	rp.project(t, cm.Data)
-	return cm.Annotations[configmap.ContentHashAnnotation]
+	return cm.Annotations[contract.ContentHashAnnotation]
 }
 
 func waitPropagation(t *testing.T, ns, what string, ok func(te *v1alpha1.TokenExchange, c *metav1.Condition) bool) *v1alpha1.TokenExchange {
@@ -342,7 +342,7 @@ func TestClientOwnedElsewhereReachesTheTokenExchange(t *testing.T) {
 		Message: `client "` + ns + `/agent" (id 0f1e) in Keycloak realm default belongs to workload team-b/agent, not to ` + ns + `/agent, and is left untouched: choose another clientNameTemplate`}
 	// The pod reports the refusal before the reconciler first asks it (its containers' readiness
 	// is not what tells: the controller asks the roles).
-	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+	sidecars := []string{contract.ComponentSpiffeHelper, contract.ContainerAuthbridge}
 	p := combinedPod(ns, "agent-0", "agent", "register", "inbound", "outbound")
 	pod := runRolePodRefusing(t, p, sidecars, refusal)
 	pod.sync(t, ns, cmName)
@@ -364,7 +364,7 @@ func TestClientOwnedElsewhereReachesTheTokenExchange(t *testing.T) {
 	// Refused again later (the client's owner marker changed at the provider): the register role
 	// fails its readiness probe, and the controller asks the pod again.
 	pod.refusal.Store(refusal)
-	setPodStatus(t, pod.pod, sidecars, map[string]bool{configmap.ContainerAuthbridge: true})
+	setPodStatus(t, pod.pod, sidecars, map[string]bool{contract.ContainerAuthbridge: true})
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonClientOwnedElsewhere)
 }
 
@@ -372,8 +372,8 @@ func TestClientOwnedElsewhereReachesTheTokenExchange(t *testing.T) {
 // the start.
 func runRolePodRefusing(t *testing.T, p *corev1.Pod, sidecars []string, refusal *sidecar.Refusal) *rolePod {
 	t.Helper()
-	return runRolePodWith(t, p, sidecars, map[string]int{configmap.ComponentClientRegistration: sidecar.RegisterStatusPort,
-		configmap.ComponentAuthProxy: sidecar.InboundStatusPort, configmap.ComponentEnvoyProxy: sidecar.OutboundStatusPort}, refusal)
+	return runRolePodWith(t, p, sidecars, map[string]int{contract.ComponentClientRegistration: sidecar.RegisterStatusPort,
+		contract.ComponentAuthProxy: sidecar.InboundStatusPort, contract.ComponentEnvoyProxy: sidecar.OutboundStatusPort}, refusal)
 }
 
 // A pod whose sidecars do not answer is reported, not counted, and not taken for one on an old
@@ -383,7 +383,7 @@ func TestUnreachablePodStatusIsReported(t *testing.T) {
 	ns := namespace(t)
 	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, true)))
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
-	sidecars := []string{configmap.ComponentEnvoyProxy}
+	sidecars := []string{contract.ComponentEnvoyProxy}
 	p := injectedPod(ns, "agent-0", "agent", sidecars)
 	must(t, k8s.Create(ctx, p))
 	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(p), p))

@@ -13,8 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/resources"
 )
@@ -31,17 +32,17 @@ type Reconciler struct {
 	Resolver *duck.Resolver
 	// Applier writes the ConfigMap; with its APIReader it tells someone else's ConfigMap of the
 	// same name (outside this controller's label-filtered cache) from a stale cache.
-	Applier *configmap.Applier
+	Applier *kit.Applier
 	// Status writes the status and records an Event when Ready changes, through Recorder.
 	Status   *duck.StatusApplier
 	Recorder recorder.EventRecorder
 	// PodCache holds the cluster's pods as cachedPods, indexed by podTokenExchangeIndex.
-	PodCache *duck.SlimPods[*cachedPod]
+	PodCache *kit.SlimPods[*cachedPod]
 	// Pods reads which configuration the pods' identity sidecars run (propagation.go).
 	Pods *PodStatusProber
 	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
 	// Reconciler without a manager.
-	Workloads *duck.WorkloadWatches
+	Workloads *kit.WorkloadWatches
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=tokenexchanges,verbs=get;list;watch
@@ -129,7 +130,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	s.ConfigMapName = desired.Name
 	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
 	res, err := r.Applier.Apply(ctx, desired, te)
-	if notOwned := (*configmap.NotOwnedError)(nil); errors.As(err, &notOwned) {
+	if notOwned := (*kit.NotOwnedError)(nil); errors.As(err, &notOwned) {
 		s.configMapFailed(v1alpha1.ReasonConfigMapNotOwned, err.Error())
 		return ctrl.Result{RequeueAfter: notOwnedRetry}, nil
 	} else if err != nil {
@@ -147,12 +148,12 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	}
 	ps := summarizePods(pods, desired.Name)
 	s.IdentityStatus = ps.identity
-	prop := r.Pods.Probe(ctx, client.ObjectKeyFromObject(te), ps.pods, configmap.ContentHash(desired))
+	prop := r.Pods.Probe(ctx, client.ObjectKeyFromObject(te), ps.pods, kit.ContentHash(desired))
 	retry := s.setPropagation(prop, desired.Name,
 		fmt.Sprintf("kubectl rollout restart %s/%s (or delete the pods)", strings.ToLower(w.Kind()), w.Name()))
-	if _, injected := tmpl.Annotations[configmap.InjectionStatusAnnotation]; !injected {
+	if _, injected := tmpl.Annotations[contract.InjectionStatusAnnotation]; !injected {
 		s.notInjected(fmt.Sprintf("%s %s has no %s annotation on its pod template: label it kagenti.io/inject=enabled in a namespace labelled kagenti.io/injection=enabled; ConfigMap %s is written and takes effect once the identity sidecars are injected",
-			w.Kind(), w.Name(), configmap.InjectionStatusAnnotation, desired.Name))
+			w.Kind(), w.Name(), contract.InjectionStatusAnnotation, desired.Name))
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	if len(prop.OwnedElsewhere) > 0 {
@@ -190,6 +191,6 @@ func (r *Reconciler) referrerInEffect(ctx context.Context, te *v1alpha1.TokenExc
 // (someone deleted it). The first creation is what creating the TokenExchange asks for, and its
 // status says so; an Event for it would cost every TokenExchange an API write and the event
 // recorder's memory for as long as it keeps the Event for de-duplication.
-func configMapWriteIsNews(res configmap.Result, hadConfigMap bool) bool {
-	return res == configmap.Updated || (res == configmap.Created && hadConfigMap)
+func configMapWriteIsNews(res kit.Result, hadConfigMap bool) bool {
+	return res == kit.Updated || (res == kit.Created && hadConfigMap)
 }

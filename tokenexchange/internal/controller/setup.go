@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/webhook"
 )
@@ -28,7 +28,7 @@ const Name = "kagenti-tokenexchange"
 // Options are the pillar-specific settings taken from the command line.
 type Options struct {
 	// Namespaces are those watched (the manager's cache.Options.DefaultNamespaces, the
-	// --namespaces flag); none: all. The pod informer (duck.SlimPods) runs beside the cache and
+	// --namespaces flag); none: all. The pod informer (kit.SlimPods) runs beside the cache and
 	// is told them here.
 	Namespaces []string
 	// Webhook, when set, serves the validating webhook on the manager's webhook server.
@@ -54,14 +54,14 @@ func podTokenExchangeConfigMap(p *cachedPod) []string {
 func Setup(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
 	// Every lookup through the target index names a namespace: it is kept namespaced only
-	// (duck.IndexFieldInNamespace), half the entries of the manager's field indexer.
-	if err := duck.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}); err != nil {
+	// (kit.IndexFieldInNamespace), half the entries of the manager's field indexer.
+	if err := kit.IndexTargetRefInNamespace(ctx, mgr.GetCache(), &v1alpha1.TokenExchange{}); err != nil {
 		return err
 	}
 	// Pods are kept as cachedPods in an informer of their own, not in the manager's cache, indexed
 	// by the ConfigMap of their token-exchange volume: a reconcile reads its workload's pods, not
 	// every pod of the namespace (which made a namespace's reconciles quadratic in its pods).
-	pods, err := duck.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]duck.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
+	pods, err := kit.NewSlimPods(mgr, opts.Namespaces, newCachedPod, map[string]kit.SlimPodIndexer[*cachedPod]{podTokenExchangeIndex: podTokenExchangeConfigMap})
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
 		Resolver: duck.NewManagerResolver(mgr),
-		Applier:  &configmap.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
+		Applier:  &kit.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events, RequireCurrent: true,
 			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady,
 				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
@@ -106,10 +106,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	// The built-in workload kinds are watched from the first TokenExchange that targets each
-	// (duck.WorkloadWatches): the resolver reads them from the same typed informers
+	// (kit.WorkloadWatches): the resolver reads them from the same typed informers
 	// (duck.NewManagerResolver), so a reconcile costs no API read of its workload, and a kind no
 	// TokenExchange targets (ReplicaSets, Jobs) is not cached.
-	r.Workloads = &duck.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(), NewList: newList}
+	r.Workloads = &kit.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(), NewList: newList}
 	if opts.Webhook != nil {
 		return webhook.Setup(mgr, *opts.Webhook, mgr.GetLogger().WithName("webhook"))
 	}

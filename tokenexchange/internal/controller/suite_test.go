@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
 	txwebhook "github.com/kagenti/platform/tokenexchange/internal/webhook"
@@ -225,7 +225,7 @@ func markInjected(t *corev1.PodTemplateSpec) {
 	if t.Annotations == nil {
 		t.Annotations = map[string]string{}
 	}
-	t.Annotations[configmap.InjectionStatusAnnotation] = `{"version":"test","injected":["spiffe-helper","client-registration","auth-proxy","envoy-proxy"]}`
+	t.Annotations[contract.InjectionStatusAnnotation] = `{"version":"test","injected":["spiffe-helper","client-registration","auth-proxy","envoy-proxy"]}`
 }
 
 func tokenExchange(ns, name, target string) *v1alpha1.TokenExchange {

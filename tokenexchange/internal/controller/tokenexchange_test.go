@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
@@ -200,8 +200,8 @@ func TestConfigMapOwnership(t *testing.T) {
 	assert.Equal(t, te.UID, ref.UID)
 	assert.Equal(t, "TokenExchange", ref.Kind)
 	assert.Equal(t, ptr.To(true), ref.BlockOwnerDeletion)
-	assert.Equal(t, controller.Name, cm.Labels[configmap.ManagedByLabel])
-	assert.NotEmpty(t, cm.Annotations[configmap.ContentHashAnnotation])
+	assert.Equal(t, controller.Name, cm.Labels[contract.ManagedByLabel])
+	assert.NotEmpty(t, cm.Annotations[contract.ContentHashAnnotation])
 
 	// A user edit is reverted.
 	must(t, updateRetrying(ctx, cm, func() { cm.Data[resources.ConfigKey] = "tampered" }))
@@ -354,7 +354,7 @@ func TestPodStatus(t *testing.T) {
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 
-	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ComponentClientRegistration, configmap.ComponentAuthProxy, configmap.ComponentEnvoyProxy}
+	sidecars := []string{contract.ComponentSpiffeHelper, contract.ComponentClientRegistration, contract.ComponentAuthProxy, contract.ComponentEnvoyProxy}
 	var pods []*corev1.Pod
 	for i := range 2 {
 		p := injectedPod(ns, fmt.Sprintf("agent-%d", i), "agent", sidecars)
@@ -378,7 +378,7 @@ func TestPodStatus(t *testing.T) {
 	})
 
 	// envoy-proxy stops being ready in one pod.
-	setPodStatus(t, pods[1], sidecars, map[string]bool{configmap.ComponentEnvoyProxy: true})
+	setPodStatus(t, pods[1], sidecars, map[string]bool{contract.ComponentEnvoyProxy: true})
 	eventually(t, "outbound proxy not ready", func(ctx context.Context) (bool, string) {
 		te := getTX(ctx, t, ns, "tx")
 		id := te.Status.IdentityStatus
@@ -397,7 +397,7 @@ func injectedPod(ns, name, app string, sidecars []string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent:v1"}},
-			Volumes: []corev1.Volume{{Name: configmap.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			Volumes: []corev1.Volume{{Name: contract.VolumeTokenExchange, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}}}},
 		},
 	}
@@ -410,9 +410,9 @@ func injectedPod(ns, name, app string, sidecars []string) *corev1.Pod {
 // combinedPod is injectedPod as the injector renders the combined sidecar: spiffe-helper and one
 // authbridge container running roles (native sidecars).
 func combinedPod(ns, name, app string, roles ...string) *corev1.Pod {
-	p := injectedPod(ns, name, app, []string{configmap.ComponentSpiffeHelper})
-	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: configmap.ContainerAuthbridge, Image: "example.com/authbridge:v1",
-		Args: append([]string{configmap.AuthbridgeSidecarCommand}, roles...), RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
+	p := injectedPod(ns, name, app, []string{contract.ComponentSpiffeHelper})
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: contract.ContainerAuthbridge, Image: "example.com/authbridge:v1",
+		Args: append([]string{contract.AuthbridgeSidecarCommand}, roles...), RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
 	return p
 }
 
@@ -420,9 +420,9 @@ func combinedPod(ns, name, app string, roles ...string) *corev1.Pod {
 // volume beside the downward-API files, no token-exchange volume.
 func leanPod(ns, name, app string, roles ...string) *corev1.Pod {
 	p := combinedPod(ns, name, app, roles...)
-	p.Spec.Volumes = []corev1.Volume{{Name: configmap.VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+	p.Spec.Volumes = []corev1.Volume{{Name: contract.VolumeIdentity, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 		{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
-			{Path: configmap.IdentityPodNamespaceFile, FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			{Path: contract.IdentityPodNamespaceFile, FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: app + "-token-exchange"}, Optional: ptr.To(true)}},
 	}}}}}
 	return p
@@ -438,7 +438,7 @@ func TestV4PodsAreCounted(t *testing.T) {
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 
-	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+	sidecars := []string{contract.ComponentSpiffeHelper, contract.ContainerAuthbridge}
 	v3 := combinedPod(ns, "agent-v3", "agent", "register", "inbound", "outbound")
 	v4 := leanPod(ns, "agent-v4", "agent", "register", "inbound", "outbound")
 	for _, p := range []*corev1.Pod{v3, v4} {
@@ -454,7 +454,7 @@ func TestV4PodsAreCounted(t *testing.T) {
 
 	// The v4 pod's authbridge stops being ready: it is what the status reports now.
 	must(t, k8s.Delete(ctx, v3, client.GracePeriodSeconds(0)))
-	setPodStatus(t, v4, sidecars, map[string]bool{configmap.ContainerAuthbridge: true})
+	setPodStatus(t, v4, sidecars, map[string]bool{contract.ContainerAuthbridge: true})
 	eventually(t, "the v4 pod alone, its authbridge not ready", func(ctx context.Context) (bool, string) {
 		te := getTX(ctx, t, ns, "tx")
 		id := te.Status.IdentityStatus
@@ -482,7 +482,7 @@ func TestCombinedSidecarContainerReportsItsComponents(t *testing.T) {
 	must(t, k8s.Create(ctx, tokenExchange(ns, "tx", "agent")))
 	waitCondition(t, ns, "tx", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 
-	sidecars := []string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge}
+	sidecars := []string{contract.ComponentSpiffeHelper, contract.ContainerAuthbridge}
 	p := combinedPod(ns, "agent-0", "agent", "register", "inbound", "outbound")
 	must(t, k8s.Create(ctx, p))
 	setPodStatus(t, p, sidecars, nil)
@@ -493,7 +493,7 @@ func TestCombinedSidecarContainerReportsItsComponents(t *testing.T) {
 	})
 
 	// The container not ready: all its components are not; spiffe-helper still is.
-	setPodStatus(t, p, sidecars, map[string]bool{configmap.ContainerAuthbridge: true})
+	setPodStatus(t, p, sidecars, map[string]bool{contract.ContainerAuthbridge: true})
 	eventually(t, "the authbridge container's components not ready", func(ctx context.Context) (bool, string) {
 		id := getTX(ctx, t, ns, "tx").Status.IdentityStatus
 		return id != nil && *id == v1alpha1.IdentityStatus{SpiffeEnabled: true}, fmt.Sprintf("%+v", id)

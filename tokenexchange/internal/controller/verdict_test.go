@@ -14,7 +14,7 @@ import (
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/ducktest"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
@@ -95,7 +95,7 @@ func TestGitOpsVerdicts(t *testing.T) {
 			must(t, k8s.Create(ctx, tokenExchange(ns, name, "refused")))
 			waitCondition(t, ns, name, v1alpha1.ConditionConfigMapReady, metav1.ConditionTrue, v1alpha1.ReasonConfigured)
 			pod := runRolePodRefusing(t, combinedPod(ns, "refused-0", "refused", "register", "inbound", "outbound"),
-				[]string{configmap.ComponentSpiffeHelper, configmap.ContainerAuthbridge},
+				[]string{contract.ComponentSpiffeHelper, contract.ContainerAuthbridge},
 				&sidecar.Refusal{Reason: sidecar.ReasonClientOwnedElsewhere, Message: `client "x" belongs to workload team-b/x`})
 			pod.sync(t, ns, "refused-token-exchange")
 		},

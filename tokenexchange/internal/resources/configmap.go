@@ -11,17 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
 // Keys, annotations and labels of the ConfigMap, whose one key the injector projects into the
-// identity volume, configmap.PathIdentity (/etc/kagenti/identity/; configmap.PathTokenExchange in
+// identity volume, contract.PathIdentity (/etc/kagenti/identity/; contract.PathTokenExchange in
 // pods of injections v1 to v3).
 const (
 	ConfigKey  = authconfig.ConfigFile
 	TargetAnno = "kagenti.io/target"
-	// Component is the ConfigMap's configmap.ComponentLabel value.
+	// Component is the ConfigMap's contract.ComponentLabel value.
 	Component = "token-exchange"
 )
 
@@ -38,14 +39,14 @@ func ConfigMapName(workload string) string { return configmap.TokenExchangeName(
 // MakeConfigMap renders the ConfigMap {workload}-token-exchange for te and its workload t. Its
 // one key, config.yaml, holds what te's spec sets and nothing else: the identity sidecars merge it
 // over the defaults the injector gave them (authconfig.Resolve), so the defaults live in one
-// place. The owner reference, managed-by label and content hash are added by configmap.Applier.
+// place. The owner reference, managed-by label and content hash are added by kit.Applier.
 func MakeConfigMap(te *v1alpha1.TokenExchange, t Target) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ConfigMapName(t.Name),
 			Namespace:   t.Namespace,
-			Labels:      map[string]string{configmap.PartOfLabel: configmap.PartOf, configmap.ComponentLabel: Component},
+			Labels:      map[string]string{contract.PartOfLabel: contract.PartOf, contract.ComponentLabel: Component},
 			Annotations: map[string]string{TargetAnno: t.Kind + "/" + t.Name},
 		},
 		Data: map[string]string{

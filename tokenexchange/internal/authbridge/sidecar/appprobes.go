@@ -16,7 +16,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // appProbeHost is where the app is probed: loopback, whose traffic neither the inbound redirect
@@ -30,15 +31,15 @@ const defaultProbeTimeout = time.Second
 // maxProbeBody bounds what is read of the app's answer: the kubelet reads at most 10 KiB of it.
 const maxProbeBody = 10 << 10
 
-// AppProbeHandler serves GET configmap.AppProbePathPrefix + "<container>/<kind>": the original
-// probe the injector rewrote into that path (probes, by configmap.AppProbeKey, from the identity
-// defaults' configmap.AppProbesVariable), run against the app on 127.0.0.1 as the kubelet would
+// AppProbeHandler serves GET contract.AppProbePathPrefix + "<container>/<kind>": the original
+// probe the injector rewrote into that path (probes, by contract.AppProbeKey, from the identity
+// defaults' contract.AppProbesVariable), run against the app on 127.0.0.1 as the kubelet would
 // have run it: httpGet with its path, headers and scheme (HTTPS without verifying the
 // certificate, as the kubelet does), tcpSocket as a connect, grpc as a grpc.health.v1 Check, each
 // within the probe's timeout. 200 when the app passes, 503 with the reason when it fails, 404 for
 // a path that names no recorded probe: only the probes the injector recorded are run, so the
 // status port cannot be used to reach any other port or path of the app without a token.
-func AppProbeHandler(probes map[string]configmap.AppProbe) http.Handler {
+func AppProbeHandler(probes map[string]appprobe.AppProbe) http.Handler {
 	// One transport for every HTTP probe: no proxy from the environment (the app is local), no
 	// kept-alive connections (each probe connects afresh, as the kubelet's do).
 	httpTransport := &http.Transport{
@@ -54,7 +55,7 @@ func AppProbeHandler(probes map[string]configmap.AppProbe) http.Handler {
 	grpcClient := &http.Client{Transport: grpcTransport, CheckRedirect: noRedirect}
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := probes[strings.TrimPrefix(r.URL.Path, configmap.AppProbePathPrefix)]
+		p, ok := probes[strings.TrimPrefix(r.URL.Path, contract.AppProbePathPrefix)]
 		if !ok || r.Method != http.MethodGet {
 			http.NotFound(w, r)
 			return
@@ -253,4 +254,4 @@ func healthCheckServing(frame []byte) (bool, error) {
 }
 
 // AppProbes returns the app's probes the process serves (Source.AppProbes).
-func (c *Config) AppProbes() map[string]configmap.AppProbe { return c.source.AppProbes }
+func (c *Config) AppProbes() map[string]appprobe.AppProbe { return c.source.AppProbes }

@@ -20,16 +20,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // getAppProbe GETs the rewritten path of key from a status server serving probes, as the kubelet
 // does, and returns the status code.
-func getAppProbe(t *testing.T, probes map[string]configmap.AppProbe, key string) int {
+func getAppProbe(t *testing.T, probes map[string]appprobe.AppProbe, key string) int {
 	t.Helper()
 	srv := httptest.NewServer(AppProbeHandler(probes))
 	defer srv.Close()
-	req, err := http.NewRequest(http.MethodGet, srv.URL+configmap.AppProbePathPrefix+key, nil)
+	req, err := http.NewRequest(http.MethodGet, srv.URL+contract.AppProbePathPrefix+key, nil)
 	require.NoError(t, err)
 	req.Header.Set("User-Agent", "kube-probe/1.34")
 	resp, err := srv.Client().Do(req)
@@ -59,7 +60,7 @@ func TestAppProbeHTTPRunsTheOriginalOnLoopback(t *testing.T) {
 		w.WriteHeader(status)
 	}))
 	defer app.Close()
-	probes := map[string]configmap.AppProbe{"agent/readyz": {
+	probes := map[string]appprobe.AppProbe{"agent/readyz": {
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ping?deep=1", Port: intstr.FromString("http"), Scheme: corev1.URISchemeHTTP,
 			HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Probe", Value: "ready"}, {Name: "Host", Value: "agent.local"}}}},
 		AppPort: portOf(t, app.URL),
@@ -85,7 +86,7 @@ func TestAppProbeHTTPRunsTheOriginalOnLoopback(t *testing.T) {
 func TestAppProbeHTTPSSkipsVerification(t *testing.T) {
 	app := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer app.Close()
-	probes := map[string]configmap.AppProbe{"agent/livez": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+	probes := map[string]appprobe.AppProbe{"agent/livez": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 		Path: "/healthz", Port: intstr.FromInt32(portOf(t, app.URL)), Scheme: corev1.URISchemeHTTPS}}}}
 	require.Equal(t, http.StatusOK, getAppProbe(t, probes, "agent/livez"))
 }
@@ -101,7 +102,7 @@ func TestAppProbeTimeout(t *testing.T) {
 	}))
 	defer app.Close()
 	defer close(release)
-	probes := map[string]configmap.AppProbe{"agent/livez": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+	probes := map[string]appprobe.AppProbe{"agent/livez": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 		Path: "/", Port: intstr.FromInt32(portOf(t, app.URL))}}, TimeoutSeconds: 1}}
 	require.Equal(t, http.StatusServiceUnavailable, getAppProbe(t, probes, "agent/livez"))
 }
@@ -111,7 +112,7 @@ func TestAppProbeTCPConnects(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	probes := map[string]configmap.AppProbe{"agent/livez": {ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}}}}
+	probes := map[string]appprobe.AppProbe{"agent/livez": {ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}}}}
 	require.Equal(t, http.StatusOK, getAppProbe(t, probes, "agent/livez"))
 	require.NoError(t, ln.Close())
 	require.Equal(t, http.StatusServiceUnavailable, getAppProbe(t, probes, "agent/livez"))
@@ -128,8 +129,8 @@ func TestAppProbeGRPCHealthCheck(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	probe := func(service *string) map[string]configmap.AppProbe {
-		return map[string]configmap.AppProbe{"agent/startupz": {ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: port, Service: service}}}}
+	probe := func(service *string) map[string]appprobe.AppProbe {
+		return map[string]appprobe.AppProbe{"agent/startupz": {ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: port, Service: service}}}}
 	}
 
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -148,7 +149,7 @@ func TestAppProbeOnlyRunsRecordedProbes(t *testing.T) {
 	var hits int
 	app := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits++ }))
 	defer app.Close()
-	probes := map[string]configmap.AppProbe{"agent/readyz": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+	probes := map[string]appprobe.AppProbe{"agent/readyz": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 		Path: "/ping", Port: intstr.FromInt32(portOf(t, app.URL))}}}}
 	for _, key := range []string{"agent/livez", "other/readyz", "agent/readyz/../../secret", ""} {
 		require.Equal(t, http.StatusNotFound, getAppProbe(t, probes, key), key)
@@ -160,7 +161,7 @@ func TestAppProbeOnlyRunsRecordedProbes(t *testing.T) {
 // The injector's line in defaults.env is what the sidecar serves: read through IdentityLookup and
 // SourceFromEnv like every other identity default (an unknown name there would stop the process).
 func TestAppProbesFromTheIdentityDefaults(t *testing.T) {
-	line, err := configmap.FormatAppProbes(map[string]configmap.AppProbe{"agent/readyz": {ProbeHandler: corev1.ProbeHandler{
+	line, err := appprobe.Format(map[string]appprobe.AppProbe{"agent/readyz": {ProbeHandler: corev1.ProbeHandler{
 		TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8081)}}, TimeoutSeconds: 2}})
 	require.NoError(t, err)
 	dir := t.TempDir()

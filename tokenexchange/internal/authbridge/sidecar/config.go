@@ -14,7 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kagenti/platform/pkg/configmap"
+	"github.com/kagenti/platform/pkg/configmap/appprobe"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -31,8 +32,8 @@ type Source struct {
 	// TokenExchange means the defaults apply), and so may the directory.
 	Dir string
 	// AppProbes are the agent's original probes the injector rewrote to the status port
-	// (configmap.AppProbesVariable of the identity defaults), served by AppProbeHandler.
-	AppProbes map[string]configmap.AppProbe
+	// (contract.AppProbesVariable of the identity defaults), served by AppProbeHandler.
+	AppProbes map[string]appprobe.AppProbe
 }
 
 // SourceFromEnv reads the defaults and the workload from the environment, completed by the
@@ -48,8 +49,8 @@ func SourceFromEnv(dir, identityDir string) (Source, error) {
 		return Source{}, err
 	}
 	w, from := authconfig.PodNameOrHostname(authconfig.WorkloadFromEnv(lookup), os.Hostname)
-	raw, _ := lookup(configmap.AppProbesVariable)
-	probes, err := configmap.ParseAppProbes(raw)
+	raw, _ := lookup(contract.AppProbesVariable)
+	probes, err := appprobe.Parse(raw)
 	if err != nil {
 		return Source{}, err
 	}

@@ -1,4 +1,4 @@
-package configmap
+package appprobe
 
 import (
 	"strings"
@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // The line the injector writes is the one the sidecar reads back, among the other identity
@@ -15,24 +17,24 @@ func TestAppProbesLineRoundTrips(t *testing.T) {
 		"agent/readyz": {ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ping", Port: intstr.FromString("a2a")}}, AppPort: 8081},
 		"agent/livez":  {ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8081)}}, TimeoutSeconds: 3},
 	}
-	line, err := FormatAppProbes(probes)
-	if err != nil || !strings.HasPrefix(line, AppProbesVariable+"=") || strings.Count(line, "\n") != 1 {
+	line, err := Format(probes)
+	if err != nil || !strings.HasPrefix(line, contract.AppProbesVariable+"=") || strings.Count(line, "\n") != 1 {
 		t.Fatalf("FormatAppProbes = %q, %v", line, err)
 	}
 	for _, defaults := range []string{line, "KAGENTI_WORKLOAD=w\n" + line, "KAGENTI_WORKLOAD=w\n" + line + "KAGENTI_REALM=r\n"} {
-		rest, value := SplitAppProbes(defaults)
-		if strings.Contains(rest, AppProbesVariable) || rest != strings.Replace(defaults, line, "", 1) {
+		rest, value := contract.SplitAppProbes(defaults)
+		if strings.Contains(rest, contract.AppProbesVariable) || rest != strings.Replace(defaults, line, "", 1) {
 			t.Errorf("%q: rest %q", defaults, rest)
 		}
-		got, err := ParseAppProbes(value)
+		got, err := Parse(value)
 		if err != nil || len(got) != 2 || got["agent/readyz"].Port() != 8081 || got["agent/livez"].TimeoutSeconds != 3 {
 			t.Errorf("%q: parsed %v, %v", defaults, got, err)
 		}
 	}
-	if rest, value := SplitAppProbes("X_KAGENTI_APP_PROBES=1\n"); value != "" || rest != "X_KAGENTI_APP_PROBES=1\n" {
+	if rest, value := contract.SplitAppProbes("X_KAGENTI_APP_PROBES=1\n"); value != "" || rest != "X_KAGENTI_APP_PROBES=1\n" {
 		t.Errorf("a longer name is not the line: %q %q", rest, value)
 	}
-	if line, _ := FormatAppProbes(nil); line != "" {
+	if line, _ := Format(nil); line != "" {
 		t.Errorf("no probes, no line: %q", line)
 	}
 }
@@ -48,8 +50,8 @@ func TestParseAppProbesRefuses(t *testing.T) {
 		"named, no appPort": `{"a/livez":{"httpGet":{"port":"http"}}}`,
 		"port out of range": `{"a/livez":{"tcpSocket":{"port":70000}}}`,
 	} {
-		if _, err := ParseAppProbes(value); err == nil || !strings.Contains(err.Error(), AppProbesVariable) {
-			t.Errorf("%s: %v, want a refusal naming %s", name, err, AppProbesVariable)
+		if _, err := Parse(value); err == nil || !strings.Contains(err.Error(), contract.AppProbesVariable) {
+			t.Errorf("%s: %v, want a refusal naming %s", name, err, contract.AppProbesVariable)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package duck
+package kit
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package configmap
+package kit
 
 import corev1 "k8s.io/api/core/v1"
 

@@ -1,4 +1,4 @@
-package duck
+package kit
 
 import (
 	"reflect"
@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 func TestTrimWorkloadEveryBuiltinKind(t *testing.T) {
@@ -28,14 +30,14 @@ func TestTrimWorkloadEveryBuiltinKind(t *testing.T) {
 			in.SetGroupVersionKind(gvkOf(kind))
 			in.SetAnnotations(map[string]string{lastApplied: `{"a":"copy"}`, "keep": "me"})
 			in.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
-			before, err := NewWorkload(in.DeepCopy())
+			before, err := duck.NewWorkload(in.DeepCopy())
 			require.NoError(t, err)
 			wantSel, err := before.Selector()
 			require.NoError(t, err)
 
 			out, err := trim(in)
 			require.NoError(t, err)
-			w, err := NewWorkload(out.(*unstructured.Unstructured))
+			w, err := duck.NewWorkload(out.(*unstructured.Unstructured))
 			require.NoError(t, err)
 			assert.Equal(t, gvkOf(kind), w.GroupVersionKind())
 			assert.Equal(t, "agent", w.Name())
@@ -68,12 +70,12 @@ func TestTrimWorkloadLeavesOtherObjectsAlone(t *testing.T) {
 
 func TestTrimmedWorkloadsCoversTheBuiltinKinds(t *testing.T) {
 	by := TrimmedWorkloads(func(t corev1.PodTemplateSpec) corev1.PodTemplateSpec { return t })
-	assert.Len(t, by, len(BuiltinKinds()))
+	assert.Len(t, by, len(duck.BuiltinKinds()))
 	for o, b := range by {
 		gvks, _, err := clientgoscheme.Scheme.ObjectKinds(o)
 		require.NoError(t, err)
-		assert.Contains(t, BuiltinKinds(), gvks[0])
-		assert.IsType(t, NewBuiltinObject(gvks[0]), o, "typed, as the controllers watch them")
+		assert.Contains(t, duck.BuiltinKinds(), gvks[0])
+		assert.IsType(t, duck.NewBuiltinObject(gvks[0]), o, "typed, as the controllers watch them")
 		assert.NotNil(t, b.Transform)
 	}
 }
@@ -88,16 +90,16 @@ func TestTrimWorkloadTypedEveryBuiltinKind(t *testing.T) {
 			in := obj.(client.Object)
 			in.SetAnnotations(map[string]string{lastApplied: `{"a":"copy"}`, "keep": "me"})
 			in.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
-			before, err := NewWorkloadFromObject(in.DeepCopyObject(), gvkOf(kind))
+			before, err := duck.NewWorkloadFromObject(in.DeepCopyObject(), gvkOf(kind))
 			require.NoError(t, err)
 			wantSel, err := before.Selector()
 			require.NoError(t, err)
 
 			out, err := trim(in)
 			require.NoError(t, err)
-			assert.IsType(t, NewBuiltinObject(gvkOf(kind)), out, "trimmed into its own type")
+			assert.IsType(t, duck.NewBuiltinObject(gvkOf(kind)), out, "trimmed into its own type")
 			assert.Len(t, in.GetAnnotations(), 2, "the object trimmed is left as it was")
-			w, err := NewWorkloadFromObject(out.(client.Object), gvkOf(kind))
+			w, err := duck.NewWorkloadFromObject(out.(client.Object), gvkOf(kind))
 			require.NoError(t, err)
 			assert.Equal(t, "agent", w.Name())
 			assert.EqualValues(t, "uid-1", w.UID())
@@ -116,15 +118,15 @@ func TestTrimWorkloadTypedEveryBuiltinKind(t *testing.T) {
 }
 
 func TestNewBuiltinObject(t *testing.T) {
-	for _, gvk := range BuiltinKinds() {
-		o := NewBuiltinObject(gvk)
+	for _, gvk := range duck.BuiltinKinds() {
+		o := duck.NewBuiltinObject(gvk)
 		require.NotNil(t, o, gvk.String())
 		gvks, _, err := clientgoscheme.Scheme.ObjectKinds(o)
 		require.NoError(t, err)
 		assert.Equal(t, []schema.GroupVersionKind{gvk}, gvks)
 	}
-	assert.Nil(t, NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "AgentSet"}))
-	assert.Nil(t, NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"}))
+	assert.Nil(t, duck.NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "AgentSet"}))
+	assert.Nil(t, duck.NewBuiltinObject(schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"}))
 }
 
 // TestTemplateMetaPresence: the labels stay, the annotation read for its presence stays present

@@ -1,4 +1,4 @@
-package configmap
+package kit
 
 import (
 	"context"
@@ -15,13 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
-)
 
-const (
-	// ManagedByLabel marks objects a Kagenti controller created; its value is kagenti-<pillar>.
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	// ContentHashAnnotation records the hash of data and binaryData as last written.
-	ContentHashAnnotation = "kagenti.io/content-hash"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // Result says what Apply did.
@@ -72,10 +67,10 @@ func ContentHash(cm *corev1.ConfigMap) string {
 // hash, so a cache holding digests (DigestTransform) serves as well as one holding the content.
 func (a *Applier) Apply(ctx context.Context, desired *corev1.ConfigMap, owner client.Object) (Result, error) {
 	want := desired.DeepCopy()
-	metav1.SetMetaDataAnnotation(&want.ObjectMeta, ContentHashAnnotation, ContentHash(want))
+	metav1.SetMetaDataAnnotation(&want.ObjectMeta, contract.ContentHashAnnotation, ContentHash(want))
 	return ApplyObject(ctx, a, want, owner, Content[*corev1.ConfigMap]{
 		UpToDate: func(have, want *corev1.ConfigMap) bool {
-			return observedHash(have) == want.Annotations[ContentHashAnnotation]
+			return observedHash(have) == want.Annotations[contract.ContentHashAnnotation]
 		},
 		Copy: func(dst, src *corev1.ConfigMap) {
 			dst.Data, dst.BinaryData = src.Data, src.BinaryData
@@ -104,7 +99,7 @@ func ApplyObject[T client.Object](ctx context.Context, a *Applier, desired T, ow
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[ManagedByLabel] = a.ManagedBy
+	labels[contract.ManagedByLabel] = a.ManagedBy
 	want.SetLabels(labels)
 	if err := controllerutil.SetControllerReference(owner, want, a.Scheme); err != nil {
 		return "", err
@@ -167,8 +162,8 @@ func (a *Applier) checkOwnership(kind string, have, owner client.Object) error {
 		}
 		return nil
 	}
-	if have.GetLabels()[ManagedByLabel] != a.ManagedBy {
-		return &NotOwnedError{Kind: kind, Name: have.GetName(), Owner: "no owner reference and no " + ManagedByLabel + "=" + a.ManagedBy + " label"}
+	if have.GetLabels()[contract.ManagedByLabel] != a.ManagedBy {
+		return &NotOwnedError{Kind: kind, Name: have.GetName(), Owner: "no owner reference and no " + contract.ManagedByLabel + "=" + a.ManagedBy + " label"}
 	}
 	return nil // ours, but orphaned (e.g. its owner was recreated): adopt it
 }

@@ -1,4 +1,4 @@
-package duck
+package kit
 
 import (
 	"sync"
@@ -8,45 +8,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // lastApplied is kubectl's copy of the whole object as last applied: often the largest field of a
 // workload, and of no use to a controller that reads the live object.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
-// NewBuiltinObject returns an empty typed object of the built-in workload kind gvk (e.g.
-// *appsv1.Deployment), or nil for any other kind. A controller watches the built-in kinds through
-// these objects: its cache then holds them typed and trimmed (TrimmedWorkloads), and
-// NewManagerResolver reads the same informers. Watching them as unstructured objects instead would
-// start a second informer per kind, each holding every workload of the cluster again.
-func NewBuiltinObject(gvk schema.GroupVersionKind) client.Object {
-	if !isBuiltin(gvk) {
-		return nil
-	}
-	switch gvk.Kind {
-	case "Deployment":
-		return &appsv1.Deployment{}
-	case "StatefulSet":
-		return &appsv1.StatefulSet{}
-	case "DaemonSet":
-		return &appsv1.DaemonSet{}
-	case "ReplicaSet":
-		return &appsv1.ReplicaSet{}
-	case "Job":
-		return &batchv1.Job{}
-	case "CronJob":
-		return &batchv1.CronJob{}
-	}
-	return nil
-}
-
 // TrimmedWorkloads is the cache configuration (cache.Options.ByObject entries) for the built-in
-// workload kinds of a controller that watches them (through NewBuiltinObject) and resolves its
-// targets from its cache (NewManagerResolver) but reads little of them: every workload is kept
+// workload kinds of a controller that watches them (through duck.NewBuiltinObject) and resolves its
+// targets from its cache (duck.NewManagerResolver) but reads little of them: every workload is kept
 // typed and trimmed by TrimWorkload. The cache holds every workload of the cluster; this keeps a
 // fraction of each.
 //
@@ -57,8 +32,8 @@ func NewBuiltinObject(gvk schema.GroupVersionKind) client.Object {
 // these kinds too (TrimWorkload trims both forms).
 func TrimmedWorkloads(slim func(corev1.PodTemplateSpec) corev1.PodTemplateSpec) map[client.Object]cache.ByObject {
 	by := map[client.Object]cache.ByObject{}
-	for _, gvk := range BuiltinKinds() {
-		by[NewBuiltinObject(gvk)] = cache.ByObject{Transform: TrimWorkload(slim)}
+	for _, gvk := range duck.BuiltinKinds() {
+		by[duck.NewBuiltinObject(gvk)] = cache.ByObject{Transform: TrimWorkload(slim)}
 	}
 	return by
 }
@@ -117,7 +92,7 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 // trimUnstructured is TrimWorkload for a workload read as unstructured; u itself when it is not
 // one (no pod template where its kind keeps it).
 func trimUnstructured(u *unstructured.Unstructured, slim func(corev1.PodTemplateSpec) corev1.PodTemplateSpec) any {
-	w, err := NewWorkload(u)
+	w, err := duck.NewWorkload(u)
 	if err != nil {
 		return u
 	}
@@ -140,10 +115,13 @@ func trimUnstructured(u *unstructured.Unstructured, slim func(corev1.PodTemplate
 		spec["selector"] = sel
 	}
 	trimmed.Object["spec"] = spec
-	if err := unstructured.SetNestedMap(trimmed.Object, map[string]any{}, w.kind.templatePath...); err != nil {
+	if err := unstructured.SetNestedMap(trimmed.Object, map[string]any{}, w.TemplatePath()...); err != nil {
 		return u
 	}
-	tw := &Workload{obj: trimmed, kind: w.kind}
+	tw, err := duck.NewWorkload(trimmed)
+	if err != nil {
+		return u
+	}
 	if err := tw.SetPodTemplate(new(slim(*tmpl))); err != nil {
 		return u
 	}

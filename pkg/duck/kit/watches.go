@@ -1,4 +1,4 @@
-package duck
+package kit
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // WorkloadWatches watches a built-in workload kind from the first reconcile of a referrer that
@@ -19,7 +21,7 @@ import (
 // holds to the handler, so a workload created before the watch still reaches its referrers.
 type WorkloadWatches struct {
 	// Controller is the referrers' controller; Cache the manager's cache, whose typed informers
-	// the resolver reads (NewManagerResolver); Client the reader EnqueueReferrers lists with.
+	// the resolver reads (duck.NewManagerResolver); Client the reader duck.EnqueueReferrers lists with.
 	Controller controller.Controller
 	Cache      cache.Cache
 	Client     client.Reader
@@ -34,9 +36,9 @@ type WorkloadWatches struct {
 // kinds are read from the API server (NewManagerResolver) and not watched; an invalid reference is
 // the resolver's to report. Call it before resolving ref, so a target missing now is seen when it
 // appears.
-func (w *WorkloadWatches) Ensure(ref TargetRef) error {
+func (w *WorkloadWatches) Ensure(ref duck.TargetRef) error {
 	gvk, err := ref.GroupVersionKind()
-	if err != nil || !slices.Contains(BuiltinKinds(), gvk) {
+	if err != nil || !slices.Contains(duck.BuiltinKinds(), gvk) {
 		return nil
 	}
 	w.mu.Lock()
@@ -45,7 +47,7 @@ func (w *WorkloadWatches) Ensure(ref TargetRef) error {
 		return nil
 	}
 	// Typed, as the resolver reads them: one informer per kind.
-	if err := w.Controller.Watch(source.Kind[client.Object](w.Cache, NewBuiltinObject(gvk), EnqueueReferrers(w.Client, gvk.GroupKind(), w.NewList))); err != nil {
+	if err := w.Controller.Watch(source.Kind[client.Object](w.Cache, duck.NewBuiltinObject(gvk), duck.EnqueueReferrers(w.Client, gvk.GroupKind(), w.NewList))); err != nil {
 		return fmt.Errorf("watching %s: %w", gvk.Kind, err)
 	}
 	if w.watched == nil {

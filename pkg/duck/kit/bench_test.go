@@ -1,4 +1,4 @@
-package configmap
+package kit
 
 import (
 	"fmt"

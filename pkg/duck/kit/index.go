@@ -1,4 +1,4 @@
-package duck
+package kit
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kagenti/platform/pkg/duck"
 )
 
 // IndexFieldInNamespace registers field on obj's informer in c, like client.FieldIndexer.IndexField,
@@ -41,9 +43,9 @@ func IndexFieldInNamespace(ctx context.Context, c cache.Informers, obj client.Ob
 	}})
 }
 
-// IndexTargetRefInNamespace registers TargetRefIndex for obj's type (a Referrer) like
-// IndexTargetRef, namespaced only (IndexFieldInNamespace): ReferrerRequests and the reconcilers
+// IndexTargetRefInNamespace registers duck.TargetRefIndex for obj's type (a duck.Referrer) like
+// duck.IndexTargetRef, namespaced only (IndexFieldInNamespace): ReferrerRequests and the reconcilers
 // always look referrers up in their workload's namespace.
-func IndexTargetRefInNamespace(ctx context.Context, c cache.Informers, obj Referrer) error {
-	return IndexFieldInNamespace(ctx, c, obj, TargetRefIndex, targetRefIndexValue)
+func IndexTargetRefInNamespace(ctx context.Context, c cache.Informers, obj duck.Referrer) error {
+	return IndexFieldInNamespace(ctx, c, obj, duck.TargetRefIndex, duck.TargetRefKeys)
 }

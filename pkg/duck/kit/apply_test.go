@@ -1,14 +1,12 @@
-package configmap
+package kit
 
 import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,39 +16,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-)
 
-var (
-	testCfg    *rest.Config
-	testScheme = runtime.NewScheme()
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
-
-func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		println("KUBEBUILDER_ASSETS is not set: run `make unit` (it builds the API server into bin/ and points here)")
-		os.Exit(1)
-	}
-	_ = clientgoscheme.AddToScheme(testScheme)
-	// envtest's default start timeout, 20 s, is shorter than kube-apiserver's start on two loaded cores.
-	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		println("starting envtest:", err.Error())
-		os.Exit(1)
-	}
-	testCfg = cfg
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
 
 // countingClient counts the writes that reach the API server.
 func countingClient(t *testing.T) (client.Client, *int) {
@@ -102,9 +74,9 @@ func TestApplyWritesOnlyOnChange(t *testing.T) {
 
 	var got corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-trace"}, &got))
-	assert.Equal(t, "kagenti-test", got.Labels[ManagedByLabel])
+	assert.Equal(t, "kagenti-test", got.Labels[contract.ManagedByLabel])
 	assert.Equal(t, "agent", got.Labels["app"])
-	assert.Equal(t, ContentHash(&got), got.Annotations[ContentHashAnnotation])
+	assert.Equal(t, ContentHash(&got), got.Annotations[contract.ContentHashAnnotation])
 	require.Len(t, got.OwnerReferences, 1)
 	assert.Equal(t, own.GetUID(), got.OwnerReferences[0].UID)
 	assert.True(t, *got.OwnerReferences[0].Controller)
@@ -268,7 +240,7 @@ func TestApplyObjectNetworkPolicy(t *testing.T) {
 	var have networkingv1.NetworkPolicy
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-agent-policy"}, &have))
 	assert.Equal(t, int32(9090), have.Spec.Ingress[0].Ports[0].Port.IntVal)
-	assert.Equal(t, "kagenti-netpol", have.Labels[ManagedByLabel])
+	assert.Equal(t, "kagenti-netpol", have.Labels[contract.ManagedByLabel])
 	ref := metav1.GetControllerOf(&have)
 	require.NotNil(t, ref)
 	assert.Equal(t, "AgentCard", ref.Kind)
