@@ -47,7 +47,7 @@ func options() command.Options {
 			f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
 			f.StringSliceVar(&disc.Audiences, "discovery-audience", nil, "audience the discovery API's bearer tokens must be issued for (repeatable; TokenReview spec.audiences); empty accepts tokens for the API server's own audiences")
 			f.StringVar(&disc.CertDir, "discovery-cert-dir", "", "directory with tls.crt and tls.key (and ca.crt) of the discovery API provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
-			f.StringVar(&disc.RotatorCertDir, "discovery-rotator-cert-dir", "/tmp/kagenti-agentcard/discovery-certs", "where the rotator's certificate Secret is mounted (without --discovery-cert-dir)")
+			f.StringVar(&disc.RotatorCertDir, "discovery-rotator-cert-dir", "/tmp/kagenti-agentcard/discovery-certs", "where agentcard writes the rotator's certificate from its Secret (an emptyDir; without --discovery-cert-dir)")
 			f.StringVar(&disc.CertSecret, "discovery-cert-secret", "kagenti-agentcard-discovery-cert", "Secret (in --discovery-namespace) holding the CA and serving certificate managed by the rotator")
 			f.StringVar(&disc.ServiceName, "discovery-service-name", "kagenti-agentcard-discovery", "Service in front of the discovery API (the certificate is issued for <service>.<namespace>.svc)")
 			f.StringVar(&disc.Namespace, "discovery-namespace", command.EnvOr("POD_NAMESPACE", "kagenti-system"), "the controller's own namespace: holds the discovery API's certificate Secret and CA ConfigMap")

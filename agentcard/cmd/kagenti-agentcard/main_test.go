@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The shipped Deployment passes only flags the binary has, and the discovery API's certificate
-// directory is where the Secret the rotator fills is mounted.
+// The shipped Deployment passes only flags the binary has, names the Secret the rotator fills, and
+// mounts a writable emptyDir where agentcard writes the certificate from it.
 func TestShippedDeploymentArgs(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "kustomize", "agentcard", "deployment.yaml"))
 	require.NoError(t, err)
@@ -33,17 +33,19 @@ func TestShippedDeploymentArgs(t *testing.T) {
 	require.NoError(t, yaml.UnmarshalStrict(raw, &secret))
 	assert.Equal(t, secret.Name, flag("discovery-cert-secret"))
 
+	// The rotator's certificate is written by agentcard into a writable emptyDir mounted at
+	// --discovery-rotator-cert-dir (certfiles), not read from a Secret volume.
 	mounted := ""
 	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == secret.Name {
+		if v.EmptyDir != nil {
 			for _, m := range c.VolumeMounts {
-				if m.Name == v.Name {
+				if m.Name == v.Name && !m.ReadOnly {
 					mounted = m.MountPath
 				}
 			}
 		}
 	}
-	assert.Equal(t, mounted, flag("discovery-rotator-cert-dir"), "the rotator reads its certificate where the Secret is mounted")
+	assert.Equal(t, mounted, flag("discovery-rotator-cert-dir"), "the rotator's certificate is written into the emptyDir mounted there")
 	assert.Empty(t, flag("discovery-cert-dir"), "the built-in rotator is the default")
 	_, port, err := net.SplitHostPort(flag("discovery-bind-address"))
 	require.NoError(t, err)

@@ -151,7 +151,7 @@ func NewCommand(o Options) *cobra.Command {
 		f.StringVar(&c.webhookHost, "webhook-host", "", "address the webhook server binds to; empty binds all")
 		f.IntVar(&c.webhookPort, "webhook-port", 9443, "port of the webhook server")
 		f.StringVar(&c.cert.CertDir, "cert-dir", "", "directory with tls.crt and tls.key provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
-		f.StringVar(&c.cert.RotatorCertDir, "rotator-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "where the rotator's certificate Secret is mounted (without --cert-dir)")
+		f.StringVar(&c.cert.RotatorCertDir, "rotator-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "where the controller writes the rotator's certificate from its Secret (an emptyDir; without --cert-dir)")
 		f.StringVar(&c.cert.CertSecret, "cert-secret", w.CertSecret, "Secret (in --namespace) holding the CA and serving certificate managed by the rotator")
 		f.StringVar(&c.cert.WebhookConfig, "webhook-config-name", w.ConfigName, w.ConfigKind+" whose caBundle the rotator keeps current")
 		f.StringVar(&c.cert.ServiceName, "service-name", w.ServiceName, "Service in front of the webhook (the certificate is issued for <service>.<namespace>.svc)")
