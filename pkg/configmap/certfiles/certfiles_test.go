@@ -54,23 +54,29 @@ func TestSyncerWritesTheSecretsServingFilesAndFollowsRotation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(testCfg)
+	// A namespace of its own: the test runs again (-count) on the same API server.
+	nsObj, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "certfiles-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
 	dir := t.TempDir()
-	s := &Syncer{Config: testCfg, Namespace: "default", Name: "webhook-cert", Dir: dir, Log: logr.Discard()}
+	s := &Syncer{Config: testCfg, Namespace: ns, Name: "webhook-cert", Dir: dir, Log: logr.Discard()}
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
 
 	// Another Secret in the namespace is not ours.
-	if _, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other"},
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other"},
 		Data: map[string][]byte{"tls.crt": []byte("other"), "tls.key": []byte("other")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The rotator creates its Secret empty, then fills it.
-	sec, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "webhook-cert"}}, metav1.CreateOptions{})
+	sec, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "webhook-cert"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sec.Data = map[string][]byte{"tls.crt": []byte("cert 1"), "tls.key": []byte("key 1"), "ca.crt": []byte("ca"), "ca.key": []byte("ca key")}
-	if sec, err = cs.CoreV1().Secrets("default").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+	if sec, err = cs.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(dir, "tls.crt"), "cert 1")
@@ -83,7 +89,7 @@ func TestSyncerWritesTheSecretsServingFilesAndFollowsRotation(t *testing.T) {
 	}
 
 	sec.Data["tls.crt"], sec.Data["tls.key"] = []byte("cert 2"), []byte("key 2")
-	if _, err := cs.CoreV1().Secrets("default").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(dir, "tls.crt"), "cert 2")
