@@ -84,7 +84,9 @@ recorded_pid() {
   running "${pid}" || return 1
   if [[ -e "/proc/${pid}/exe" ]]; then
     exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
-    [[ "${exe}" == "${BIN}/"* ]] || return 1
+    # /proc/<pid>/exe names the resolved path: bin/ may be a symlink (a second clone sharing the
+    # first one's Kubernetes binaries), and then nothing was ever stopped.
+    [[ "${exe}" == "${BIN}/"* || "${exe}" == "$(cd "${BIN}" 2>/dev/null && pwd -P)/"* ]] || return 1
   fi
   printf '%s' "${pid}"
 }
