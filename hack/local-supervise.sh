@@ -89,8 +89,9 @@ while :; do
     next[${name}]=$((SECONDS + backoff[${name}]))
     if restart "${name}"; then
       pid[${name}]=${started}
-      echo "${started}" >"${CLUSTER_DIR}/pids/${name}.pid"
+      # The log line first: whoever sees the new PID file can already read why it changed.
       say "restarted ${name} as pid ${started} (next restart no sooner than ${backoff[${name}]}s)"
+      echo "${started}" >"${CLUSTER_DIR}/pids/${name}.pid"
     fi
     backoff[${name}]=$((backoff[${name}] * 2 > MAX_BACKOFF ? MAX_BACKOFF : backoff[${name}] * 2))
   done
