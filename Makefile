@@ -11,6 +11,8 @@ PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
 MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
+# Modules outside go.work (their dependencies stay their own): the example agent and the test programs of hack/.
+STANDALONE := examples/agent-telemetry hack/idp hack/otlp-sink
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.
@@ -68,7 +70,7 @@ unit: ## Unit and integration tests (envtest on bin/) of every module, with -rac
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	@hack/tools.sh identity
 	go test $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
-	cd examples/agent-telemetry && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
+	@for m in $(STANDALONE); do echo "$$m (GOWORK=off)"; (cd $$m && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...) || exit 1; done
 
 .PHONY: render
 render: ## Render every kustomize overlay and the helm chart (kubectl kustomize, helm template, helm lint).

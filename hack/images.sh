@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds one image per binary. Arguments are pillar names, "authbridge" for the tokenexchange data
 # plane (kagenti-authbridge), and the two programs the kind suite runs in pods beside them:
-# "dev-idp" (the development OpenID provider of hack/idp) and "e2e-agent" (the stand-in agent of
-# the e2e suite, e2e/cmd/kagenti-e2e-agent).
+# "dev-idp" (the development OpenID provider of hack/idp), "e2e-agent" (the stand-in agent of
+# the e2e suite, e2e/cmd/kagenti-e2e-agent), "agent-telemetry" (the example agent that reads an
+# AgentTrace's files, examples/agent-telemetry) and "otlp-sink" (an OTLP/HTTP receiver that lists
+# what it received, hack/otlp-sink).
 #
 # Two ways, the same image (a static binary at /manager, run as 65532:65532, nothing else to run):
 #   IMAGES_BUILD=local (default)  the binaries are built once on this machine (CGO_ENABLED=0) and put
@@ -23,8 +25,8 @@ WORK="${ROOT}/.local/images"
 # Binaries that live in another pillar's module, and those outside the pillars: the directory the
 # build runs in (GOWORK=off where it is a module of its own) and the package built there.
 declare -A MODULE_OF=([authbridge]=tokenexchange)
-declare -A DIR_OF=([dev-idp]=hack/idp [e2e-agent]=e2e)
-declare -A PKG_OF=([dev-idp]=. [e2e-agent]=./cmd/kagenti-e2e-agent)
+declare -A DIR_OF=([dev-idp]=hack/idp [e2e-agent]=e2e [agent-telemetry]=examples/agent-telemetry [otlp-sink]=hack/otlp-sink)
+declare -A PKG_OF=([dev-idp]=. [e2e-agent]=./cmd/kagenti-e2e-agent [agent-telemetry]=. [otlp-sink]=.)
 dir_of() { printf '%s' "${DIR_OF[$1]:-${MODULE_OF[$1]:-$1}}"; }
 pkg_of() { printf '%s' "${PKG_OF[$1]:-./cmd/kagenti-$1}"; }
 log() { printf '[images] %s\n' "$*" >&2; }
@@ -84,7 +86,7 @@ for p in "$@"; do
   mkdir -p "${ctx}"
   log "building kagenti-${p} (CGO_ENABLED=0, version ${TAG})"
   dir="$(dir_of "$p")" gowork=""
-  [[ -f "${ROOT}/${dir}/go.mod" && "${dir}" == hack/* ]] && gowork=off
+  [[ -f "${ROOT}/${dir}/go.mod" && ( "${dir}" == hack/* || "${dir}" == examples/* ) ]] && gowork=off
   (cd "${ROOT}/${dir}" && GOWORK=${gowork} CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "$(pkg_of "$p")")
   printf 'FROM %s\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' "${base}" > "${ctx}/Dockerfile"
   # Debian's dockerd 20.10 has no BuildKit; newer clients print a notice about the legacy builder.

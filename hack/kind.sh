@@ -12,14 +12,15 @@
 # KAGENTI_KIND_PILLARS (default: all six) are the pillars whose images are built (and, with
 # kustomize, installed);
 # KAGENTI_KIND_RUN the go test -run pattern (default: the tests that need a real cluster, and netpol's).
-# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP and
-# the stand-in agent (hack/images.sh authbridge dev-idp e2e-agent).
+# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP, the
+# stand-in agent, the example telemetry agent and an OTLP receiver (hack/images.sh authbridge
+# dev-idp e2e-agent agent-telemetry otlp-sink).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
 export PATH="${BIN}:${PATH}"
 INSTALL="${KAGENTI_KIND_INSTALL:-helm}"
 PILLARS=(${KAGENTI_KIND_PILLARS:-agentbuild agentcard agenttrace injector netpol tokenexchange})
-PROGRAMS=(authbridge dev-idp e2e-agent)
+PROGRAMS=(authbridge dev-idp e2e-agent agent-telemetry otlp-sink)
 RUN="${KAGENTI_KIND_RUN:-^(TestKind|TestNetpol)}"
 
 skip() {
