@@ -51,6 +51,31 @@ func BenchmarkThroughInbound(b *testing.B) {
 	measure(b, f.url+"/tasks", f.token(f.valid(nil)))
 }
 
+// tenRulePolicy is a policy of ten rules that a request through middle evaluates in full (five
+// deny rules, then five allow rules, the last of which allows); none reads the body.
+const tenRulePolicy = `inbound:
+  authorization:
+    rules:
+    - {name: no-banned-subject, effect: Deny, when: 'subject in ["mallory", "eve"]'}
+    - {name: no-deep-chain, effect: Deny, when: 'chain.size() > 4'}
+    - {name: no-foreign-caller, effect: Deny, when: '!caller.startsWith("spiffe://cluster.local/")'}
+    - {name: no-admin-path, effect: Deny, when: 'request.path.startsWith("/admin")'}
+    - {name: no-guests, effect: Deny, when: '"/guests" in groups'}
+    - {name: partner-0, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-0/sa/agent"'}
+    - {name: partner-1, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-1/sa/agent"'}
+    - {name: partner-2, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-2/sa/agent"'}
+    - {name: partner-3, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-3/sa/agent"'}
+    - {name: through-middle, effect: Allow, when: 'chain.size() >= 1 && chain[0] == "spiffe://cluster.local/ns/agents/sa/middle" && "agent:invoke" in scopes'}
+`
+
+// BenchmarkThroughInboundWithPolicy is BenchmarkThroughInbound with the ten-rule policy and a
+// token with a delegation chain: the policy's cost is the difference between the two.
+func BenchmarkThroughInboundWithPolicy(b *testing.B) {
+	f := newFixture(b)
+	f.withPolicy(tenRulePolicy)
+	measure(b, f.url+"/tasks", f.viaMiddle())
+}
+
 // BenchmarkValidate is the validation alone, per signature algorithm.
 func BenchmarkValidate(b *testing.B) {
 	for _, key := range []idptest.Key{idptest.NewRSAKey(b, "rsa"), idptest.NewECKey(b, "ec")} {
