@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 )
@@ -224,7 +226,7 @@ func (p *Policy) Default() Effect { return p.def }
 // Authorize decides on r. It never returns an error: a rule that cannot be evaluated is a denial
 // naming it.
 func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
-	vars := activation{r}
+	vars := &activation{r: r}
 	for _, c := range p.deny {
 		match, err := c.eval(vars)
 		if err != nil {
@@ -249,7 +251,7 @@ func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
 	return Decision{Rule: DefaultRule, Reason: "no rule matched; the default denies"}, nil
 }
 
-func (c compiled) eval(vars activation) (bool, error) {
+func (c compiled) eval(vars *activation) (bool, error) {
 	out, _, err := c.prg.Eval(vars)
 	if err != nil {
 		return false, fmt.Errorf("rule %q could not be evaluated: %v", c.name, err)
@@ -261,40 +263,57 @@ func (c compiled) eval(vars activation) (bool, error) {
 	return b, nil
 }
 
-// activation gives a rule the request's facts, without building a map per request.
-type activation struct{ r *Request }
-
-func (a activation) ResolveName(name string) (any, bool) {
-	r := a.r
-	switch name {
-	case VarSubject:
-		return r.Subject, true
-	case VarCaller:
-		return r.Caller, true
-	case VarChain:
-		return nonNil(r.Chain), true
-	case VarScopes:
-		return nonNil(r.Scopes), true
-	case VarAudience:
-		return nonNil(r.Audience), true
-	case VarGroups:
-		return nonNil(r.Groups), true
-	case VarClaims:
-		if r.Claims == nil {
-			return map[string]any{}, true
-		}
-		return r.Claims, true
-	case VarMethod:
-		return r.Method, true
-	case VarPath:
-		return r.Path, true
-	case VarRPCMethod:
-		return r.RPCMethod, true
-	}
-	return nil, false
+// activation gives the rules the request's facts, each converted to a CEL value once per
+// request, when a rule first reads it.
+type activation struct {
+	r    *Request
+	vals [len(variables)]ref.Val
 }
 
-func (activation) Parent() interpreter.Activation { return nil }
+// variables are the names activation resolves, in the order of its cache.
+var variables = [...]string{VarSubject, VarCaller, VarChain, VarScopes, VarAudience, VarGroups, VarClaims, VarMethod, VarPath, VarRPCMethod}
+
+func (a *activation) ResolveName(name string) (any, bool) {
+	i := slices.Index(variables[:], name)
+	if i < 0 {
+		return nil, false
+	}
+	if a.vals[i] == nil {
+		a.vals[i] = a.value(name)
+	}
+	return a.vals[i], true
+}
+
+func (a *activation) value(name string) ref.Val {
+	r, adapter := a.r, types.DefaultTypeAdapter
+	switch name {
+	case VarSubject:
+		return types.String(r.Subject)
+	case VarCaller:
+		return types.String(r.Caller)
+	case VarChain:
+		return types.NewStringList(adapter, nonNil(r.Chain))
+	case VarScopes:
+		return types.NewStringList(adapter, nonNil(r.Scopes))
+	case VarAudience:
+		return types.NewStringList(adapter, nonNil(r.Audience))
+	case VarGroups:
+		return types.NewStringList(adapter, nonNil(r.Groups))
+	case VarClaims:
+		if r.Claims == nil {
+			return types.NewStringInterfaceMap(adapter, map[string]any{})
+		}
+		return types.NewStringInterfaceMap(adapter, r.Claims)
+	case VarMethod:
+		return types.String(r.Method)
+	case VarPath:
+		return types.String(r.Path)
+	default: // VarRPCMethod
+		return types.String(r.RPCMethod)
+	}
+}
+
+func (*activation) Parent() interpreter.Activation { return nil }
 
 func nonNil(s []string) []string {
 	if s == nil {

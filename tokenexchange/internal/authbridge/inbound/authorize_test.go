@@ -278,3 +278,18 @@ func TestRPCMethodOf(t *testing.T) {
 	_, err := rpcMethodOf([]byte("{\"method\":\"tasks/get\xff\"}"))
 	assert.ErrorContains(t, err, "not valid UTF-8")
 }
+
+// A config.yaml whose policy does not compile is refused as a whole: the policy in effect stays,
+// and the error names the rule.
+func TestAPolicyThatDoesNotCompileLeavesThePreviousInEffect(t *testing.T) {
+	f := newFixture(t)
+	f.withPolicy(onlyThroughMiddle)
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, authconfig.ConfigFile),
+		[]byte("inbound: {authorization: {rules: [{name: everyone, effect: Allow, when: 'tru'}]}}\n"), 0o644))
+	f.cfg.Reload()
+	require.Error(t, f.cfg.Err())
+	assert.Contains(t, f.cfg.Err().Error(), `inbound.authorization.rules[0].when: rule "everyone" does not compile: 1:1: undeclared reference to 'tru'`)
+	a := f.get("/tasks", f.direct(), nil)
+	assert.Equal(t, http.StatusForbidden, a.status, "the previous policy still decides")
+	assert.Equal(t, "default", a.body["rule"])
+}
