@@ -2,9 +2,11 @@ package inbound
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -292,4 +295,23 @@ func TestAPolicyThatDoesNotCompileLeavesThePreviousInEffect(t *testing.T) {
 	a := f.get("/tasks", f.direct(), nil)
 	assert.Equal(t, http.StatusForbidden, a.status, "the previous policy still decides")
 	assert.Equal(t, "default", a.body["rule"])
+}
+
+type failingAuthorizer struct{}
+
+func (failingAuthorizer) Authorize(context.Context, *authz.Request) (authz.Decision, error) {
+	return authz.Decision{}, errors.New("authorizer unreachable")
+}
+
+// An authorizer that cannot decide (an external one that fails) denies: the proxy fails closed.
+func TestAnAuthorizerWithoutADecisionDenies(t *testing.T) {
+	f := newFixture(t)
+	st := *f.proxy.state.Load()
+	az := *st.authz
+	az.authorizer = failingAuthorizer{}
+	st.authz = &az
+	f.proxy.state.Store(&st)
+	a := f.get("/tasks", f.viaMiddle(), nil)
+	assert.Equal(t, http.StatusForbidden, a.status, a.text)
+	assert.Equal(t, map[string]string{"error": "access_denied", "rule": "error", "reason": "no decision: authorizer unreachable"}, a.body)
 }
