@@ -315,3 +315,13 @@ func TestAnAuthorizerWithoutADecisionDenies(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, a.status, a.text)
 	assert.Equal(t, map[string]string{"error": "access_denied", "rule": "error", "reason": "no decision: authorizer unreachable"}, a.body)
 }
+
+// A gRPC call's body is not read for the method: it is no JSON-RPC, and a stream may stay open.
+func TestGRPCBodyIsNotReadForTheMethod(t *testing.T) {
+	f := newFixture(t)
+	f.withPolicy("inbound: {authorization: {rules: [{name: no-send, effect: Deny, when: 'request.rpcMethod == \"message/send\"'}]}}\n")
+	frames := bytes.Repeat([]byte{0, 0, 0, 0, 5, 'h', 'e', 'l', 'l', 'o'}, MaxRPCBody/5)
+	a := f.do(http.MethodPost, "/pkg.Service/Call", f.viaMiddle(), frames, map[string]string{"Content-Type": "application/grpc+proto"})
+	assert.Equal(t, http.StatusOK, a.status, a.text)
+	assert.Equal(t, sum(frames), a.header.Get("X-Seen-Body-SHA256"))
+}

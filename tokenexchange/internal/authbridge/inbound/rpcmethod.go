@@ -28,13 +28,19 @@ type bodyError struct {
 func (e *bodyError) Error() string { return e.Reason }
 
 // readRPCMethod returns the JSON-RPC method of r's body and puts the body back for the agent,
-// unchanged. A body that is no JSON object (form data, text, a JSON string) has no method: "".
+// unchanged. A gRPC request (Content-Type application/grpc…) is not read and has no method. A
+// body that is no JSON object (form data, text, a JSON string) has no method: "".
 // Refused, with a *bodyError: a body larger than MaxRPCBody or content-encoded (it cannot be read
 // here), a batch (an array: A2A has none, and it could carry several methods), malformed JSON or
 // JSON that is not UTF-8 (a byte-order mark, UTF-16/32, invalid bytes), a method given twice or in
 // another case (parsers disagree on which one counts), and data after the object.
 func readRPCMethod(r *http.Request) (string, error) {
 	if r.Body == nil || r.Body == http.NoBody {
+		return "", nil
+	}
+	if ct := strings.ToLower(r.Header.Get("Content-Type")); strings.HasPrefix(ct, "application/grpc") {
+		// A gRPC stream is read by the agent as protobuf frames, never as JSON-RPC, and it may
+		// stay open for the life of the call: it is not read here.
 		return "", nil
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
