@@ -225,6 +225,70 @@ type InboundSpec struct {
 	// Validation configures the validation of incoming tokens.
 	// +optional
 	Validation *ValidationSpec `json:"validation,omitempty"`
+
+	// Authorization decides, after a token is validated, who may call this agent, on whose behalf
+	// and how (docs/authorization.md). Without it every valid token is admitted.
+	// +optional
+	Authorization *AuthorizationSpec `json:"authorization,omitempty"`
+}
+
+// Effects of an authorization rule and of the default.
+const (
+	EffectAllow = "Allow"
+	EffectDeny  = "Deny"
+)
+
+// AuthorizationSpec is the inbound authorization policy: named CEL rules over the verified facts
+// of a request. Deny overrides allow: the request is denied when a deny rule matches, else allowed
+// when an allow rule matches, else the default applies. A rule whose evaluation fails denies.
+type AuthorizationSpec struct {
+	// Rules are evaluated deny rules first, then allow rules, each kind in order; a rule's name
+	// is what a denial, the audit log and the metrics report.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Rules []AuthorizationRule `json:"rules,omitempty"`
+
+	// Default is the effect when no rule matches: Allow or Deny. When omitted: Deny if a rule
+	// allows (the rules are an allow-list), else Allow (no rules, or deny rules only, keep every
+	// other valid token admitted).
+	// +optional
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Default string `json:"default,omitempty"`
+
+	// DryRun logs what the policy would deny and admits the request. Default false.
+	// +optional
+	DryRun *bool `json:"dryRun,omitempty"`
+
+	// MaxChainDepth bounds the delegation chain (nested act claims, RFC 8693 §4.1) of an incoming
+	// token; a deeper chain is refused as an invalid token. Default 8.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+}
+
+// AuthorizationRule is one named rule: when the CEL expression When is true, Effect applies.
+type AuthorizationRule struct {
+	// Name of the rule, unique in the policy: a DNS label other than "default" (which names the
+	// default in decisions).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="default is reserved: it names the policy's default in decisions"
+	Name string `json:"name"`
+
+	// Effect when the rule matches: Allow or Deny.
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Effect string `json:"effect"`
+
+	// When is a CEL expression over subject, caller, chain, scopes, audience, groups, claims,
+	// request.method, request.path and request.rpcMethod that must be a bool. It is compiled at
+	// admission (the webhook) with the environment the proxy uses.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when"`
 }
 
 // ValidationSpec configures inbound token validation.

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // Resolve merges overrides (config.yaml) over defaults (the injector's environment) for the
@@ -21,7 +23,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	notInjected := switchedOnWithoutContainer(defaults, overrides)
 	sp, cr, in, out := value(s.Spiffe), value(s.ClientRegistration), value(s.Inbound), value(s.Outbound)
 	kc, oidc := value(cr.Keycloak), value(cr.OIDC)
-	v := value(in.Validation)
+	v, az := value(in.Validation), value(in.Authorization)
 	ti, tx := value(out.TrafficInterception), value(out.TokenExchange)
 
 	c := Config{Workload: w}
@@ -73,6 +75,15 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 			// The data plane's default when neither config.yaml nor the injector sets one.
 			JWKSRefreshSeconds: valueOr(v.JWKSRefreshSeconds, identity.JWKSRefreshSeconds),
 		},
+		Authorization: Authorization{
+			Rules:         nonNil(az.Rules),
+			Default:       az.Default,
+			DryRun:        value(az.DryRun),
+			MaxChainDepth: valueOr(az.MaxChainDepth, authz.DefaultMaxChainDepth),
+		},
+	}
+	if c.Inbound.Authorization.Default == "" {
+		c.Inbound.Authorization.Default = string(authz.DefaultEffect(c.Inbound.Authorization.AuthzRules()))
 	}
 
 	def := Target{Scopes: []string{}}
@@ -228,6 +239,7 @@ func (c Config) validate() []error {
 			add("inbound.validation.jwksRefreshSeconds", "%d is not 10 to 86400 seconds (default %s)", r, envOf("inbound.validation.jwksRefreshSeconds"))
 		}
 	}
+	errs = append(errs, c.Inbound.Authorization.validate()...)
 
 	port("outbound.trafficInterception.proxyPort", c.Outbound.Interception.ProxyPort)
 	if c.Outbound.Interception.ProxyPort == c.Inbound.Port && c.Inbound.Port != 0 {
@@ -259,6 +271,32 @@ func (c Config) validate() []error {
 		scopes(fmt.Sprintf("outbound.tokenExchange.destinationRules[%d].target.scopes", i), r.Target.Scopes)
 	}
 	return errs
+}
+
+// validate compiles the policy as the inbound proxy will (authz.Compile), so that a policy the
+// proxy could not run is refused with the configuration that carries it.
+func (a Authorization) validate() []error {
+	var errs []error
+	if d := a.MaxChainDepth; d < 1 || d > MaxChainDepth {
+		errs = append(errs, fmt.Errorf("inbound.authorization.maxChainDepth: %d is not 1 to %d", d, MaxChainDepth))
+	}
+	if _, err := authz.Compile(a.AuthzRules(), authz.Effect(a.Default)); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", e))
+		}
+	}
+	return errs
+}
+
+// MaxChainDepth is the largest inbound.authorization.maxChainDepth.
+const MaxChainDepth = 16
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // A part's enabled switch in config.yaml can switch off a container the injector put into the pod

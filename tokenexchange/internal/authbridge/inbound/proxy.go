@@ -40,6 +40,7 @@ type Proxy struct {
 type state struct {
 	validate   bool
 	validator  *Validator
+	authz      *authorization
 	targetAddr string
 }
 
@@ -78,6 +79,7 @@ func (p *Proxy) apply(c authconfig.Config) {
 			Keys:   p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
 			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes},
 		}
+		st.authz = newAuthorization(c.Inbound.Authorization, p.log) // compiled once per configuration
 	}
 	p.state.Store(st)
 }
@@ -137,7 +139,8 @@ func (p *Proxy) Ready() []string {
 	return nil
 }
 
-// ServeHTTP admits the request when its path is public or its bearer token is valid.
+// ServeHTTP admits the request when its path is public, or its bearer token is valid and the
+// authorization policy allows it.
 // The path is first made canonical (canonicalPath): the decision and the agent see the same one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	removeSpellings(r.Header, proxySetHeaders)
@@ -168,7 +171,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, ErrInvalidRequest, "missing bearer token (Authorization: Bearer <token>)")
 		return
 	}
-	if _, err := st.validator.Validate(r.Context(), token); err != nil {
+	claims, err := st.validator.Validate(r.Context(), token)
+	if err != nil {
 		var te *TokenError
 		if !errors.As(err, &te) {
 			te = invalid("%v", err)
@@ -180,6 +184,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.log.Info("request refused", zap.String("path", r.URL.Path), zap.String("error", te.Code), zap.String("reason", te.Description))
 		challenge(w, te.Code, te.Description)
 		writeError(w, status, te.Code, te.Description)
+		return
+	}
+	if !p.authorize(w, r, st.authz, claims) {
 		return
 	}
 	r.Header.Set(ClaimsHeader, strings.Split(token, ".")[1])
