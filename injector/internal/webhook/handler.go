@@ -168,11 +168,12 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 		bad      *inject.InvalidError
 		conflict *inject.PortConflictError
 		identity *inject.ProxyIdentityError
+		proxyEnv *inject.ProxyEnvError
 	)
 	switch {
 	case errors.As(err, &bad):
 		return deny(req, gk.Kind, &obj, err.Error())
-	case errors.As(err, &conflict), errors.As(err, &identity):
+	case errors.As(err, &conflict), errors.As(err, &identity), errors.As(err, &proxyEnv):
 		// Both name a field of the pod template: rooted at the object here.
 		return deny(req, gk.Kind, &obj, strings.Join(path, ".")+"."+err.Error())
 	case err != nil:
