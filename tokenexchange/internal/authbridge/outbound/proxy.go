@@ -1,5 +1,6 @@
 // Package outbound is the outbound role (the seed's envoy-proxy): a transparent proxy for the
-// workload's outgoing TCP connections, which proxy-init redirects to it. HTTP/1.1 and h2c
+// workload's outgoing TCP connections, which proxy-init redirects to it, and an explicit HTTP
+// proxy for clients that connect to it themselves (HTTP_PROXY; explicit.go). HTTP/1.1 and h2c
 // requests to a destination that calls for it leave with the caller's token exchanged (RFC 8693)
 // for one with the destination's audience; everything else passes untouched.
 package outbound
@@ -106,6 +107,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          zap.NewStdLog(p.log),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if rc := c.(*redirectedConn); rc.explicit {
+				return context.WithValue(ctx, explicitKey{}, rc.self) // each request names its destination
+			}
 			return context.WithValue(ctx, ctxKey{}, c.(*redirectedConn).dst)
 		},
 	}
@@ -141,14 +145,13 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 
 func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, httpLn *chanListener) {
 	dst, err := p.Destination(c)
-	if err != nil {
-		p.log.Warn("dropping a connection with no original destination", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
-		c.Close()
-		return
-	}
-	if dst.Port() == self.Port() && (dst.Addr().IsLoopback() || dst.Addr() == self.Addr()) {
-		p.log.Warn("dropping a connection to the proxy itself", zap.Stringer("from", c.RemoteAddr()))
-		c.Close()
+	if err != nil || isSelf(dst, self) {
+		// Not redirected: a client connected to the proxy itself, using it as its HTTP proxy
+		// (HTTP_PROXY, the injector's proxy mode). Its requests name their destinations; a
+		// request that names the proxy itself is refused there (no loop).
+		if !httpLn.push(ctx, &redirectedConn{Conn: c, explicit: true, self: self}) {
+			c.Close()
+		}
 		return
 	}
 	proto, prefix, silent, err := sniff(c, nil, p.DetectionTimeout)
@@ -211,7 +214,13 @@ func (p *Proxy) lateClient(ctx context.Context, c net.Conn, dst netip.AddrPort, 
 
 // ServeHTTP forwards one request, with an exchanged token when its destination calls for one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	dst := r.Context().Value(ctxKey{}).(netip.AddrPort)
+	dst, redirected := r.Context().Value(ctxKey{}).(netip.AddrPort)
+	if !redirected {
+		var ok bool
+		if r, dst, ok = p.explicitRequest(w, r); !ok {
+			return
+		}
+	}
 	c := p.cfg.Current().Config
 	host := r.Host
 	if host == "" {

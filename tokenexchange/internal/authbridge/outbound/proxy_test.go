@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -166,7 +167,12 @@ func newFixture(t testing.TB, configYAML string) *fixture {
 	require.NoError(t, f.cfg.Err())
 	f.creds = NewCredentialSource(f.shared)
 	f.proxy = New(f.cfg, f.creds, NewExchanger(http.DefaultClient), log)
-	f.proxy.Destination = func(net.Conn) (netip.AddrPort, error) { return *f.dst.Load(), nil }
+	f.proxy.Destination = func(net.Conn) (netip.AddrPort, error) {
+		if dst := f.dst.Load(); dst != nil {
+			return *dst, nil
+		}
+		return netip.AddrPort{}, errors.New("connection was not redirected (no conntrack NAT entry)") // as OriginalDestination
+	}
 	f.dns = newFakeDNS(fixtureDNS)
 	f.proxy.Resolver = f.dns
 	f.proxy.DetectionTimeout = 200 * time.Millisecond
