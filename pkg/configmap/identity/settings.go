@@ -86,6 +86,8 @@ var Settings = []Setting{
 	{Path: "outbound.tokenExchange.defaultTarget.audience", Kind: String, Env: "KAGENTI_DEFAULT_AUDIENCE", BuiltIn: DefaultAudience, HasBuiltIn: true,
 		Injector: "identity.defaultAudience", Doc: "audience of exchanged tokens no rule chooses"},
 	{Path: "outbound.tokenExchange.defaultTarget.scopes", Kind: Strings, Doc: "scopes of exchanged tokens no rule chooses"},
+	{Path: "outbound.tokenExchange.defaultTarget.allowScopeEscalation", Kind: Bool, Default: "`false`",
+		Doc: "let an exchange ask for scopes the caller's token lacks (else refused: scopes only narrow along a delegation chain); a rule's target inherits it"},
 	{Path: "outbound.tokenExchange.destinationRules", Kind: Rules, Doc: "exchanged token per destination host; the first match wins"},
 }
 

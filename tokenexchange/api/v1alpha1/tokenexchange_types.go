@@ -356,6 +356,13 @@ type ExchangeTarget struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
 	Scopes []string `json:"scopes,omitempty"`
+
+	// AllowScopeEscalation lets the exchange ask for scopes the caller's token does not carry, the
+	// identity provider deciding. Default false: the outbound proxy refuses such a request (403
+	// scope_not_delegated), so that scopes only narrow along a delegation chain. A rule's target
+	// inherits defaultTarget's.
+	// +optional
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
 }
 
 // DestinationRule selects the token for requests to one host.

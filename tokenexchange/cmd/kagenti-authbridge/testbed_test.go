@@ -236,7 +236,8 @@ func (tb *testbed) run() {
 		// The agent's token is for the registered client (the IdP exchanges only a token whose
 		// audience includes the client that asks); outbound exchanges it with the client's
 		// credentials for one the callee accepts.
-		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.clientToken(id, secret))
+		// It carries the scope the route asks for: the IdP issues no scope the subject token lacks.
+		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.credentialsToken(id, secret, url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}}))
 		require.Equal(t, http.StatusOK, status, body)
 		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
 		assert.Equal(t, []any{calleeID}, c["aud"])

@@ -130,6 +130,9 @@ type TokenExchange struct {
 type Target struct {
 	Audience string   `json:"audience"`
 	Scopes   []string `json:"scopes"`
+	// AllowScopeEscalation lets the exchange ask for scopes the subject token does not carry;
+	// without it the outbound proxy refuses (scopes only narrow along a delegation chain).
+	AllowScopeEscalation bool `json:"allowScopeEscalation"`
 }
 
 // Route is a destination rule with the default target filled in: the first route whose Host

@@ -77,7 +77,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 
 	def := Target{Scopes: []string{}}
 	if tx.DefaultTarget != nil {
-		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes)}
+		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes),
+			AllowScopeEscalation: value(tx.DefaultTarget.AllowScopeEscalation)}
 	}
 	c.Outbound = Outbound{
 		Enabled: enabled(out.Enabled),
@@ -97,7 +98,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	for _, r := range tx.DestinationRules {
 		route := Route{Host: r.Match.Host, Passthrough: r.Target == nil, Target: Target{Scopes: []string{}}}
 		if r.Target != nil {
-			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes}
+			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes,
+				AllowScopeEscalation: valueOr(r.Target.AllowScopeEscalation, def.AllowScopeEscalation)}
 			if len(r.Target.Scopes) > 0 {
 				route.Target.Scopes = r.Target.Scopes
 			}

@@ -317,3 +317,29 @@ func TestResolveRefusesAClientNameWithoutTheNamespaceFirst(t *testing.T) {
 	_, err = resolveEnv(t, seedEnv(), Spec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: "{{ .Namespace }}/{{.ServiceAccount}}"}}})
 	assert.NoError(t, err)
 }
+
+// TestAllowScopeEscalationIsInheritedFromTheDefaultTarget: a rule's target takes defaultTarget's
+// allowScopeEscalation unless it sets its own; it is off when nobody sets it.
+func TestAllowScopeEscalationIsInheritedFromTheDefaultTarget(t *testing.T) {
+	over, err := Parse([]byte(`
+outbound:
+  tokenExchange:
+    defaultTarget: {audience: fallback, allowScopeEscalation: true}
+    destinationRules:
+    - match: {host: inherits.example.com}
+      target: {audience: a}
+    - match: {host: narrows.example.com}
+      target: {audience: b, allowScopeEscalation: false}
+`))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	tx := c.Outbound.TokenExchange
+	assert.True(t, tx.DefaultTarget.AllowScopeEscalation)
+	assert.True(t, tx.Routes[0].Target.AllowScopeEscalation, "inherited from defaultTarget")
+	assert.False(t, tx.Routes[1].Target.AllowScopeEscalation, "the rule's own false")
+
+	c, err = resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	assert.False(t, c.Outbound.TokenExchange.DefaultTarget.AllowScopeEscalation, "off by default")
+}

@@ -118,6 +118,8 @@ type TokenExchangeSpec struct {
 type ExchangeTarget struct {
 	Audience string   `json:"audience,omitempty"`
 	Scopes   []string `json:"scopes,omitempty"`
+	// AllowScopeEscalation lets the outbound proxy ask for scopes the caller's token lacks.
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
 }
 
 // DestinationRule selects the token for requests to one host; without a target, matching

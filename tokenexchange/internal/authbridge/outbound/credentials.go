@@ -62,7 +62,11 @@ func (s *CredentialSource) Get(c authconfig.Config) (Credentials, error) {
 			return Credentials{}, fmt.Errorf("the JWT SVID in %s expired at %s (spiffe-helper renews it; is the SPIRE agent reachable?)",
 				s.svid.Path, exp.UTC().Format(time.RFC3339))
 		}
-		return Credentials{ClientID: c.SpiffeID, Assertion: string(svid)}, nil
+		// The SVID authenticates the workload and is its actor token: the identity provider
+		// names the SPIFFE ID in act. With a registered client no actor token is sent: the
+		// client's ID already names the actor to the provider that authenticated it, and not
+		// every provider takes actor_token.
+		return Credentials{ClientID: c.SpiffeID, Assertion: string(svid), ActorToken: string(svid)}, nil
 	default:
 		return Credentials{}, errors.New("token exchange needs credentials: enable clientRegistration, or spiffe with outputFormat jwt")
 	}
