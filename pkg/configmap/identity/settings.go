@@ -83,6 +83,8 @@ var Settings = []Setting{
 	{Path: "outbound.tokenExchange.enabled", Kind: Bool, Env: "KAGENTI_TOKEN_EXCHANGE", Implied: "true",
 		Injector: "identity.tokenExchange", Doc: "RFC 8693 exchange of outgoing tokens"},
 	{Path: "outbound.tokenExchange.tokenUrl", Kind: String, Default: "the provider's token URL", Doc: "token endpoint of the exchange"},
+	{Path: "outbound.tokenExchange.delegation", Kind: String, Default: "`immediateCaller`",
+		Doc: "`chained`: the identity provider verifies an actor token and nests `act` (the outbound proxy sends its JWT SVID as `actor_token`); `immediateCaller`: no actor token, a callee knows only its immediate caller"},
 	{Path: "outbound.tokenExchange.defaultTarget.audience", Kind: String, Env: "KAGENTI_DEFAULT_AUDIENCE", BuiltIn: DefaultAudience, HasBuiltIn: true,
 		Injector: "identity.defaultAudience", Doc: "audience of exchanged tokens no rule chooses"},
 	{Path: "outbound.tokenExchange.defaultTarget.scopes", Kind: Strings, Doc: "scopes of exchanged tokens no rule chooses"},

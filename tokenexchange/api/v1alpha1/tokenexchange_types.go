@@ -328,6 +328,15 @@ type OutboundTokenExchangeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
 	TokenURL string `json:"tokenUrl,omitempty"`
 
+	// Delegation says what the identity provider does with a delegation chain. chained: it
+	// verifies an actor token and nests the subject token's act claims (RFC 8693 §4.1) — the
+	// outbound proxy sends the workload's JWT SVID as actor_token and every hop is in the signed
+	// token; immediateCaller: it does not (or is not known to), no actor token is sent, and a
+	// callee knows only its immediate caller. Default immediateCaller.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
+
 	// DefaultTarget is used for destinations no rule matches, and fills in what a rule leaves out.
 	// Default audience downstream-service, no scopes.
 	// +optional

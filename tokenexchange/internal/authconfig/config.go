@@ -120,11 +120,19 @@ type Interception struct {
 
 // TokenExchange is the resolved outbound token exchange.
 type TokenExchange struct {
-	Enabled       bool    `json:"enabled"`
-	TokenURL      string  `json:"tokenUrl"`
+	Enabled  bool   `json:"enabled"`
+	TokenURL string `json:"tokenUrl"`
+	// Delegation is DelegationChained or DelegationImmediateCaller.
+	Delegation    string  `json:"delegation"`
 	DefaultTarget Target  `json:"defaultTarget"`
 	Routes        []Route `json:"routes"`
 }
+
+// Delegation modes: whether the identity provider verifies an actor token and nests act claims.
+const (
+	DelegationChained         = "chained"
+	DelegationImmediateCaller = "immediateCaller"
+)
 
 // Target is the audience and scopes a token is exchanged for.
 type Target struct {

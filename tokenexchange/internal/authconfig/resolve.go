@@ -91,6 +91,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		TokenExchange: TokenExchange{
 			Enabled:       enabled(tx.Enabled),
 			TokenURL:      str(c.IdP.TokenURL, tx.TokenURL),
+			Delegation:    str(DelegationImmediateCaller, tx.Delegation),
 			DefaultTarget: def,
 			Routes:        make([]Route, 0, len(tx.DestinationRules)),
 		},
@@ -186,6 +187,10 @@ func (c Config) validate() []error {
 			add("spiffe.outputFormat", "%q is not supported: only jwt (no container reads X.509 SVID files)", c.Spiffe.OutputFormat)
 		}
 		required("spiffe.audience", c.Spiffe.Audience)
+	}
+
+	if d := c.Outbound.TokenExchange.Delegation; d != DelegationChained && d != DelegationImmediateCaller {
+		add("outbound.tokenExchange.delegation", "%q is not chained or immediateCaller", d)
 	}
 
 	switch c.IdP.Provider {

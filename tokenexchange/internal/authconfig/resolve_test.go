@@ -76,6 +76,7 @@ func TestResolveSeedDefaults(t *testing.T) {
 			TokenExchange: TokenExchange{
 				Enabled:       true,
 				TokenURL:      "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
+				Delegation:    DelegationImmediateCaller,
 				DefaultTarget: Target{Audience: "downstream-service", Scopes: []string{}},
 				Routes:        []Route{},
 			},
@@ -342,4 +343,19 @@ outbound:
 	c, err = resolveEnv(t, seedEnv(), Spec{})
 	require.NoError(t, err)
 	assert.False(t, c.Outbound.TokenExchange.DefaultTarget.AllowScopeEscalation, "off by default")
+}
+
+// TestDelegationIsChainedOrImmediateCaller: outbound.tokenExchange.delegation defaults to
+// immediateCaller, takes chained, and anything else is refused naming the field.
+func TestDelegationIsChainedOrImmediateCaller(t *testing.T) {
+	over, err := Parse([]byte("outbound: {tokenExchange: {delegation: chained}}\n"))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	assert.Equal(t, DelegationChained, c.Outbound.TokenExchange.Delegation)
+
+	over, err = Parse([]byte("outbound: {tokenExchange: {delegation: nested}}\n"))
+	require.NoError(t, err)
+	_, err = resolveEnv(t, seedEnv(), over)
+	assert.ErrorContains(t, err, `outbound.tokenExchange.delegation: "nested" is not chained or immediateCaller`)
 }

@@ -110,6 +110,7 @@ type TrafficInterceptionSpec struct {
 type TokenExchangeSpec struct {
 	Enabled          *bool             `json:"enabled,omitempty"`
 	TokenURL         string            `json:"tokenUrl,omitempty"`
+	Delegation       string            `json:"delegation,omitempty"`
 	DefaultTarget    *ExchangeTarget   `json:"defaultTarget,omitempty"`
 	DestinationRules []DestinationRule `json:"destinationRules,omitempty"`
 }

@@ -515,11 +515,13 @@ func writeConfig(t *testing.T, dir, content string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte(content), 0o644))
 }
 
-// TestSVIDIsSentAsActorToken: with SPIFFE credentials the workload's JWT SVID is the RFC 8693
-// actor_token (type jwt), so that the identity provider names the workload in act; a registered
-// client sends none (its client ID names it).
-func TestSVIDIsSentAsActorToken(t *testing.T) {
-	f := newFixture(t, rules+"clientRegistration: {enabled: false}\n")
+// TestSVIDIsSentAsActorTokenWhenDelegationIsChained: with SPIFFE credentials and delegation
+// chained, the workload's JWT SVID is the RFC 8693 actor_token (type jwt), so that the identity
+// provider names the workload in act; with immediateCaller (the default) none is sent, nor by a
+// registered client (its client ID names it).
+func TestSVIDIsSentAsActorTokenWhenDelegationIsChained(t *testing.T) {
+	chained := strings.Replace(rules, "  tokenExchange:\n", "  tokenExchange:\n    delegation: chained\n", 1)
+	f := newFixture(t, chained+"clientRegistration: {enabled: false}\n")
 	svid := "eyJhbGciOiJFUzI1NiJ9." + b64(`{"sub":"spiffe://cluster.local/ns/agents/sa/caller","exp":`+fmt.Sprint(time.Now().Add(time.Hour).Unix())+`}`) + ".sig"
 	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.JWTSVIDFile), []byte(svid), 0o640))
 	f.creds.Refresh()
@@ -529,10 +531,17 @@ func TestSVIDIsSentAsActorToken(t *testing.T) {
 	assert.Equal(t, svid, call.Get("actor_token"))
 	assert.Equal(t, TokenTypeJWT, call.Get("actor_token_type"))
 
-	g := newFixture(t, rules)
-	status, body = g.call(callee(t), "api.example.com", "user-token")
-	require.Equal(t, http.StatusOK, status, body)
-	assert.Empty(t, g.idp.Calls()[0].Get("actor_token"), "a registered client sends no actor token")
+	for name, cfg := range map[string]string{
+		"immediateCaller":   rules + "clientRegistration: {enabled: false}\n",
+		"registered client": chained,
+	} {
+		g := newFixture(t, cfg)
+		require.NoError(t, os.WriteFile(filepath.Join(g.shared, authconfig.JWTSVIDFile), []byte(svid), 0o640))
+		g.creds.Refresh()
+		status, body = g.call(callee(t), "api.example.com", "user-token")
+		require.Equal(t, http.StatusOK, status, body)
+		assert.Empty(t, g.idp.Calls()[0].Get("actor_token"), "%s: no actor token", name)
+	}
 }
 
 // TestScopesOnlyNarrowAlongTheChain: the outbound proxy does not ask for a scope the caller's
