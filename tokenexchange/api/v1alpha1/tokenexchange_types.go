@@ -22,6 +22,7 @@ import (
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.configuredPods`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
+// +kubebuilder:printcolumn:name="Delegation",type=string,JSONPath=`.status.delegation`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -374,6 +375,14 @@ type ExchangeTarget struct {
 	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
 }
 
+// EffectiveDelegation is spec.outbound.tokenExchange.delegation, immediateCaller when unset.
+func (s *TokenExchangeSpec) EffectiveDelegation() string {
+	if s.Outbound != nil && s.Outbound.TokenExchange != nil && s.Outbound.TokenExchange.Delegation != "" {
+		return s.Outbound.TokenExchange.Delegation
+	}
+	return "immediateCaller"
+}
+
 // DestinationRule selects the token for requests to one host.
 type DestinationRule struct {
 	// Match selects the destination.
@@ -485,6 +494,15 @@ type TokenExchangeStatus struct {
 	// Message is a human summary of the state.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// Delegation is what a callee of this workload's calls can rely on: chained (the identity
+	// provider verifies each hop and nests act, so the whole chain is in the signed token) or
+	// immediateCaller (only the immediate caller is known). It reflects
+	// spec.outbound.tokenExchange.delegation, which the administrator sets for the provider: OAuth
+	// metadata has no flag to discover it.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
 
 	// ConfigMapName is the ConfigMap holding the rendered configuration.
 	// +optional
