@@ -90,9 +90,13 @@ var Settings = []Setting{
 	{Path: "outbound.tokenExchange.enabled", Kind: Bool, Env: "KAGENTI_TOKEN_EXCHANGE", Implied: "true",
 		Injector: "identity.tokenExchange", Doc: "RFC 8693 exchange of outgoing tokens"},
 	{Path: "outbound.tokenExchange.tokenUrl", Kind: String, Default: "the provider's token URL", Doc: "token endpoint of the exchange"},
+	{Path: "outbound.tokenExchange.delegation", Kind: String, Default: "`immediateCaller`",
+		Doc: "`chained`: the identity provider verifies an actor token and nests `act` (the outbound proxy sends its JWT SVID as `actor_token`); `immediateCaller`: no actor token, a callee knows only its immediate caller"},
 	{Path: "outbound.tokenExchange.defaultTarget.audience", Kind: String, Env: "KAGENTI_DEFAULT_AUDIENCE", BuiltIn: DefaultAudience, HasBuiltIn: true,
 		Injector: "identity.defaultAudience", Doc: "audience of exchanged tokens no rule chooses"},
 	{Path: "outbound.tokenExchange.defaultTarget.scopes", Kind: Strings, Doc: "scopes of exchanged tokens no rule chooses"},
+	{Path: "outbound.tokenExchange.defaultTarget.allowScopeEscalation", Kind: Bool, Default: "`false`",
+		Doc: "let an exchange ask for scopes the caller's token lacks (else refused: scopes only narrow along a delegation chain); a rule's target inherits it"},
 	{Path: "outbound.tokenExchange.destinationRules", Kind: Rules, Doc: "exchanged token per destination host; the first match wins"},
 }
 

@@ -22,6 +22,7 @@ import (
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.configuredPods`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
+// +kubebuilder:printcolumn:name="Delegation",type=string,JSONPath=`.status.delegation`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -392,6 +393,15 @@ type OutboundTokenExchangeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
 	TokenURL string `json:"tokenUrl,omitempty"`
 
+	// Delegation says what the identity provider does with a delegation chain. chained: it
+	// verifies an actor token and nests the subject token's act claims (RFC 8693 §4.1) — the
+	// outbound proxy sends the workload's JWT SVID as actor_token and every hop is in the signed
+	// token; immediateCaller: it does not (or is not known to), no actor token is sent, and a
+	// callee knows only its immediate caller. Default immediateCaller.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
+
 	// DefaultTarget is used for destinations no rule matches, and fills in what a rule leaves out.
 	// Default audience downstream-service, no scopes.
 	// +optional
@@ -420,6 +430,21 @@ type ExchangeTarget struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
 	Scopes []string `json:"scopes,omitempty"`
+
+	// AllowScopeEscalation lets the exchange ask for scopes the caller's token does not carry, the
+	// identity provider deciding. Default false: the outbound proxy refuses such a request (403
+	// scope_not_delegated), so that scopes only narrow along a delegation chain. A rule's target
+	// inherits defaultTarget's.
+	// +optional
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
+}
+
+// EffectiveDelegation is spec.outbound.tokenExchange.delegation, immediateCaller when unset.
+func (s *TokenExchangeSpec) EffectiveDelegation() string {
+	if s.Outbound != nil && s.Outbound.TokenExchange != nil && s.Outbound.TokenExchange.Delegation != "" {
+		return s.Outbound.TokenExchange.Delegation
+	}
+	return "immediateCaller"
 }
 
 // DestinationRule selects the token for requests to one host.
@@ -533,6 +558,15 @@ type TokenExchangeStatus struct {
 	// Message is a human summary of the state.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// Delegation is what a callee of this workload's calls can rely on: chained (the identity
+	// provider verifies each hop and nests act, so the whole chain is in the signed token) or
+	// immediateCaller (only the immediate caller is known). It reflects
+	// spec.outbound.tokenExchange.delegation, which the administrator sets for the provider: OAuth
+	// metadata has no flag to discover it.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
 
 	// ConfigMapName is the ConfigMap holding the rendered configuration.
 	// +optional

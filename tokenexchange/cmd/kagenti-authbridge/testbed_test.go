@@ -244,7 +244,8 @@ func (tb *testbed) run() {
 		// The agent's token is for the registered client (the IdP exchanges only a token whose
 		// audience includes the client that asks); outbound exchanges it with the client's
 		// credentials for one the callee accepts.
-		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.clientToken(id, secret))
+		// It carries the scope the route asks for: the IdP issues no scope the subject token lacks.
+		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.credentialsToken(id, secret, url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}}))
 		require.Equal(t, http.StatusOK, status, body)
 		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
 		assert.Equal(t, []any{calleeID}, c["aud"])
@@ -278,6 +279,51 @@ func (tb *testbed) run() {
 		// its own token, which the callee refuses.
 		status, body = tb.agentCallWith(tb.proxied, nil, tb.callee, tb.callee, token)
 		assert.Equal(t, http.StatusUnauthorized, status, "not exchanged without the proxy: %s", body)
+	})
+
+	t.Run("a two-hop chain: user → caller → pod → callee, each hop added by the IdP", func(t *testing.T) {
+		// The caller's hop, as its outbound proxy makes it (its JWT SVID from SPIRE as client
+		// assertion and actor token), for the pod's registered client; then the pod's agent calls
+		// the callee with that token through the pod's real outbound proxy.
+		podID := readFile(t, filepath.Join(tb.dir, "pod", "shared", "client-id.txt"))
+		require.NotEmpty(t, podID)
+		svid := strings.TrimSpace(readFile(t, filepath.Join(tb.dir, "caller", "shared", "jwt_svid.token")))
+		hop := func(scope string) (int, map[string]any) {
+			form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"},
+				"subject_token": {user}, "subject_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
+				"audience": {podID}, "client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
+				"client_assertion": {svid}, "actor_token": {svid}, "actor_token_type": {"urn:ietf:params:oauth:token-type:jwt"}}
+			if scope != "" {
+				form.Set("scope", scope)
+			}
+			resp, err := http.PostForm(tb.issuer+"/oauth/token", form)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var out map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			return resp.StatusCode, out
+		}
+		code, out := hop("agent:invoke")
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		toPod := out["access_token"].(string)
+		assert.Equal(t, map[string]any{"sub": callerID}, payload(t, toPod)["act"])
+
+		status, body := tb.agentCallFrom(tb.pod, calleeHost, tb.callee, toPod)
+		require.Equal(t, http.StatusOK, status, body)
+		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
+		assert.Equal(t, "user", c["sub"], "the callee sees the user as subject")
+		assert.Equal(t, map[string]any{"sub": podID, "act": map[string]any{"sub": callerID}}, c["act"],
+			"the pod acts, for the caller, for the user")
+
+		// Scope escalation: a token without agent:invoke is not exchanged for one with it.
+		code, out = hop("")
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, out["access_token"].(string))
+		assert.Equal(t, http.StatusForbidden, status)
+		assert.Contains(t, body, "scope_not_delegated")
+		code, out = hop("agent:invoke admin")
+		assert.Equal(t, http.StatusBadRequest, code)
+		assert.Equal(t, "invalid_scope", out["error"], "the IdP refuses a scope the user's token lacks")
 	})
 
 	t.Run("a pass-through route leaves the token alone", func(t *testing.T) {
@@ -723,6 +769,7 @@ func (tb *testbed) credentialsToken(id, secret string, form url.Values) string {
 func (tb *testbed) writeCallerConfig(audience string) {
 	tb.writeConfig("caller", fmt.Sprintf(`outbound:
   tokenExchange:
+    delegation: chained
     destinationRules:
     - match: {host: "%s:%d"}
       target: {audience: "%s", scopes: ["agent:invoke"]}

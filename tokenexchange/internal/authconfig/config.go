@@ -141,16 +141,27 @@ type Interception struct {
 
 // TokenExchange is the resolved outbound token exchange.
 type TokenExchange struct {
-	Enabled       bool    `json:"enabled"`
-	TokenURL      string  `json:"tokenUrl"`
+	Enabled  bool   `json:"enabled"`
+	TokenURL string `json:"tokenUrl"`
+	// Delegation is DelegationChained or DelegationImmediateCaller.
+	Delegation    string  `json:"delegation"`
 	DefaultTarget Target  `json:"defaultTarget"`
 	Routes        []Route `json:"routes"`
 }
+
+// Delegation modes: whether the identity provider verifies an actor token and nests act claims.
+const (
+	DelegationChained         = "chained"
+	DelegationImmediateCaller = "immediateCaller"
+)
 
 // Target is the audience and scopes a token is exchanged for.
 type Target struct {
 	Audience string   `json:"audience"`
 	Scopes   []string `json:"scopes"`
+	// AllowScopeEscalation lets the exchange ask for scopes the subject token does not carry;
+	// without it the outbound proxy refuses (scopes only narrow along a delegation chain).
+	AllowScopeEscalation bool `json:"allowScopeEscalation"`
 }
 
 // Route is a destination rule with the default target filled in: the first route whose Host

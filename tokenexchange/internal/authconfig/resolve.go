@@ -88,7 +88,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 
 	def := Target{Scopes: []string{}}
 	if tx.DefaultTarget != nil {
-		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes)}
+		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes),
+			AllowScopeEscalation: value(tx.DefaultTarget.AllowScopeEscalation)}
 	}
 	c.Outbound = Outbound{
 		Enabled: enabled(out.Enabled),
@@ -101,6 +102,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		TokenExchange: TokenExchange{
 			Enabled:       enabled(tx.Enabled),
 			TokenURL:      str(c.IdP.TokenURL, tx.TokenURL),
+			Delegation:    str(DelegationImmediateCaller, tx.Delegation),
 			DefaultTarget: def,
 			Routes:        make([]Route, 0, len(tx.DestinationRules)),
 		},
@@ -108,7 +110,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	for _, r := range tx.DestinationRules {
 		route := Route{Host: r.Match.Host, Passthrough: r.Target == nil, Target: Target{Scopes: []string{}}}
 		if r.Target != nil {
-			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes}
+			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes,
+				AllowScopeEscalation: valueOr(r.Target.AllowScopeEscalation, def.AllowScopeEscalation)}
 			if len(r.Target.Scopes) > 0 {
 				route.Target.Scopes = r.Target.Scopes
 			}
@@ -195,6 +198,10 @@ func (c Config) validate() []error {
 			add("spiffe.outputFormat", "%q is not supported: only jwt (no container reads X.509 SVID files)", c.Spiffe.OutputFormat)
 		}
 		required("spiffe.audience", c.Spiffe.Audience)
+	}
+
+	if d := c.Outbound.TokenExchange.Delegation; d != DelegationChained && d != DelegationImmediateCaller {
+		add("outbound.tokenExchange.delegation", "%q is not chained or immediateCaller", d)
 	}
 
 	switch c.IdP.Provider {

@@ -76,6 +76,7 @@ func TestResolveSeedDefaults(t *testing.T) {
 			TokenExchange: TokenExchange{
 				Enabled:       true,
 				TokenURL:      "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
+				Delegation:    DelegationImmediateCaller,
 				DefaultTarget: Target{Audience: "downstream-service", Scopes: []string{}},
 				Routes:        []Route{},
 			},
@@ -348,4 +349,45 @@ func TestResolveAuthorization(t *testing.T) {
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestAllowScopeEscalationIsInheritedFromTheDefaultTarget: a rule's target takes defaultTarget's
+// allowScopeEscalation unless it sets its own; it is off when nobody sets it.
+func TestAllowScopeEscalationIsInheritedFromTheDefaultTarget(t *testing.T) {
+	over, err := Parse([]byte(`
+outbound:
+  tokenExchange:
+    defaultTarget: {audience: fallback, allowScopeEscalation: true}
+    destinationRules:
+    - match: {host: inherits.example.com}
+      target: {audience: a}
+    - match: {host: narrows.example.com}
+      target: {audience: b, allowScopeEscalation: false}
+`))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	tx := c.Outbound.TokenExchange
+	assert.True(t, tx.DefaultTarget.AllowScopeEscalation)
+	assert.True(t, tx.Routes[0].Target.AllowScopeEscalation, "inherited from defaultTarget")
+	assert.False(t, tx.Routes[1].Target.AllowScopeEscalation, "the rule's own false")
+
+	c, err = resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	assert.False(t, c.Outbound.TokenExchange.DefaultTarget.AllowScopeEscalation, "off by default")
+}
+
+// TestDelegationIsChainedOrImmediateCaller: outbound.tokenExchange.delegation defaults to
+// immediateCaller, takes chained, and anything else is refused naming the field.
+func TestDelegationIsChainedOrImmediateCaller(t *testing.T) {
+	over, err := Parse([]byte("outbound: {tokenExchange: {delegation: chained}}\n"))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	assert.Equal(t, DelegationChained, c.Outbound.TokenExchange.Delegation)
+
+	over, err = Parse([]byte("outbound: {tokenExchange: {delegation: nested}}\n"))
+	require.NoError(t, err)
+	_, err = resolveEnv(t, seedEnv(), over)
+	assert.ErrorContains(t, err, `outbound.tokenExchange.delegation: "nested" is not chained or immediateCaller`)
 }

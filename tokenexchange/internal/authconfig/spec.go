@@ -128,6 +128,7 @@ type TrafficInterceptionSpec struct {
 type TokenExchangeSpec struct {
 	Enabled          *bool             `json:"enabled,omitempty"`
 	TokenURL         string            `json:"tokenUrl,omitempty"`
+	Delegation       string            `json:"delegation,omitempty"`
 	DefaultTarget    *ExchangeTarget   `json:"defaultTarget,omitempty"`
 	DestinationRules []DestinationRule `json:"destinationRules,omitempty"`
 }
@@ -136,6 +137,8 @@ type TokenExchangeSpec struct {
 type ExchangeTarget struct {
 	Audience string   `json:"audience,omitempty"`
 	Scopes   []string `json:"scopes,omitempty"`
+	// AllowScopeEscalation lets the outbound proxy ask for scopes the caller's token lacks.
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
 }
 
 // DestinationRule selects the token for requests to one host; without a target, matching

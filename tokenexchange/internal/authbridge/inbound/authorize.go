@@ -20,7 +20,6 @@ type authorization struct {
 	// rpcMethod: a rule reads request.rpcMethod, so the body is read for it.
 	rpcMethod bool
 	dryRun    bool
-	maxDepth  int
 }
 
 // newAuthorization compiles the policy. config.yaml was refused if it did not compile
@@ -32,23 +31,17 @@ func newAuthorization(a authconfig.Authorization, log *zap.Logger) *authorizatio
 		log.Error("authorization policy does not compile: every request is denied", zap.Error(err))
 		p, _ = authz.Compile(nil, authz.Deny)
 	}
-	return &authorization{authorizer: p, rpcMethod: p.UsesRPCMethod(), dryRun: a.DryRun, maxDepth: int(a.MaxChainDepth)}
+	return &authorization{authorizer: p, rpcMethod: p.UsesRPCMethod(), dryRun: a.DryRun}
 }
 
 // authorize decides on a request whose token is valid; it reports whether the request may go
 // on, having answered it otherwise.
 func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorization, claims *Claims) bool {
-	req, err := authz.FromClaims(claims.Raw, claims.Scopes, az.maxDepth)
-	if err != nil {
-		var ce *authz.ChainError
-		if !errors.As(err, &ce) {
-			ce = &authz.ChainError{Reason: err.Error()}
-		}
-		p.log.Info("request refused", zap.String("path", r.URL.Path), zap.String("error", ErrInvalidToken), zap.String("reason", ce.Error()))
-		challenge(w, ErrInvalidToken, ce.Error())
-		writeError(w, http.StatusUnauthorized, ErrInvalidToken, ce.Error())
-		return false
-	}
+	// The validator read the chain (bounded by inbound.authorization.maxChainDepth) with the
+	// token, and caches both: a copy carries this request's own facts.
+	shared := *claims.Request
+	req := &shared
+	var err error
 	req.Method, req.Path = r.Method, r.URL.Path
 	if az.rpcMethod {
 		req.RPCMethod, err = readRPCMethod(r)

@@ -77,7 +77,8 @@ func (p *Proxy) apply(c authconfig.Config) {
 	if st.validate {
 		st.validator = &Validator{
 			Keys:   p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
-			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes},
+			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes,
+				MaxChainDepth: int(c.Inbound.Authorization.MaxChainDepth)},
 		}
 		st.authz = newAuthorization(c.Inbound.Authorization, p.log) // compiled once per configuration
 	}

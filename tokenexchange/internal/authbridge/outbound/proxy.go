@@ -8,6 +8,7 @@ package outbound
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,6 +237,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if subject, ok := bearer(r); ok {
+			if !d.Target.AllowScopeEscalation {
+				if sc, ok := undelegatedScope(subject, d.Target.Scopes); ok {
+					writeError(w, http.StatusForbidden, "scope_not_delegated", fmt.Sprintf(
+						"kagenti outbound proxy: the route for %s asks for scope %q, which the caller's token does not carry: scopes only narrow along a delegation chain (allowScopeEscalation on the route's target lets the identity provider decide)",
+						host, sc))
+					return
+				}
+			}
 			creds, err := p.creds.Get(c)
 			if err != nil {
 				writeError(w, http.StatusServiceUnavailable, "credentials_unavailable", "kagenti outbound proxy: "+err.Error())
@@ -279,6 +289,60 @@ func bearer(r *http.Request) (string, bool) {
 	}
 	token = strings.TrimSpace(token)
 	return token, token != ""
+}
+
+// undelegatedScope returns a scope of want that the subject token does not carry. The token's
+// payload is read unverified: the identity provider verifies it on the exchange, and refuses it
+// if it was altered, so a forged scope claim gains nothing. A token that is not a JWT (opaque)
+// cannot be read here: the identity provider alone decides.
+func undelegatedScope(subject string, want []string) (string, bool) {
+	if len(want) == 0 {
+		return "", false
+	}
+	held, ok := jwtScopes(subject)
+	if !ok {
+		return "", false
+	}
+	for _, sc := range want {
+		if !slices.Contains(held, sc) {
+			return sc, true
+		}
+	}
+	return "", false
+}
+
+// jwtScopes reads the scope claim of a JWT's payload (RFC 8693 §4.2: space-separated; some
+// issuers write a list, or scp); false when token is not a JWT.
+func jwtScopes(token string) ([]string, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, false
+	}
+	var c struct {
+		Scope any `json:"scope"`
+		Scp   any `json:"scp"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return nil, false
+	}
+	var out []string
+	for _, v := range []any{c.Scope, c.Scp} {
+		switch v := v.(type) {
+		case string:
+			out = append(out, strings.Fields(v)...)
+		case []any:
+			for _, e := range v {
+				if s, ok := e.(string); ok {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out, true
 }
 
 func writeError(w http.ResponseWriter, status int, code, description string) {
