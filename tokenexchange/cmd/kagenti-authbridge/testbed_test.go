@@ -265,7 +265,8 @@ func (tb *testbed) run() {
 		shared := filepath.Join(tb.dir, "proxied", "shared")
 		id, secret := readFile(t, filepath.Join(shared, "client-id.txt")), readFile(t, filepath.Join(shared, "client-secret.txt"))
 		require.NotEmpty(t, id, "register wrote no client ID")
-		token := tb.clientToken(id, secret)
+		// The route asks for agent:invoke, and scopes only narrow along the chain.
+		token := tb.credentialsToken(id, secret, url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}})
 		proxy := "http://127.0.0.1:" + strconv.Itoa(tb.ports["outbound"])
 		// The request line names the callee as the client was asked to (Go's client writes
 		// req.Host there when proxying); the test bed has no DNS, so by its address.
