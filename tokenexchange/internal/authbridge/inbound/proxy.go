@@ -76,7 +76,7 @@ func (p *Proxy) apply(c authconfig.Config) {
 	}
 	if st.validate {
 		st.validator = &Validator{
-			Keys:   p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
+			Keys: p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
 			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes,
 				MaxChainDepth: int(c.Inbound.Authorization.MaxChainDepth)},
 		}
