@@ -8,6 +8,8 @@ SHELL        := /usr/bin/env bash
 ROOT     := $(CURDIR)
 BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
+# Build tags of every shipped binary (also read by the Dockerfile, hack/images.sh and the load tests).
+GO_BUILD_TAGS := $(shell cat $(ROOT)/hack/go-build-tags)
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
 MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
@@ -57,8 +59,8 @@ lint: ## gofmt everything; go vet every workspace module (the hack/ modules are 
 
 .PHONY: build
 build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data plane, included) and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti) into bin/.
-	@for p in $(PILLARS); do go build -o $(BIN)/ ./$$p/cmd/...; done
-	@go build -o $(BIN)/ ./cli/cmd/...
+	@for p in $(PILLARS); do go build -tags "$(GO_BUILD_TAGS)" -o $(BIN)/ ./$$p/cmd/...; done
+	@go build -tags "$(GO_BUILD_TAGS)" -o $(BIN)/ ./cli/cmd/...
 
 ##@ Test
 

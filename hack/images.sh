@@ -87,7 +87,7 @@ for p in "$@"; do
   log "building kagenti-${p} (CGO_ENABLED=0, version ${TAG})"
   dir="$(dir_of "$p")" gowork=""
   [[ -f "${ROOT}/${dir}/go.mod" && ( "${dir}" == hack/* || "${dir}" == examples/* ) ]] && gowork=off
-  (cd "${ROOT}/${dir}" && GOWORK=${gowork} CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "$(pkg_of "$p")")
+  (cd "${ROOT}/${dir}" && GOWORK=${gowork} CGO_ENABLED=0 go build -tags "$(cat "${ROOT}/hack/go-build-tags")" -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "$(pkg_of "$p")")
   printf 'FROM %s\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' "${base}" > "${ctx}/Dockerfile"
   # Debian's dockerd 20.10 has no BuildKit; newer clients print a notice about the legacy builder.
   DOCKER_BUILDKIT=0 docker build -q -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ctx}" > "${ctx}/build.log" 2>&1 ||
