@@ -69,6 +69,9 @@ func options() command.Options {
 		Client: controller.ClientOptions(),
 		Setup: func(mgr manager.Manager, rt command.Runtime) error {
 			opts.Namespaces = rt.Namespaces
+			if fed.MemberOnly { // the member agent alone: it streams what the controller verified
+				return federation.Setup(context.Background(), mgr, fed, &disc)
+			}
 			if err := controller.Setup(mgr, opts); err != nil {
 				return err
 			}
