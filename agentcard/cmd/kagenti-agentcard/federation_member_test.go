@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -293,4 +294,20 @@ func TestLoadFederation(t *testing.T) {
 	t.Logf("LOAD hub with %d cards: RSS %.1f MiB (anonymous %.1f, file-backed %.1f); member process with %d cards: RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
 		n*(members+1), ducktest.ProcStatus(hubProc.Pid, "VmRSS"), ducktest.ProcStatus(hubProc.Pid, "RssAnon"), ducktest.ProcStatus(hubProc.Pid, "RssFile"),
 		n, ducktest.ProcStatus(memberProc.Pid, "VmRSS"), ducktest.ProcStatus(memberProc.Pid, "RssAnon"), ducktest.ProcStatus(memberProc.Pid, "RssFile"), ducktest.Loadavg())
+}
+
+// TestMemberOnlyTakesALeaseOfItsOwn: beside the controller, a member-only process elects its leader
+// on a lease of its own; on the controller's, whichever leads would keep the other from running.
+func TestMemberOnlyTakesALeaseOfItsOwn(t *testing.T) {
+	for args, want := range map[string]string{
+		"--federation=member --federation-member-only": "kagenti-agentcard-federation-member.kagenti.io",
+		"--federation=member":                          "",
+		"":                                             "",
+	} {
+		o := options()
+		fs := pflag.NewFlagSet("kagenti-agentcard", pflag.ContinueOnError)
+		o.Flags(fs)
+		require.NoError(t, fs.Parse(strings.Fields(args)))
+		require.Equal(t, want, o.LeaderElectionID(), "lease for %q (empty: the binary's own, kagenti-agentcard.kagenti.io)", args)
+	}
 }

@@ -63,6 +63,14 @@ func options() command.Options {
 			ctrl.Log.WithName("setup").Info("Go garbage collector target", "GOGC", setGCPercent(os.Getenv))
 			return nil
 		},
+		// A member-only process runs beside the controller: its own lease, or neither would run
+		// while the other leads.
+		LeaderElectionID: func() string {
+			if fed.MemberOnly {
+				return "kagenti-agentcard-federation-member.kagenti.io"
+			}
+			return ""
+		},
 		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
 		// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
 		Cache:  func(ns []string) cache.Options { return controller.CacheOptions(command.NamespaceConfigs(ns)) },
