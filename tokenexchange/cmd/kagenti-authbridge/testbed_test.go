@@ -288,22 +288,7 @@ func (tb *testbed) run() {
 		// the callee with that token through the pod's real outbound proxy.
 		podID := readFile(t, filepath.Join(tb.dir, "pod", "shared", "client-id.txt"))
 		require.NotEmpty(t, podID)
-		svid := strings.TrimSpace(readFile(t, filepath.Join(tb.dir, "caller", "shared", "jwt_svid.token")))
-		hop := func(scope string) (int, map[string]any) {
-			form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"},
-				"subject_token": {user}, "subject_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
-				"audience": {podID}, "client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
-				"client_assertion": {svid}, "actor_token": {svid}, "actor_token_type": {"urn:ietf:params:oauth:token-type:jwt"}}
-			if scope != "" {
-				form.Set("scope", scope)
-			}
-			resp, err := http.PostForm(tb.issuer+"/oauth/token", form)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			var out map[string]any
-			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-			return resp.StatusCode, out
-		}
+		hop := func(scope string) (int, map[string]any) { return tb.callerHop(user, podID, scope) }
 		code, out := hop("agent:invoke")
 		require.Equal(t, http.StatusOK, code, "%v", out)
 		toPod := out["access_token"].(string)
@@ -325,6 +310,39 @@ func (tb *testbed) run() {
 		code, out = hop("agent:invoke admin")
 		assert.Equal(t, http.StatusBadRequest, code)
 		assert.Equal(t, "invalid_scope", out["error"], "the IdP refuses a scope the user's token lacks")
+	})
+
+	t.Run("the callee's policy admits the chain only through the pod; a direct call by the caller is denied by its rule", func(t *testing.T) {
+		podID := readFile(t, filepath.Join(tb.dir, "pod", "shared", "client-id.txt"))
+		require.NotEmpty(t, podID)
+		tb.writeConfig("callee", fmt.Sprintf(`inbound:
+  authorization:
+    rules:
+    - name: only-through-the-pod
+      effect: Allow
+      when: 'chain.size() == 2 && chain[0] == "%s" && chain[1] == "%s"'
+    - name: no-direct-call-by-the-caller
+      effect: Deny
+      when: 'caller == "%s"'
+`, podID, callerID, callerID))
+		tb.waitForContent("callee-status", "callee", "config.yaml")
+		defer func() {
+			tb.writeConfig("callee", "inbound: {}\n")
+			tb.waitForContent("callee-status", "callee", "config.yaml")
+		}()
+
+		// user → caller → pod → callee: every hop exchanged, the callee's rule allows the chain.
+		code, out := tb.callerHop(user, podID, "agent:invoke")
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		status, body := tb.agentCallFrom(tb.pod, calleeHost, tb.callee, out["access_token"].(string))
+		require.Equal(t, http.StatusOK, status, body)
+		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
+		assert.Equal(t, map[string]any{"sub": podID, "act": map[string]any{"sub": callerID}}, c["act"])
+
+		// user → caller → callee: exchanged by the caller's outbound proxy, refused by the rule.
+		status, body = tb.agentCall(calleeHost, tb.callee, user)
+		assert.Equal(t, http.StatusForbidden, status, body)
+		assert.Contains(t, body, "no-direct-call-by-the-caller", "the denial names the rule")
 	})
 
 	t.Run("a pass-through route leaves the token alone", func(t *testing.T) {
@@ -776,6 +794,26 @@ func (tb *testbed) writeCallerConfig(audience string) {
       target: {audience: "%s", scopes: ["agent:invoke"]}
     - match: {host: "%s:%d"}
 `, clusterIP, tb.ports["callee-in"], audience, clusterIP, tb.ports["echo"]))
+}
+
+// callerHop is the caller's exchange of the user's token for audience, as its outbound proxy makes
+// it: its JWT SVID from SPIRE as client assertion and as actor token.
+func (tb *testbed) callerHop(user, audience, scope string) (int, map[string]any) {
+	t := tb.t
+	svid := strings.TrimSpace(readFile(t, filepath.Join(tb.dir, "caller", "shared", "jwt_svid.token")))
+	form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"},
+		"subject_token": {user}, "subject_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
+		"audience": {audience}, "client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
+		"client_assertion": {svid}, "actor_token": {svid}, "actor_token_type": {"urn:ietf:params:oauth:token-type:jwt"}}
+	if scope != "" {
+		form.Set("scope", scope)
+	}
+	resp, err := http.PostForm(tb.issuer+"/oauth/token", form)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
 }
 
 // writeConfig replaces config.yaml the way the kubelet updates a ConfigMap volume.
