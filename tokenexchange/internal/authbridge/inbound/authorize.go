@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -49,14 +51,18 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 			var be *bodyError
 			errors.As(err, &be)
 			if !az.dryRun {
+				telemetry.Default.Decision("deny", "body", 0)
 				p.log.Info("request refused", auditFields(req, "body", "deny", false, be.Reason)...)
 				writeError(w, be.Status, ErrInvalidRequest, be.Reason)
 				return false
 			}
+			telemetry.Default.Decision("would_deny", "body", 0)
 			p.log.Info("would refuse the request", auditFields(req, "body", "deny", true, be.Reason)...)
 		}
 	}
+	start := time.Now()
 	d, err := az.authorizer.Authorize(r.Context(), req)
+	took := time.Since(start)
 	if err != nil { // no decision (an external authorizer that failed): closed
 		d = authz.Decision{Rule: d.Rule, Reason: "no decision: " + err.Error()}
 		if d.Rule == "" {
@@ -64,13 +70,16 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 		}
 	}
 	if d.Allowed {
+		telemetry.Default.Decision("allow", d.Rule, took)
 		p.log.Debug("request allowed", auditFields(req, d.Rule, "allow", az.dryRun, d.Reason)...)
 		return true
 	}
 	if az.dryRun {
+		telemetry.Default.Decision("would_deny", d.Rule, took)
 		p.log.Info("would deny the request", auditFields(req, d.Rule, "deny", true, d.Reason)...)
 		return true
 	}
+	telemetry.Default.Decision("deny", d.Rule, took)
 	p.log.Info("request denied", auditFields(req, d.Rule, "deny", false, d.Reason)...)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

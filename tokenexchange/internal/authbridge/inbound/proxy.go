@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -158,6 +159,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		p.log.Info("request refused", zap.String("error", ErrInvalidRequest), zap.String("reason", err.Error()))
+		telemetry.Default.Request("bad_request")
 		writeError(w, http.StatusBadRequest, ErrInvalidRequest, err.Error())
 		return
 	}
@@ -168,6 +170,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token, ok := bearer(r)
 	if !ok {
+		telemetry.Default.Request("unauthorized")
 		challenge(w, "", "")
 		writeError(w, http.StatusUnauthorized, ErrInvalidRequest, "missing bearer token (Authorization: Bearer <token>)")
 		return
@@ -183,13 +186,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusForbidden
 		}
 		p.log.Info("request refused", zap.String("path", r.URL.Path), zap.String("error", te.Code), zap.String("reason", te.Description))
+		if status == http.StatusForbidden {
+			telemetry.Default.Request("denied")
+		} else {
+			telemetry.Default.Request("unauthorized")
+		}
 		challenge(w, te.Code, te.Description)
 		writeError(w, status, te.Code, te.Description)
 		return
 	}
-	if !p.authorize(w, r, st.authz, claims) {
+	allowed := p.authorize(w, r, st.authz, claims)
+	if claims.Request != nil {
+		telemetry.Default.Call(claims.Request.Caller, claims.Request.Chain, allowed)
+	}
+	if !allowed {
+		telemetry.Default.Request("denied")
 		return
 	}
+	telemetry.Default.Request("allowed")
 	r.Header.Set(ClaimsHeader, strings.Split(token, ".")[1])
 	p.proxy.ServeHTTP(w, r)
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 )
 
 // RFC 8693 and RFC 7523 identifiers.
@@ -106,12 +107,15 @@ func (e *Exchanger) Exchange(ctx context.Context, r Request) (string, error) {
 	if c, ok := e.cache[key]; ok && now.Before(c.expires) {
 		e.stats.Hits++
 		e.mu.Unlock()
+		telemetry.Default.Exchange(true, 0, nil)
 		return c.token, nil
 	}
 	e.stats.Misses++
 	e.mu.Unlock()
 	v, err, _ := e.group.Do(key, func() (any, error) {
+		start := time.Now()
 		tok, lifetime, err := e.call(ctx, r)
+		telemetry.Default.Exchange(false, time.Since(start), err)
 		if err != nil {
 			return "", err
 		}
