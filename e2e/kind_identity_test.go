@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,6 +184,19 @@ func TestKindIdentityFlow(t *testing.T) {
 		}
 	})
 
+	t.Run("kagenti describe shows the callee's calls by caller, read from its pods' authbridge", func(t *testing.T) {
+		// Through the API server's pod proxy to the authbridge's inbound status port: the edge
+		// caller → callee that the calls above made, counted by the callee's sidecar.
+		out := kagenti(t, "describe", "deployment/callee", "-n", ns)
+		if out.code != 0 {
+			t.Fatalf("kagenti describe: exit %d: %s", out.code, out.stderr)
+		}
+		if !strings.Contains(out.stdout, "Calls into it (delegation graph, counted by 1 pod(s)' authbridge):") ||
+			!regexp.MustCompile(`(?m)^  `+regexp.QuoteMeta(callerID)+`: [1-9][0-9]* allowed, 0 denied$`).MatchString(out.stdout) {
+			t.Fatalf("kagenti describe deployment/callee does not show the calls from %s:\n%s", callerID, out.stdout)
+		}
+	})
+
 	t.Run("a route change reaches the running sidecar through the kubelet's ConfigMap refresh", func(t *testing.T) {
 		// The route becomes a pass-through: the callee now gets the user's token, and refuses it.
 		start := time.Now()
@@ -309,15 +323,15 @@ type kindAgent struct {
 	// target is the port its Service targets: the inbound port, where transparent mode's redirect
 	// catches requests, or the authbridge's named port, where proxy mode serves them.
 	target intstr.IntOrString
-	// listen is the agent's address. In transparent mode the agent listens on loopback and its
-	// probes are rewritten to the authbridge, which runs them there. In proxy mode the injector
-	// leaves the probes as written, so the kubelet must reach the agent's port on the pod IP.
+	// listen is the agent's address: loopback in both modes, as docs/identity.md advises (in proxy
+	// mode nothing else keeps a caller off the agent's own port). The injector rewrites the probes
+	// to the authbridge, which runs them there; the kubelet could not reach the agent on the pod IP.
 	listen string
 }
 
 var (
 	transparentAgent = kindAgent{target: intstr.FromInt(inboundPort), listen: "127.0.0.1:" + strconv.Itoa(agentPort)}
-	proxyModeAgent   = kindAgent{target: intstr.FromString("kagenti-inbound"), listen: ":" + strconv.Itoa(agentPort)}
+	proxyModeAgent   = kindAgent{target: intstr.FromString("kagenti-inbound"), listen: "127.0.0.1:" + strconv.Itoa(agentPort)}
 )
 
 // createKindAgent: a ServiceAccount, a Deployment of the stand-in agent labelled for injection (and

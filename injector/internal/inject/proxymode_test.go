@@ -99,7 +99,11 @@ func TestProxyModeSetsTheProxyOnTheAgent(t *testing.T) {
 	for _, name := range []string{"NO_PROXY", "no_proxy"} {
 		assert.Equal(t, "localhost,127.0.0.1,::1,db.internal,.corp.example.com", env[name], name)
 	}
-	assert.Equal(t, tmpl.Spec.Containers[0].ReadinessProbe, agent.ReadinessProbe, "the probe is left as written")
+	// An agent that listens on 127.0.0.1 only (so that the inbound proxy cannot be bypassed) is out
+	// of the kubelet's reach: its probe goes to the authbridge, which runs it on loopback.
+	require.NotNil(t, agent.ReadinessProbe.HTTPGet)
+	assert.Equal(t, "/app-health/agent/readyz", agent.ReadinessProbe.HTTPGet.Path, "the probe is rewritten to the authbridge")
+	assert.Equal(t, int32(15128), agent.ReadinessProbe.HTTPGet.Port.IntVal)
 	i := slices.IndexFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == config.Authbridge })
 	require.GreaterOrEqual(t, i, 0)
 	ab := out.Spec.InitContainers[i]

@@ -227,10 +227,10 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	if proxyMode && !o.Exclude[config.EnvoyProxy] {
 		r.UserEnv = proxyEnv(cfg, o)
 	}
-	if !proxyMode {
-		// In proxy mode the kubelet's probes reach the agent's own port directly: nothing to rewrite.
-		r.appProbes = newProbeRewrite(cfg, o, on(config.ProxyInit) && intercept, r.Listeners)
-	}
+	// In proxy mode nothing redirects, but the agent should listen on 127.0.0.1 only (the inbound
+	// proxy cannot be bypassed then): the kubelet, on the pod IP, would never reach it. Its probes
+	// are rewritten as if every port were redirected, and the authbridge runs them on loopback.
+	r.appProbes = newProbeRewrite(cfg, o, (on(config.ProxyInit) && intercept) || proxyMode, r.Listeners)
 	if len(all) > 0 {
 		r.ProxyUID = cfg.Identity.ProxyUID
 	}
