@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 )
 
 // scrape reads the status port's /metrics with Prometheus' own text parser and returns the value
@@ -24,35 +25,11 @@ func scrape(t *testing.T, cfg *sidecar.Config, name string, labels map[string]st
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(rec.Body)
 	require.NoError(t, err, "the Prometheus text parser reads /metrics")
-	f, ok := families[name]
-	if !ok {
-		return 0
+	list := make([]*dto.MetricFamily, 0, len(families))
+	for _, f := range families {
+		list = append(list, f)
 	}
-	var v float64
-next:
-	for _, m := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, want := range labels {
-			if have[k] != want {
-				continue next
-			}
-		}
-		v += value(m)
-	}
-	return v
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	case m.GetHistogram() != nil:
-		return float64(m.GetHistogram().GetSampleCount())
-	}
-	return 0
+	return telemetry.SumOf(list, name, labels)
 }
 
 // TestDecisionsAndCallsAreMetrics: every decision is counted by result and rule, with its time,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // MaxCallers bounds the (caller, via) pairs kept as label values; calls of further pairs are counted
@@ -132,6 +133,11 @@ func (m *Metrics) Sum(name string, labels map[string]string) float64 {
 	if err != nil {
 		return 0
 	}
+	return SumOf(families, name, labels)
+}
+
+// SumOf is Sum over metric families read elsewhere (e.g. /metrics, parsed).
+func SumOf(families []*dto.MetricFamily, name string, labels map[string]string) float64 {
 	var v float64
 	for _, f := range families {
 		if f.GetName() != name {
