@@ -92,6 +92,11 @@ e2e-kind: build ## End-to-end suite on kind (needs a Docker engine; skips cleanl
 kind-up: ## Start dockerd (state in .local/kind), build the node and component images from source (cached), create a 3-node kind cluster with kube-router.
 	@hack/kind-up.sh
 
+.PHONY: run-kind
+run-kind: build ## The identity flow with real containers on kind (SPIRE, spiffe-helper, the dev IdP, two agents), summarised as measured; the cluster stays up (make kind-down).
+	@KAGENTI_KIND_KEEP=1 KAGENTI_KIND_SUMMARY=1 KAGENTI_KIND_RUN='^TestKindIdentityFlow$$' hack/kind.sh
+	@echo "the cluster is kept: KUBECONFIG=$(ROOT)/.local/kind/kubeconfig kubectl get pods -A; make kind-down removes it"
+
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster, stop the dockerd kind-up started, undo its host changes (KIND_DOWN_FLAGS=--purge also drops the caches).
 	@hack/kind-down.sh $(KIND_DOWN_FLAGS)

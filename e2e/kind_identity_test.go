@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -146,6 +147,7 @@ func TestKindIdentityFlow(t *testing.T) {
 		return res
 	}
 
+	var summary []string // what make run-kind prints
 	t.Run("caller → callee through the Service: exchanged for the callee's audience", func(t *testing.T) {
 		got := decodeReport(t, call(t))
 		if got.Pod != callee.Name {
@@ -163,6 +165,11 @@ func TestKindIdentityFlow(t *testing.T) {
 		if act, _ := claims["act"].(map[string]any); act["sub"] != callerID {
 			t.Errorf("exchanged token act %v: want the caller %s (authenticated by its JWT SVID)", claims["act"], callerID)
 		}
+		svid := jwtClaims(t, nodeFile(t, caller, "kagenti-shared", "jwt_svid.token"))
+		summary = append(summary,
+			fmt.Sprintf("%s (pod %s) called http://%s:%d/tasks with the user's token (aud %v)", "caller", caller.Name, calleeHost, inboundPort, jwtClaims(t, user)["aud"]),
+			fmt.Sprintf("its JWT SVID from the SPIRE agent, written by spiffe-helper: sub %v, aud %v", svid["sub"], svid["aud"]),
+			fmt.Sprintf("its outbound proxy exchanged the token at %s: the callee's agent (pod %s) got aud %v, act %v, scope %v", issuer, got.Pod, claims["aud"], claims["act"], claims["scope"]))
 	})
 
 	t.Run("the callee registered with the dev IdP (RFC 7591)", func(t *testing.T) {
@@ -182,7 +189,11 @@ func TestKindIdentityFlow(t *testing.T) {
 		if status != http.StatusUnauthorized {
 			t.Fatalf("direct call with the user's token: %d %s; want 401", status, body)
 		}
+		summary = append(summary, fmt.Sprintf("the user's own token sent straight to the callee: %d", status))
 	})
+	if os.Getenv("KAGENTI_KIND_SUMMARY") == "1" { // make run-kind: what was measured, for a reader
+		fmt.Printf("\n== the identity flow on kind (namespace %s), as measured ==\n  %s\n\n", ns, strings.Join(summary, "\n  "))
+	}
 
 	t.Run("kagenti describe shows the callee's calls by caller, read from its pods' authbridge", func(t *testing.T) {
 		// Through the API server's pod proxy to the authbridge's inbound status port: the edge
