@@ -59,8 +59,6 @@ func TestKindIdentityFlow(t *testing.T) {
 	validation := map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
 	registration := map[string]any{"provider": "oidc", "oidc": map[string]any{
 		"issuer": issuer, "tokenUrl": issuer + "/oauth/token", "jwksUrl": issuer + "/keys", "registrationUrl": issuer + "/register"}}
-	createKindAgent(t, c, ns, "caller", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent)
-	createKindAgent(t, c, ns, "callee", nil, transparentAgent)
 	// The caller does not register: it authenticates its exchanges with its JWT SVID, whose
 	// audience (spiffe.audience) is the IdP. The callee registers (RFC 7591) and validates.
 	createKindTokenExchange(t, c, ns, "caller-auth", map[string]any{
@@ -77,6 +75,12 @@ func TestKindIdentityFlow(t *testing.T) {
 		"inbound":            map[string]any{"validation": validation},
 		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
 	})
+	// The TokenExchanges first: their controller writes each workload's ConfigMap as soon as the
+	// Deployment exists, before its pod starts, so the pod's startup settings (spiffe-helper's
+	// audience) are the TokenExchange's. In the other order a pod may start on the defaults, which
+	// status.conditions StartupSettingsCurrent=False reports until the pod restarts.
+	createKindAgent(t, c, ns, "caller", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent)
+	createKindAgent(t, c, ns, "callee", nil, transparentAgent)
 
 	// SPIRE has no entry for the caller yet: spiffe-helper runs and gets no SVID. The native
 	// sidecars' startup probes (spiffe-helper's readiness, then the authbridge's, which needs the
