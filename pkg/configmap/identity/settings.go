@@ -142,17 +142,17 @@ type Kind int
 
 // Kinds of values.
 const (
-	String     Kind = iota
-	Bool            // true or false
-	Port            // 1-65535
-	UID             // 0 to 2^31-1
-	Ports           // comma-separated ports
-	Strings         // a list (config.yaml only)
-	Rules           // the destination rules (config.yaml only)
-	Seconds         // a whole number of seconds, 1 to 86400
-	AuthzRules      // the authorization rules (config.yaml only)
-	Count           // a small whole number (config.yaml only)
-	EgressRules     // the egress allow rules (config.yaml only)
+	String      Kind = iota
+	Bool             // true or false
+	Port             // 1-65535
+	UID              // 0 to 2^31-1
+	Ports            // comma-separated ports
+	Strings          // a list (config.yaml only)
+	Rules            // the destination rules (config.yaml only)
+	Seconds          // a whole number of seconds, 1 to 86400
+	AuthzRules       // the authorization rules (config.yaml only)
+	Count            // a small whole number (config.yaml only)
+	EgressRules      // the egress allow rules (config.yaml only)
 )
 
 func (k Kind) String() string {
