@@ -166,6 +166,9 @@ func (p *Proxy) egressAllowsRequest(w http.ResponseWriter, r *http.Request, dst 
 	}
 	name := p.verifiedName(r.Host, dst)
 	d := pol.decide(name, dst)
+	if d.allowed && !p.log.Core().Enabled(zap.DebugLevel) {
+		return true // no audit record to write: spare the allocations
+	}
 	destination := net.JoinHostPort(cmpOr(name, hostName(r.Host), dst.Addr().Unmap().String()), strconv.Itoa(int(dst.Port())))
 	p.auditEgress(pol, d, protocol, destination, dst, r.Method, r.URL.Path)
 	if d.allowed || pol.dryRun {
