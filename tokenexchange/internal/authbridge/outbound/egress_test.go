@@ -349,3 +349,30 @@ func TestEgressAllowsThePodsNameServer(t *testing.T) {
 	assert.False(t, pol.decide("", netip.MustParseAddrPort("10.96.0.10:54")).allowed)
 	assert.False(t, pol.decide("", netip.MustParseAddrPort("10.96.0.11:53")).allowed)
 }
+
+// In a dry run a silent client to an address the policy would deny is not held back: the
+// server-first protocol goes on at once, and the record says it would have been denied.
+func TestEgressDryRunLetsAServerFirstProtocolThrough(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "220 ready\n")
+			c.Close()
+		}
+	}()
+	f := newFixture(t, denyAllBut(`{host: api.example.com}`, "    dryRun: true\n"))
+	c := f.dial(netip.MustParseAddrPort(ln.Addr().String()))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "220 ready\n", got)
+	recs := f.auditRecords("egress would be denied")
+	require.Len(t, recs, 1)
+	assert.Contains(t, recs[0]["reason"], "the client sent nothing")
+}

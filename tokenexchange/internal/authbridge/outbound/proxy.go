@@ -164,10 +164,13 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, htt
 		c.Close()
 		return
 	}
-	if silent && !p.egress.current().decide("", dst).allowed {
-		// Only a name could allow this destination: wait for the client's word rather than
-		// connect to it to see whether the server speaks first.
-		proto, prefix, silent, err = sniff(c, prefix, p.DetectionTimeout)
+	if pol := p.egress.current(); silent && !pol.decide("", dst).allowed {
+		if !pol.dryRun {
+			// Only a name could allow this destination: wait for the client's word rather
+			// than connect to it to see whether the server speaks first. (A dry run changes
+			// no traffic: it only records.)
+			proto, prefix, silent, err = sniff(c, prefix, p.DetectionTimeout)
+		}
 		if err != nil && len(prefix) == 0 || silent && !p.silentClientAllowed(c, dst) {
 			c.Close()
 			return
