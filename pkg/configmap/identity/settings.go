@@ -98,6 +98,11 @@ var Settings = []Setting{
 	{Path: "outbound.tokenExchange.defaultTarget.allowScopeEscalation", Kind: Bool, Default: "`false`",
 		Doc: "let an exchange ask for scopes the caller's token lacks (else refused: scopes only narrow along a delegation chain); a rule's target inherits it"},
 	{Path: "outbound.tokenExchange.destinationRules", Kind: Rules, Doc: "exchanged token per destination host; the first match wins"},
+	{Path: "outbound.egress.default", Kind: String, Default: "`Allow`",
+		Doc: "what a destination no egress rule allows gets: `Allow` or `Deny` (fail closed) ([egress policy](authorization.md#egress-policy))"},
+	{Path: "outbound.egress.allow", Kind: EgressRules,
+		Doc: "destinations the workload may call: each rule one of `host` (pattern, optional `:port`), `cidr` or `agent` (`name`, `namespace`), with optional `ports`"},
+	{Path: "outbound.egress.dryRun", Kind: Bool, Default: "`false`", Doc: "log what the egress policy would deny, let the traffic through"},
 }
 
 // Setting is one identity setting.
@@ -137,20 +142,21 @@ type Kind int
 
 // Kinds of values.
 const (
-	String     Kind = iota
-	Bool            // true or false
-	Port            // 1-65535
-	UID             // 0 to 2^31-1
-	Ports           // comma-separated ports
-	Strings         // a list (config.yaml only)
-	Rules           // the destination rules (config.yaml only)
-	Seconds         // a whole number of seconds, 1 to 86400
-	AuthzRules      // the authorization rules (config.yaml only)
-	Count           // a small whole number (config.yaml only)
+	String      Kind = iota
+	Bool             // true or false
+	Port             // 1-65535
+	UID              // 0 to 2^31-1
+	Ports            // comma-separated ports
+	Strings          // a list (config.yaml only)
+	Rules            // the destination rules (config.yaml only)
+	Seconds          // a whole number of seconds, 1 to 86400
+	AuthzRules       // the authorization rules (config.yaml only)
+	Count            // a small whole number (config.yaml only)
+	EgressRules      // the egress allow rules (config.yaml only)
 )
 
 func (k Kind) String() string {
-	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds", "authorization rules", "count"}[k]
+	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds", "authorization rules", "count", "egress rules"}[k]
 }
 
 // Merge is how config.yaml's value combines with the injector's default.

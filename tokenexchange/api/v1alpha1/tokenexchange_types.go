@@ -348,6 +348,82 @@ type OutboundSpec struct {
 	// TokenExchange configures the exchange of tokens for outgoing requests.
 	// +optional
 	TokenExchange *OutboundTokenExchangeSpec `json:"tokenExchange,omitempty"`
+
+	// Egress says which destinations the workload may call at all (docs/authorization.md,
+	// "Egress policy"). Without it every destination is allowed.
+	// +optional
+	Egress *EgressSpec `json:"egress,omitempty"`
+}
+
+// EgressSpec is the workload's egress policy, enforced by the outbound proxy on what it can verify
+// of each connection: a destination an allow rule matches is reached, any other gets the default.
+type EgressSpec struct {
+	// Default is what happens to a destination no rule allows: Allow (today's behaviour) or Deny
+	// (fail closed). Default Allow.
+	// +optional
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Default string `json:"default,omitempty"`
+
+	// Allow lists the destinations the workload may reach; the first match allows.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Allow []EgressRule `json:"allow,omitempty"`
+
+	// DryRun logs (audits) what the policy would deny and lets the traffic through. Default false.
+	// +optional
+	DryRun *bool `json:"dryRun,omitempty"`
+}
+
+// EgressRule allows one kind of destination: exactly one of host, cidr and agent.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.host), has(self.cidr), has(self.agent)].filter(x, x).size() == 1",message="exactly one of host, cidr and agent must be set",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.host) || !has(self.ports) || !self.host.contains(':')",message="a host with :port and ports together: name the ports in one place",fieldPath=".ports",reason="FieldValueInvalid"
+type EgressRule struct {
+	// Host of the destination, optionally with a port; * matches any run of characters
+	// (e.g. *.svc.cluster.local), as in destinationRules. It matches a name the destination
+	// address verifiably answers to (the request's Host or the TLS SNI, resolved), never an
+	// address: use cidr for those.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9*]([-A-Za-z0-9.*]*[A-Za-z0-9*])?(:[0-9]{1,5})?$`
+	Host string `json:"host,omitempty"`
+
+	// CIDR of destination addresses, e.g. 10.96.0.0/12 or 2001:db8::/32; the only rule form that
+	// matches a connection without a verifiable name (raw TCP, TLS without SNI).
+	// +optional
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	CIDR string `json:"cidr,omitempty"`
+
+	// Agent names an in-cluster agent by its Service: it allows the names name, name.namespace,
+	// name.namespace.svc and name.namespace.svc.cluster.local.
+	// +optional
+	Agent *EgressAgent `json:"agent,omitempty"`
+
+	// Ports the rule allows; all when empty.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	Ports []int32 `json:"ports,omitempty"`
+}
+
+// EgressAgent is an agent's Service.
+type EgressAgent struct {
+	// Name of the agent's Service.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Namespace of the Service; default the TokenExchange's namespace.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // TrafficInterceptionSpec configures the interception of outgoing traffic.

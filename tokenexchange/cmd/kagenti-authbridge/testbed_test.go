@@ -351,6 +351,29 @@ func (tb *testbed) run() {
 		assert.Equal(t, "Bearer "+user, (<-tb.echoed).Get("Authorization"))
 	})
 
+	t.Run("egress default Deny: the allowed callee is reached, another destination gets 403 egress_denied", func(t *testing.T) {
+		// The callee's inbound port on the cluster address, nothing else; the exchange still
+		// works: the sidecar's own calls to the IdP (on the same address) are not redirected.
+		tb.writeCallerConfig(calleeID, fmt.Sprintf("  egress:\n    default: Deny\n    allow: [{cidr: %s/32, ports: [%d]}]\n",
+			clusterIP, tb.ports["callee-in"]))
+		tb.waitForContent("caller-status", "caller", "config.yaml")
+		t.Cleanup(func() {
+			tb.writeCallerConfig(calleeID)
+			tb.waitForContent("caller-status", "caller", "config.yaml")
+		})
+		status, body := tb.agentCall(calleeHost, tb.callee, user)
+		require.Equal(t, http.StatusOK, status, body)
+		<-tb.seen
+		status, body = tb.agentCall(passthroughH, tb.echo, user)
+		assert.Equal(t, http.StatusForbidden, status, body)
+		assert.Contains(t, body, `"error":"egress_denied"`)
+		select {
+		case h := <-tb.echoed:
+			t.Errorf("the denied destination was reached: %v", h)
+		default:
+		}
+	})
+
 	t.Run("a route's audience changed in config.yaml takes effect without a restart", func(t *testing.T) {
 		tb.writeCallerConfig(calleeID + "-v2")
 		tb.waitForContent("caller-status", "caller", "config.yaml")
@@ -785,7 +808,7 @@ func (tb *testbed) credentialsToken(id, secret string, form url.Values) string {
 // writeCallerConfig names the destinations by address: the outbound proxy takes a route by a Host
 // name only when that name resolves to the connection's destination, and the test bed's names
 // (calleeHost, passthroughH, sent as Host headers) resolve to nothing on this machine.
-func (tb *testbed) writeCallerConfig(audience string) {
+func (tb *testbed) writeCallerConfig(audience string, extra ...string) {
 	tb.writeConfig("caller", fmt.Sprintf(`outbound:
   tokenExchange:
     delegation: chained
@@ -793,7 +816,7 @@ func (tb *testbed) writeCallerConfig(audience string) {
     - match: {host: "%s:%d"}
       target: {audience: "%s", scopes: ["agent:invoke"]}
     - match: {host: "%s:%d"}
-`, clusterIP, tb.ports["callee-in"], audience, clusterIP, tb.ports["echo"]))
+`, clusterIP, tb.ports["callee-in"], audience, clusterIP, tb.ports["echo"])+strings.Join(extra, ""))
 }
 
 // callerHop is the caller's exchange of the user's token for audience, as its outbound proxy makes

@@ -129,7 +129,30 @@ type Outbound struct {
 	Enabled       bool          `json:"enabled"`
 	Interception  Interception  `json:"trafficInterception"`
 	TokenExchange TokenExchange `json:"tokenExchange"`
+	Egress        Egress        `json:"egress"`
 }
+
+// Egress is the resolved egress policy: Default is always Allow or Deny, an agent rule is its
+// Service's names.
+type Egress struct {
+	Default string        `json:"default"`
+	Allow   []EgressAllow `json:"allow"`
+	DryRun  bool          `json:"dryRun"`
+}
+
+// EgressAllow is one allow rule: host patterns (one for a host rule, the four Service names of an
+// agent rule) or a CIDR, on Ports (all when empty).
+type EgressAllow struct {
+	Hosts []string `json:"hosts"`
+	CIDR  string   `json:"cidr"`
+	Ports []int32  `json:"ports"`
+}
+
+// Egress defaults.
+const (
+	EgressAllowAll = "Allow"
+	EgressDeny     = "Deny"
+)
 
 // Interception is the resolved traffic interception.
 type Interception struct {

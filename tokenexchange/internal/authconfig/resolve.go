@@ -119,7 +119,10 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		c.Outbound.TokenExchange.Routes = append(c.Outbound.TokenExchange.Routes, route)
 	}
 
+	c.Outbound.Egress = resolveEgress(value(out.Egress), w.Namespace)
+
 	errs := append(c.validate(), notInjected...)
+	errs = append(errs, validateEgress(value(out.Egress))...)
 	if c.ClientRegistration.ClientNameTemplate != "" {
 		name, err := RenderClientName(c.ClientRegistration.ClientNameTemplate, w)
 		if err != nil {

@@ -80,6 +80,7 @@ func TestResolveSeedDefaults(t *testing.T) {
 				DefaultTarget: Target{Audience: "downstream-service", Scopes: []string{}},
 				Routes:        []Route{},
 			},
+			Egress: Egress{Default: "Allow", Allow: []EgressAllow{}},
 		},
 	}, c)
 }
@@ -390,4 +391,51 @@ func TestDelegationIsChainedOrImmediateCaller(t *testing.T) {
 	require.NoError(t, err)
 	_, err = resolveEnv(t, seedEnv(), over)
 	assert.ErrorContains(t, err, `outbound.tokenExchange.delegation: "nested" is not chained or immediateCaller`)
+}
+
+// The egress policy resolves with its default made explicit (Allow) and an agent rule as its
+// Service's four names, in the workload's namespace unless it names another; a policy the proxy
+// could not enforce is refused, each problem with its path in config.yaml.
+func TestResolveEgress(t *testing.T) {
+	parse := func(y string) Spec {
+		s, err := Parse([]byte(y))
+		require.NoError(t, err)
+		return s
+	}
+	c, err := resolveEnv(t, seedEnv(), parse(`outbound: {egress: {default: Deny, dryRun: true, allow: [
+  {host: "API.openai.com", ports: [443]},
+  {cidr: 10.96.0.0/12},
+  {agent: {name: weather}},
+  {agent: {name: search, namespace: tools}, ports: [8080]}]}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Egress{Default: "Deny", DryRun: true, Allow: []EgressAllow{
+		{Hosts: []string{"api.openai.com"}, Ports: []int32{443}},
+		{Hosts: []string{}, CIDR: "10.96.0.0/12", Ports: []int32{}},
+		{Hosts: []string{"weather", "weather.agents", "weather.agents.svc", "weather.agents.svc.cluster.local"}, Ports: []int32{}},
+		{Hosts: []string{"search", "search.tools", "search.tools.svc", "search.tools.svc.cluster.local"}, Ports: []int32{8080}},
+	}}, c.Outbound.Egress)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`outbound: {egress: {default: deny, allow: [
+  {host: a.example.com, cidr: 10.0.0.0/8},
+  {},
+  {cidr: 10.0.0.0/33},
+  {host: "a b"},
+  {host: "a.example.com:443", ports: [443]},
+  {agent: {name: Weather, namespace: "x_y"}},
+  {cidr: 10.0.0.0/8, ports: [0, 65536]}]}}`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`outbound.egress.default: "deny" is not Allow or Deny`,
+		"outbound.egress.allow[0]: exactly one of host, cidr and agent must be set (2 are)",
+		"outbound.egress.allow[1]: exactly one of host, cidr and agent must be set (0 are)",
+		`outbound.egress.allow[2].cidr: "10.0.0.0/33" is not a CIDR`,
+		`outbound.egress.allow[3].host: "a b" is not a host pattern`,
+		`outbound.egress.allow[4].ports: a host with :port ("a.example.com:443") and ports together`,
+		`outbound.egress.allow[5].agent.name: "Weather" is not a Service name`,
+		`outbound.egress.allow[5].agent.namespace: "x_y" is not a namespace name`,
+		"outbound.egress.allow[6].ports[0]: 0 is not a port (1-65535)",
+		"outbound.egress.allow[6].ports[1]: 65536 is not a port (1-65535)",
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
 }

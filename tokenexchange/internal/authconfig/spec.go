@@ -111,6 +111,30 @@ type OutboundSpec struct {
 	Enabled             *bool                    `json:"enabled,omitempty"`
 	TrafficInterception *TrafficInterceptionSpec `json:"trafficInterception,omitempty"`
 	TokenExchange       *TokenExchangeSpec       `json:"tokenExchange,omitempty"`
+	Egress              *EgressSpec              `json:"egress,omitempty"`
+}
+
+// EgressSpec is the workload's egress policy (docs/authorization.md, "Egress policy").
+type EgressSpec struct {
+	// Default is Allow or Deny; Allow when empty.
+	Default string       `json:"default,omitempty"`
+	Allow   []EgressRule `json:"allow,omitempty"`
+	DryRun  *bool        `json:"dryRun,omitempty"`
+}
+
+// EgressRule allows destinations: exactly one of Host (a pattern as DestinationMatch's), CIDR and
+// Agent, on Ports (all when empty).
+type EgressRule struct {
+	Host  string       `json:"host,omitempty"`
+	CIDR  string       `json:"cidr,omitempty"`
+	Agent *EgressAgent `json:"agent,omitempty"`
+	Ports []int32      `json:"ports,omitempty"`
+}
+
+// EgressAgent is an agent's Service; Namespace defaults to the workload's.
+type EgressAgent struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // TrafficInterceptionSpec configures the redirect of outgoing traffic to the proxy.

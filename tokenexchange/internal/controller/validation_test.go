@@ -114,6 +114,25 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.inbound.authorization.default", `supported values: "Allow", "Deny"`}},
 		{"chain depth", `inbound: {authorization: {maxChainDepth: 17}}`,
 			[]string{"spec.inbound.authorization.maxChainDepth", "less than or equal to 16"}},
+		// The egress policy's shape.
+		{"egress default", `outbound: {egress: {default: deny}}`,
+			[]string{"spec.outbound.egress.default", `supported values: "Allow", "Deny"`}},
+		{"egress rule with two forms", `outbound: {egress: {allow: [{cidr: 10.0.0.0/8}, {host: a.example.com, cidr: 10.0.0.0/8}]}}`,
+			[]string{"spec.outbound.egress.allow[1]", "exactly one of host, cidr and agent must be set"}},
+		{"egress rule with none", `outbound: {egress: {allow: [{ports: [443]}]}}`,
+			[]string{"spec.outbound.egress.allow[0]", "exactly one of host, cidr and agent must be set"}},
+		{"egress cidr", `outbound: {egress: {allow: [{cidr: 10.0.0.0/33}]}}`,
+			[]string{"spec.outbound.egress.allow[0].cidr", "must be a CIDR"}},
+		{"egress host", `outbound: {egress: {allow: [{host: "https://api.openai.com"}]}}`,
+			[]string{"spec.outbound.egress.allow[0].host", "should match"}},
+		{"egress host port and ports", `outbound: {egress: {allow: [{host: "api.openai.com:443", ports: [443]}]}}`,
+			[]string{"spec.outbound.egress.allow[0].ports", "name the ports in one place"}},
+		{"egress port", `outbound: {egress: {allow: [{cidr: 10.0.0.0/8, ports: [443, 70000]}]}}`,
+			[]string{"spec.outbound.egress.allow[0].ports[1]", "less than or equal to 65535"}},
+		{"egress agent name", `outbound: {egress: {allow: [{agent: {name: Weather_Agent}}]}}`,
+			[]string{"spec.outbound.egress.allow[0].agent.name", "should match"}},
+		{"egress agent without name", `outbound: {egress: {allow: [{agent: {namespace: tools}}]}}`,
+			[]string{"spec.outbound.egress.allow[0].agent.name", "Required value"}},
 		{"target kind needs apiVersion", `targetRef: {kind: Widget, name: w}`, []string{"spec.targetRef", "apiVersion is required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,4 +190,21 @@ func assertRejected(t *testing.T, ns, extra string, want ...string) {
 	for _, w := range want {
 		assert.Contains(t, err.Error(), w)
 	}
+}
+
+// TestAPIServerAcceptsAnEgressPolicy: the example of docs/authorization.md ("Egress policy") is a
+// valid spec, with every rule form.
+func TestAPIServerAcceptsAnEgressPolicy(t *testing.T) {
+	ns := namespace(t)
+	te := tokenExchange(ns, "egress", "agent")
+	te.Labels = map[string]string{SkipWebhookLabel: "true"} // the schema alone decides
+	te.Spec.Outbound = &v1alpha1.OutboundSpec{Egress: &v1alpha1.EgressSpec{Default: "Deny", Allow: []v1alpha1.EgressRule{
+		{Agent: &v1alpha1.EgressAgent{Name: "weather-agent"}},
+		{Agent: &v1alpha1.EgressAgent{Name: "search", Namespace: "tools"}, Ports: []int32{8080}},
+		{Host: "api.openai.com", Ports: []int32{443}},
+		{Host: "*.googleapis.com:443"},
+		{CIDR: "10.96.0.10/32", Ports: []int32{53}},
+		{CIDR: "2001:db8::/32"},
+	}}}
+	require.NoError(t, k8s.Create(context.Background(), te, client.DryRunAll))
 }

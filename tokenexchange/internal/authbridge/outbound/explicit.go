@@ -134,6 +134,9 @@ func (p *Proxy) resolve(host, port string, self netip.AddrPort) (netip.AddrPort,
 // connect serves CONNECT authority (resolved to dst): a refusal when a destination rule requires
 // the exchange there, else a tunnel, the client's bytes passing untouched both ways.
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, authority string, dst netip.AddrPort) {
+	if !p.egressAllowsRequest(w, r, dst, "connect") {
+		return
+	}
 	c := p.cfg.Current().Config
 	if d := Decide(c, p.routeName(r.Host, dst), strconv.Itoa(int(dst.Port()))); d.Exchange && d.Rule != "" {
 		writeError(w, http.StatusForbidden, "exchange_required_over_tls", fmt.Sprintf(

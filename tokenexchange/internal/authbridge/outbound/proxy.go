@@ -48,6 +48,8 @@ type Proxy struct {
 	DetectionTimeout time.Duration
 	// Loops, when set, tracks the accept loops of Serve for the role's liveness.
 	Loops *sidecar.Loops
+	// egress is the egress policy in effect (egress.go).
+	egress egressState
 }
 
 type ctxKey struct{}
@@ -62,6 +64,7 @@ func New(cfg *sidecar.Config, creds *CredentialSource, exchanger *Exchanger, log
 		names:            newNameCache(),
 		DetectionTimeout: 5 * time.Second,
 	}
+	p.egress.watch(cfg, ResolvConfNameServers("/etc/resolv.conf"))
 	h1 := &http.Transport{
 		Proxy:               nil, // the original destination, never an HTTP proxy from the environment
 		DialContext:         p.dialer.DialContext,
@@ -161,6 +164,18 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, htt
 		c.Close()
 		return
 	}
+	if pol := p.egress.current(); silent && !pol.decide("", dst).allowed {
+		if !pol.dryRun {
+			// Only a name could allow this destination: wait for the client's word rather
+			// than connect to it to see whether the server speaks first. (A dry run changes
+			// no traffic: it only records.)
+			proto, prefix, silent, err = sniff(c, prefix, p.DetectionTimeout)
+		}
+		if err != nil && len(prefix) == 0 || silent && !p.silentClientAllowed(c, dst) {
+			c.Close()
+			return
+		}
+	}
 	switch {
 	case silent:
 		var isHTTP bool
@@ -168,9 +183,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, htt
 			return
 		}
 	case proto == protoOther:
-		if err := tunnel(c, prefix, dst, p.dialer); err != nil {
-			p.log.Info("tunnel failed", zap.Stringer("to", dst), zap.Error(err))
-		}
+		p.tunnelChecked(c, prefix, dst)
 		return
 	}
 	rc := &redirectedConn{Conn: c, dst: dst, prefix: bytes.NewReader(prefix)}
@@ -222,6 +235,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r, dst, ok = p.explicitRequest(w, r); !ok {
 			return
 		}
+	}
+	if !p.egressAllowsRequest(w, r, dst, "http") {
+		return
 	}
 	c := p.cfg.Current().Config
 	host := r.Host

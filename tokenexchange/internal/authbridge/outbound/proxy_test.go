@@ -24,7 +24,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
@@ -111,6 +113,7 @@ type fixture struct {
 	addr   string
 	dst    atomic.Pointer[netip.AddrPort] // where the "redirected" connections were going
 	dns    *fakeDNS
+	logs   *observer.ObservedLogs // the proxy's log at info level and above (audit records)
 }
 
 // fixtureDNS: the names the tests call resolve to the loopback address their servers listen on;
@@ -161,6 +164,8 @@ func newFixture(t testing.TB, configYAML string) *fixture {
 	if _, isTest := t.(*testing.T); isTest {
 		log = zaptest.NewLogger(t)
 	}
+	observed, logs := observer.New(zap.InfoLevel)
+	f.logs, log = logs, zap.New(zapcore.NewTee(log.Core(), observed))
 	var err error
 	f.cfg, err = sidecar.NewConfig(src, log)
 	require.NoError(t, err)
