@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
@@ -138,7 +139,8 @@ func (c *Client) Authorize(ctx context.Context, r *authz.Request) (authz.Decisio
 	defer cancel()
 	resp, err := c.check.Check(ctx, CheckRequest(r))
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// gRPC's own timer for the deadline can fire before the context's does.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
 			err = fmt.Errorf("no answer within %s", c.timeout)
 		}
 		return c.noDecision(err)
