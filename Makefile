@@ -8,9 +8,13 @@ SHELL        := /usr/bin/env bash
 ROOT     := $(CURDIR)
 BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
+# Build tags of every shipped binary (also read by the Dockerfile, hack/images.sh and the load tests).
+GO_BUILD_TAGS := $(shell cat $(ROOT)/hack/go-build-tags)
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
 MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
+# Modules outside go.work (their dependencies stay their own): the example agent and the test programs of hack/.
+STANDALONE := examples/agent-telemetry hack/idp hack/otlp-sink
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.
@@ -55,8 +59,8 @@ lint: ## gofmt everything; go vet every workspace module (the hack/ modules are 
 
 .PHONY: build
 build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data plane, included) and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti) into bin/.
-	@for p in $(PILLARS); do go build -o $(BIN)/ ./$$p/cmd/...; done
-	@go build -o $(BIN)/ ./cli/cmd/...
+	@for p in $(PILLARS); do go build -tags "$(GO_BUILD_TAGS)" -o $(BIN)/ ./$$p/cmd/...; done
+	@go build -tags "$(GO_BUILD_TAGS)" -o $(BIN)/ ./cli/cmd/...
 
 ##@ Test
 
@@ -68,7 +72,7 @@ unit: ## Unit and integration tests (envtest on bin/) of every module, with -rac
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	@hack/tools.sh identity
 	go test $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
-	cd examples/agent-telemetry && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
+	@for m in $(STANDALONE); do echo "$$m (GOWORK=off)"; (cd $$m && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...) || exit 1; done
 
 .PHONY: render
 render: ## Render every kustomize overlay and the helm chart (kubectl kustomize, helm template, helm lint).

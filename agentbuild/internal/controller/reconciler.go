@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/kagenti/platform/pkg/duck"
+	"github.com/kagenti/platform/pkg/duck/kit"
 
 	"github.com/kagenti/platform/agentbuild/api/v1alpha1"
 	"github.com/kagenti/platform/agentbuild/internal/resources"
@@ -54,31 +54,17 @@ type Reconciler struct {
 	Opts     Options
 }
 
+// Reconcile: make the build's Tekton objects match its spec and report in status through the
+// shared model (kit.StatusReconciler); owned Pipelines and PipelineRuns go with a deleted build.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	current := &v1alpha1.AgentBuild{}
-	if err := r.Client.Get(ctx, req.NamespacedName, current); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !current.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil // owned Pipelines and PipelineRuns are garbage-collected
-	}
-	desired := current.DeepCopy()
-	s := newStatus(desired)
-	result, err := r.reconcile(ctx, desired, s)
-	if err != nil && !s.hasVerdict() {
-		return result, err // retried; the stored status keeps saying what it said
-	}
-	switch applyErr := r.Status.Apply(ctx, current, desired); {
-	case duck.IsStale(applyErr):
-		// current came from a cache that has not seen the stored status yet (this controller's
-		// previous write: two run status changes, or a run change and a retry, wake the build
-		// twice within milliseconds): nothing was written, so Ready keeps its
-		// lastTransitionTime and its Event is not repeated.
-		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
-	case applyErr != nil:
-		return ctrl.Result{}, errors.Join(err, applyErr)
-	}
-	return result, err
+	shell := kit.StatusReconciler[*v1alpha1.AgentBuild]{Client: r.Client, Status: r.Status,
+		New: func() *v1alpha1.AgentBuild { return &v1alpha1.AgentBuild{} },
+		Body: func(ctx context.Context, b *v1alpha1.AgentBuild) (ctrl.Result, bool, error) {
+			s := newStatus(b)
+			result, err := r.reconcile(ctx, b, s)
+			return result, s.hasVerdict(), err
+		}}
+	return shell.Reconcile(ctx, req)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, b *v1alpha1.AgentBuild, s status) (ctrl.Result, error) {

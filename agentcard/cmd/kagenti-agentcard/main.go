@@ -63,12 +63,23 @@ func options() command.Options {
 			ctrl.Log.WithName("setup").Info("Go garbage collector target", "GOGC", setGCPercent(os.Getenv))
 			return nil
 		},
+		// A member-only process runs beside the controller: its own lease, or neither would run
+		// while the other leads.
+		LeaderElectionID: func() string {
+			if fed.MemberOnly {
+				return "kagenti-agentcard-federation-member.kagenti.io"
+			}
+			return ""
+		},
 		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
 		// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
 		Cache:  func(ns []string) cache.Options { return controller.CacheOptions(command.NamespaceConfigs(ns)) },
 		Client: controller.ClientOptions(),
 		Setup: func(mgr manager.Manager, rt command.Runtime) error {
 			opts.Namespaces = rt.Namespaces
+			if fed.MemberOnly { // the member agent alone: it streams what the controller verified
+				return federation.Setup(context.Background(), mgr, fed, &disc)
+			}
 			if err := controller.Setup(mgr, opts); err != nil {
 				return err
 			}

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,30 +49,16 @@ type Reconciler struct {
 }
 
 // Reconcile: render the trace ConfigMap of the AgentTrace's target, apply it, and set the status
-// through the shared model.
+// through the shared model (kit.StatusReconciler).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	current := &v1alpha1.AgentTrace{}
-	if err := r.Client.Get(ctx, req.NamespacedName, current); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !current.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil // the ConfigMap goes with it (owner reference)
-	}
-	desired := current.DeepCopy()
-	s := newStatus(desired)
-	result, err := r.reconcile(ctx, desired, s)
-	if err != nil && !s.hasVerdict() {
-		return result, err // retried; the stored status keeps saying what it said
-	}
-	switch applyErr := r.Status.Apply(ctx, current, desired); {
-	case duck.IsStale(applyErr):
-		// current came from a cache that has not seen the stored status yet (this controller's
-		// previous write): nothing was written, so no condition restarts its lastTransitionTime.
-		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
-	case applyErr != nil && !apierrors.IsNotFound(applyErr):
-		return ctrl.Result{}, errors.Join(err, applyErr)
-	}
-	return result, err
+	shell := kit.StatusReconciler[*v1alpha1.AgentTrace]{Client: r.Client, Status: r.Status,
+		New: func() *v1alpha1.AgentTrace { return &v1alpha1.AgentTrace{} },
+		Body: func(ctx context.Context, at *v1alpha1.AgentTrace) (ctrl.Result, bool, error) {
+			s := newStatus(at)
+			result, err := r.reconcile(ctx, at, s)
+			return result, s.hasVerdict(), err
+		}}
+	return shell.Reconcile(ctx, req)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s status) (ctrl.Result, error) {

@@ -70,6 +70,13 @@ var Settings = []Setting{
 	{Path: "inbound.validation.requiredScopes", Kind: Strings, Doc: "scopes every incoming token must carry"},
 	{Path: "inbound.validation.jwksRefreshSeconds", Kind: Seconds, Env: "KAGENTI_JWKS_REFRESH_SECONDS", Implied: strconv.Itoa(JWKSRefreshSeconds),
 		Injector: "identity.jwksRefreshSeconds", Doc: "how often the signing keys are fetched again (10 to 86400 s); a token naming an unknown key fetches them at once"},
+	{Path: "inbound.authorization.rules", Kind: AuthzRules,
+		Doc: "named CEL rules (`name`, `effect` Allow or Deny, `when`) over the verified facts of a request; deny overrides allow ([authorization](authorization.md))"},
+	{Path: "inbound.authorization.default", Kind: String, Default: "`Deny` when a rule allows, else `Allow`",
+		Doc: "effect when no rule matches: `Allow` or `Deny`"},
+	{Path: "inbound.authorization.dryRun", Kind: Bool, Default: "`false`", Doc: "log what the policy would deny, admit the request"},
+	{Path: "inbound.authorization.maxChainDepth", Kind: Count, Default: "`8`",
+		Doc: "most actors (nested `act` claims) an incoming token may carry (1 to 16); a deeper chain is an invalid token"},
 	{Path: "outbound.enabled", Kind: Bool, Env: "KAGENTI_OUTBOUND_ENABLED", Implied: "true", StartupOnly: true,
 		Doc: "outbound interception and token exchange (envoy-proxy); `false` when envoy-proxy is excluded"},
 	{Path: "outbound.trafficInterception.enabled", Kind: Bool, Default: "`true`", StartupOnly: true, Doc: "redirect of outgoing traffic to the proxy"},
@@ -83,9 +90,13 @@ var Settings = []Setting{
 	{Path: "outbound.tokenExchange.enabled", Kind: Bool, Env: "KAGENTI_TOKEN_EXCHANGE", Implied: "true",
 		Injector: "identity.tokenExchange", Doc: "RFC 8693 exchange of outgoing tokens"},
 	{Path: "outbound.tokenExchange.tokenUrl", Kind: String, Default: "the provider's token URL", Doc: "token endpoint of the exchange"},
+	{Path: "outbound.tokenExchange.delegation", Kind: String, Default: "`immediateCaller`",
+		Doc: "`chained`: the identity provider verifies an actor token and nests `act` (the outbound proxy sends its JWT SVID as `actor_token`); `immediateCaller`: no actor token, a callee knows only its immediate caller"},
 	{Path: "outbound.tokenExchange.defaultTarget.audience", Kind: String, Env: "KAGENTI_DEFAULT_AUDIENCE", BuiltIn: DefaultAudience, HasBuiltIn: true,
 		Injector: "identity.defaultAudience", Doc: "audience of exchanged tokens no rule chooses"},
 	{Path: "outbound.tokenExchange.defaultTarget.scopes", Kind: Strings, Doc: "scopes of exchanged tokens no rule chooses"},
+	{Path: "outbound.tokenExchange.defaultTarget.allowScopeEscalation", Kind: Bool, Default: "`false`",
+		Doc: "let an exchange ask for scopes the caller's token lacks (else refused: scopes only narrow along a delegation chain); a rule's target inherits it"},
 	{Path: "outbound.tokenExchange.destinationRules", Kind: Rules, Doc: "exchanged token per destination host; the first match wins"},
 }
 
@@ -126,18 +137,20 @@ type Kind int
 
 // Kinds of values.
 const (
-	String  Kind = iota
-	Bool         // true or false
-	Port         // 1-65535
-	UID          // 0 to 2^31-1
-	Ports        // comma-separated ports
-	Strings      // a list (config.yaml only)
-	Rules        // the destination rules (config.yaml only)
-	Seconds      // a whole number of seconds, 1 to 86400
+	String     Kind = iota
+	Bool            // true or false
+	Port            // 1-65535
+	UID             // 0 to 2^31-1
+	Ports           // comma-separated ports
+	Strings         // a list (config.yaml only)
+	Rules           // the destination rules (config.yaml only)
+	Seconds         // a whole number of seconds, 1 to 86400
+	AuthzRules      // the authorization rules (config.yaml only)
+	Count           // a small whole number (config.yaml only)
 )
 
 func (k Kind) String() string {
-	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds"}[k]
+	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds", "authorization rules", "count"}[k]
 }
 
 // Merge is how config.yaml's value combines with the injector's default.

@@ -22,6 +22,7 @@ import (
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.configuredPods`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
+// +kubebuilder:printcolumn:name="Delegation",type=string,JSONPath=`.status.delegation`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -225,6 +226,70 @@ type InboundSpec struct {
 	// Validation configures the validation of incoming tokens.
 	// +optional
 	Validation *ValidationSpec `json:"validation,omitempty"`
+
+	// Authorization decides, after a token is validated, who may call this agent, on whose behalf
+	// and how (docs/authorization.md). Without it every valid token is admitted.
+	// +optional
+	Authorization *AuthorizationSpec `json:"authorization,omitempty"`
+}
+
+// Effects of an authorization rule and of the default.
+const (
+	EffectAllow = "Allow"
+	EffectDeny  = "Deny"
+)
+
+// AuthorizationSpec is the inbound authorization policy: named CEL rules over the verified facts
+// of a request. Deny overrides allow: the request is denied when a deny rule matches, else allowed
+// when an allow rule matches, else the default applies. A rule whose evaluation fails denies.
+type AuthorizationSpec struct {
+	// Rules are evaluated deny rules first, then allow rules, each kind in order; a rule's name
+	// is what a denial, the audit log and the metrics report.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Rules []AuthorizationRule `json:"rules,omitempty"`
+
+	// Default is the effect when no rule matches: Allow or Deny. When omitted: Deny if a rule
+	// allows (the rules are an allow-list), else Allow (no rules, or deny rules only, keep every
+	// other valid token admitted).
+	// +optional
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Default string `json:"default,omitempty"`
+
+	// DryRun logs what the policy would deny and admits the request. Default false.
+	// +optional
+	DryRun *bool `json:"dryRun,omitempty"`
+
+	// MaxChainDepth bounds the delegation chain (nested act claims, RFC 8693 §4.1) of an incoming
+	// token; a deeper chain is refused as an invalid token. Default 8.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+}
+
+// AuthorizationRule is one named rule: when the CEL expression When is true, Effect applies.
+type AuthorizationRule struct {
+	// Name of the rule, unique in the policy: a DNS label other than "default" (which names the
+	// default in decisions).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="default is reserved: it names the policy's default in decisions"
+	Name string `json:"name"`
+
+	// Effect when the rule matches: Allow or Deny.
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Effect string `json:"effect"`
+
+	// When is a CEL expression over subject, caller, chain, scopes, audience, groups, claims,
+	// request.method, request.path and request.rpcMethod that must be a bool. It is compiled at
+	// admission (the webhook) with the environment the proxy uses.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when"`
 }
 
 // ValidationSpec configures inbound token validation.
@@ -328,6 +393,15 @@ type OutboundTokenExchangeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
 	TokenURL string `json:"tokenUrl,omitempty"`
 
+	// Delegation says what the identity provider does with a delegation chain. chained: it
+	// verifies an actor token and nests the subject token's act claims (RFC 8693 §4.1) — the
+	// outbound proxy sends the workload's JWT SVID as actor_token and every hop is in the signed
+	// token; immediateCaller: it does not (or is not known to), no actor token is sent, and a
+	// callee knows only its immediate caller. Default immediateCaller.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
+
 	// DefaultTarget is used for destinations no rule matches, and fills in what a rule leaves out.
 	// Default audience downstream-service, no scopes.
 	// +optional
@@ -356,6 +430,21 @@ type ExchangeTarget struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
 	Scopes []string `json:"scopes,omitempty"`
+
+	// AllowScopeEscalation lets the exchange ask for scopes the caller's token does not carry, the
+	// identity provider deciding. Default false: the outbound proxy refuses such a request (403
+	// scope_not_delegated), so that scopes only narrow along a delegation chain. A rule's target
+	// inherits defaultTarget's.
+	// +optional
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
+}
+
+// EffectiveDelegation is spec.outbound.tokenExchange.delegation, immediateCaller when unset.
+func (s *TokenExchangeSpec) EffectiveDelegation() string {
+	if s.Outbound != nil && s.Outbound.TokenExchange != nil && s.Outbound.TokenExchange.Delegation != "" {
+		return s.Outbound.TokenExchange.Delegation
+	}
+	return "immediateCaller"
 }
 
 // DestinationRule selects the token for requests to one host.
@@ -469,6 +558,15 @@ type TokenExchangeStatus struct {
 	// Message is a human summary of the state.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// Delegation is what a callee of this workload's calls can rely on: chained (the identity
+	// provider verifies each hop and nests act, so the whole chain is in the signed token) or
+	// immediateCaller (only the immediate caller is known). It reflects
+	// spec.outbound.tokenExchange.delegation, which the administrator sets for the provider: OAuth
+	// metadata has no flag to discover it.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
 
 	// ConfigMapName is the ConfigMap holding the rendered configuration.
 	// +optional

@@ -15,6 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
 // templateBomb is testdata/template-bomb.txt (issue 12): 116 characters of nested printf/print
@@ -279,4 +282,54 @@ func BenchmarkValidateClientNameTemplate(b *testing.B) {
 			}
 		})
 	}
+}
+
+func withPolicy(a *AuthorizationSpec) *TokenExchange {
+	return &TokenExchange{Spec: TokenExchangeSpec{Inbound: &InboundSpec{Authorization: a}}}
+}
+
+// Validate compiles the policy as the proxy does and names each bad rule's field, with the rule's
+// name and what is wrong; a policy that compiles passes.
+func TestValidateNamesTheRuleThatDoesNotCompile(t *testing.T) {
+	ok := AuthorizationRule{Name: "only-middle", Effect: EffectAllow, When: `caller == "spiffe://cluster.local/ns/a/sa/middle"`}
+	assert.Empty(t, withPolicy(&AuthorizationSpec{Rules: []AuthorizationRule{ok}, Default: EffectDeny}).Validate())
+
+	errs := withPolicy(&AuthorizationSpec{Default: "deny", Rules: []AuthorizationRule{
+		ok,
+		{Name: "read-only", Effect: EffectAllow, When: `request.rpcMethod in ["tasks/get"]`},
+		{Name: "groups", Effect: EffectAllow, When: `"finance" in group`},
+		{Name: "not-bool", Effect: EffectDeny, When: `subject`},
+		{Name: "only-middle", Effect: "Maybe", When: `true`},
+	}}).Validate()
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	assert.Equal(t, []string{
+		`spec.inbound.authorization.default: Unsupported value: "deny": supported values: "Allow", "Deny"`,
+		`spec.inbound.authorization.rules[2].when: Invalid value: "\"finance\" in group": rule "groups" does not compile: 1:14: undeclared reference to 'group' (in container '')`,
+		`spec.inbound.authorization.rules[3].when: Invalid value: "subject": rule "not-bool" does not compile: the expression is a string, not a bool`,
+		`spec.inbound.authorization.rules[4].name: Invalid value: "only-middle": rule "only-middle" repeats the name of rules[0]`,
+		`spec.inbound.authorization.rules[4].effect: Invalid value: "Maybe": rule "only-middle" has effect "Maybe", not Allow or Deny`,
+	}, got)
+}
+
+// The CRD's bounds and name pattern on the policy are the authz package's, which the webhook and
+// the proxy apply.
+func TestCRDPolicyBoundsAreTheEngines(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds", "tokenexchange", "kagenti.io_tokenexchanges.yaml"))
+	require.NoError(t, err)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.Unmarshal(data, &crd))
+	az := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["inbound"].Properties["authorization"]
+	rules := az.Properties["rules"]
+	assert.EqualValues(t, authz.MaxRules, *rules.MaxItems)
+	assert.Equal(t, "map", *rules.XListType)
+	assert.Equal(t, []string{"name"}, rules.XListMapKeys)
+	rule := rules.Items.Schema.Properties
+	assert.EqualValues(t, authz.MaxNameLength, *rule["name"].MaxLength)
+	assert.Equal(t, authz.NamePattern, rule["name"].Pattern)
+	assert.EqualValues(t, authz.MaxExpressionLength, *rule["when"].MaxLength)
+	assert.EqualValues(t, authconfig.MaxChainDepth, *az.Properties["maxChainDepth"].Maximum)
 }

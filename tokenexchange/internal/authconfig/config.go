@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // Identity providers.
@@ -85,11 +87,30 @@ type ClientRegistration struct {
 
 // Inbound is the resolved inbound section.
 type Inbound struct {
-	Enabled      bool       `json:"enabled"`
-	Port         int32      `json:"port"`
-	TargetPort   int32      `json:"targetPort"`
-	ExcludePorts []int32    `json:"excludePorts"`
-	Validation   Validation `json:"validation"`
+	Enabled       bool          `json:"enabled"`
+	Port          int32         `json:"port"`
+	TargetPort    int32         `json:"targetPort"`
+	ExcludePorts  []int32       `json:"excludePorts"`
+	Validation    Validation    `json:"validation"`
+	Authorization Authorization `json:"authorization"`
+}
+
+// Authorization is the resolved inbound authorization policy: Default is always Allow or Deny,
+// MaxChainDepth always set; the rules compile (authz.Compile).
+type Authorization struct {
+	Rules         []AuthorizationRule `json:"rules"`
+	Default       string              `json:"default"`
+	DryRun        bool                `json:"dryRun"`
+	MaxChainDepth int32               `json:"maxChainDepth"`
+}
+
+// AuthzRules returns the rules as the authz package compiles them.
+func (a Authorization) AuthzRules() []authz.Rule {
+	out := make([]authz.Rule, len(a.Rules))
+	for i, r := range a.Rules {
+		out[i] = authz.Rule{Name: r.Name, Effect: authz.Effect(r.Effect), When: r.When}
+	}
+	return out
 }
 
 // Validation is the resolved inbound token validation; Audience is never "self".
@@ -120,16 +141,27 @@ type Interception struct {
 
 // TokenExchange is the resolved outbound token exchange.
 type TokenExchange struct {
-	Enabled       bool    `json:"enabled"`
-	TokenURL      string  `json:"tokenUrl"`
+	Enabled  bool   `json:"enabled"`
+	TokenURL string `json:"tokenUrl"`
+	// Delegation is DelegationChained or DelegationImmediateCaller.
+	Delegation    string  `json:"delegation"`
 	DefaultTarget Target  `json:"defaultTarget"`
 	Routes        []Route `json:"routes"`
 }
+
+// Delegation modes: whether the identity provider verifies an actor token and nests act claims.
+const (
+	DelegationChained         = "chained"
+	DelegationImmediateCaller = "immediateCaller"
+)
 
 // Target is the audience and scopes a token is exchanged for.
 type Target struct {
 	Audience string   `json:"audience"`
 	Scopes   []string `json:"scopes"`
+	// AllowScopeEscalation lets the exchange ask for scopes the subject token does not carry;
+	// without it the outbound proxy refuses (scopes only narrow along a delegation chain).
+	AllowScopeEscalation bool `json:"allowScopeEscalation"`
 }
 
 // Route is a destination rule with the default target filled in: the first route whose Host

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // Resolve merges overrides (config.yaml) over defaults (the injector's environment) for the
@@ -21,7 +23,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	notInjected := switchedOnWithoutContainer(defaults, overrides)
 	sp, cr, in, out := value(s.Spiffe), value(s.ClientRegistration), value(s.Inbound), value(s.Outbound)
 	kc, oidc := value(cr.Keycloak), value(cr.OIDC)
-	v := value(in.Validation)
+	v, az := value(in.Validation), value(in.Authorization)
 	ti, tx := value(out.TrafficInterception), value(out.TokenExchange)
 
 	c := Config{Workload: w}
@@ -73,11 +75,21 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 			// The data plane's default when neither config.yaml nor the injector sets one.
 			JWKSRefreshSeconds: valueOr(v.JWKSRefreshSeconds, identity.JWKSRefreshSeconds),
 		},
+		Authorization: Authorization{
+			Rules:         nonNil(az.Rules),
+			Default:       az.Default,
+			DryRun:        value(az.DryRun),
+			MaxChainDepth: valueOr(az.MaxChainDepth, authz.DefaultMaxChainDepth),
+		},
+	}
+	if c.Inbound.Authorization.Default == "" {
+		c.Inbound.Authorization.Default = string(authz.DefaultEffect(c.Inbound.Authorization.AuthzRules()))
 	}
 
 	def := Target{Scopes: []string{}}
 	if tx.DefaultTarget != nil {
-		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes)}
+		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes),
+			AllowScopeEscalation: value(tx.DefaultTarget.AllowScopeEscalation)}
 	}
 	c.Outbound = Outbound{
 		Enabled: enabled(out.Enabled),
@@ -90,6 +102,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		TokenExchange: TokenExchange{
 			Enabled:       enabled(tx.Enabled),
 			TokenURL:      str(c.IdP.TokenURL, tx.TokenURL),
+			Delegation:    str(DelegationImmediateCaller, tx.Delegation),
 			DefaultTarget: def,
 			Routes:        make([]Route, 0, len(tx.DestinationRules)),
 		},
@@ -97,7 +110,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	for _, r := range tx.DestinationRules {
 		route := Route{Host: r.Match.Host, Passthrough: r.Target == nil, Target: Target{Scopes: []string{}}}
 		if r.Target != nil {
-			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes}
+			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes,
+				AllowScopeEscalation: valueOr(r.Target.AllowScopeEscalation, def.AllowScopeEscalation)}
 			if len(r.Target.Scopes) > 0 {
 				route.Target.Scopes = r.Target.Scopes
 			}
@@ -186,6 +200,10 @@ func (c Config) validate() []error {
 		required("spiffe.audience", c.Spiffe.Audience)
 	}
 
+	if d := c.Outbound.TokenExchange.Delegation; d != DelegationChained && d != DelegationImmediateCaller {
+		add("outbound.tokenExchange.delegation", "%q is not chained or immediateCaller", d)
+	}
+
 	switch c.IdP.Provider {
 	case ProviderKeycloak:
 		httpURL("clientRegistration.keycloak.url", c.IdP.KeycloakURL)
@@ -228,6 +246,7 @@ func (c Config) validate() []error {
 			add("inbound.validation.jwksRefreshSeconds", "%d is not 10 to 86400 seconds (default %s)", r, envOf("inbound.validation.jwksRefreshSeconds"))
 		}
 	}
+	errs = append(errs, c.Inbound.Authorization.validate()...)
 
 	port("outbound.trafficInterception.proxyPort", c.Outbound.Interception.ProxyPort)
 	if c.Outbound.Interception.ProxyPort == c.Inbound.Port && c.Inbound.Port != 0 {
@@ -259,6 +278,32 @@ func (c Config) validate() []error {
 		scopes(fmt.Sprintf("outbound.tokenExchange.destinationRules[%d].target.scopes", i), r.Target.Scopes)
 	}
 	return errs
+}
+
+// validate compiles the policy as the inbound proxy will (authz.Compile), so that a policy the
+// proxy could not run is refused with the configuration that carries it.
+func (a Authorization) validate() []error {
+	var errs []error
+	if d := a.MaxChainDepth; d < 1 || d > MaxChainDepth {
+		errs = append(errs, fmt.Errorf("inbound.authorization.maxChainDepth: %d is not 1 to %d", d, MaxChainDepth))
+	}
+	if _, err := authz.Compile(a.AuthzRules(), authz.Effect(a.Default)); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", e))
+		}
+	}
+	return errs
+}
+
+// MaxChainDepth is the largest inbound.authorization.maxChainDepth.
+const MaxChainDepth = 16
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // A part's enabled switch in config.yaml can switch off a container the injector put into the pod

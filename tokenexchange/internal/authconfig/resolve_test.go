@@ -69,13 +69,14 @@ func TestResolveSeedDefaults(t *testing.T) {
 			Enabled: true, Issuer: "http://keycloak.kagenti-system.svc:8080/realms/default",
 			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
 			Audience: "spiffe://cluster.local/ns/agents/sa/agent-sa", RequiredScopes: []string{}, JWKSRefreshSeconds: 600,
-		}},
+		}, Authorization: Authorization{Rules: []AuthorizationRule{}, Default: "Allow", MaxChainDepth: 8}},
 		Outbound: Outbound{
 			Enabled:      true,
 			Interception: Interception{Enabled: true, ProxyPort: 15123, ProxyUID: 1337, ExcludePorts: []int32{5432}},
 			TokenExchange: TokenExchange{
 				Enabled:       true,
 				TokenURL:      "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
+				Delegation:    DelegationImmediateCaller,
 				DefaultTarget: Target{Audience: "downstream-service", Scopes: []string{}},
 				Routes:        []Route{},
 			},
@@ -316,4 +317,77 @@ func TestResolveRefusesAClientNameWithoutTheNamespaceFirst(t *testing.T) {
 
 	_, err = resolveEnv(t, seedEnv(), Spec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: "{{ .Namespace }}/{{.ServiceAccount}}"}}})
 	assert.NoError(t, err)
+}
+
+// The policy resolves with its default made explicit (Deny as soon as a rule allows) and the
+// chain depth filled in; a policy the proxy could not run is refused with the configuration,
+// each problem with its path in config.yaml.
+func TestResolveAuthorization(t *testing.T) {
+	parse := func(y string) Spec {
+		s, err := Parse([]byte(y))
+		require.NoError(t, err)
+		return s
+	}
+	c, err := resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {rules: [{name: only-middle, effect: Allow, when: 'caller == "m"'}]}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Authorization{Rules: []AuthorizationRule{{Name: "only-middle", Effect: "Allow", When: `caller == "m"`}}, Default: "Deny", MaxChainDepth: 8}, c.Inbound.Authorization)
+
+	c, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {rules: [{name: no-bob, effect: Deny, when: 'subject == "bob"'}], dryRun: true, maxChainDepth: 3}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Authorization{Rules: []AuthorizationRule{{Name: "no-bob", Effect: "Deny", When: `subject == "bob"`}}, Default: "Allow", DryRun: true, MaxChainDepth: 3}, c.Inbound.Authorization)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {default: allow, maxChainDepth: 17, rules: [
+  {name: a, effect: Allow, when: "true"},
+  {name: a, effect: Allow, when: "true"},
+  {name: c, effect: Allow, when: "subjekt == 'x'"}]}}`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`inbound.authorization.default: "allow" is not Allow or Deny`,
+		"inbound.authorization.maxChainDepth: 17 is not 1 to 16",
+		`inbound.authorization.rules[1].name: rule "a" repeats the name of rules[0]`,
+		`inbound.authorization.rules[2].when: rule "c" does not compile: 1:1: undeclared reference to 'subjekt'`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// TestAllowScopeEscalationIsInheritedFromTheDefaultTarget: a rule's target takes defaultTarget's
+// allowScopeEscalation unless it sets its own; it is off when nobody sets it.
+func TestAllowScopeEscalationIsInheritedFromTheDefaultTarget(t *testing.T) {
+	over, err := Parse([]byte(`
+outbound:
+  tokenExchange:
+    defaultTarget: {audience: fallback, allowScopeEscalation: true}
+    destinationRules:
+    - match: {host: inherits.example.com}
+      target: {audience: a}
+    - match: {host: narrows.example.com}
+      target: {audience: b, allowScopeEscalation: false}
+`))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	tx := c.Outbound.TokenExchange
+	assert.True(t, tx.DefaultTarget.AllowScopeEscalation)
+	assert.True(t, tx.Routes[0].Target.AllowScopeEscalation, "inherited from defaultTarget")
+	assert.False(t, tx.Routes[1].Target.AllowScopeEscalation, "the rule's own false")
+
+	c, err = resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	assert.False(t, c.Outbound.TokenExchange.DefaultTarget.AllowScopeEscalation, "off by default")
+}
+
+// TestDelegationIsChainedOrImmediateCaller: outbound.tokenExchange.delegation defaults to
+// immediateCaller, takes chained, and anything else is refused naming the field.
+func TestDelegationIsChainedOrImmediateCaller(t *testing.T) {
+	over, err := Parse([]byte("outbound: {tokenExchange: {delegation: chained}}\n"))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	assert.Equal(t, DelegationChained, c.Outbound.TokenExchange.Delegation)
+
+	over, err = Parse([]byte("outbound: {tokenExchange: {delegation: nested}}\n"))
+	require.NoError(t, err)
+	_, err = resolveEnv(t, seedEnv(), over)
+	assert.ErrorContains(t, err, `outbound.tokenExchange.delegation: "nested" is not chained or immediateCaller`)
 }

@@ -72,6 +72,8 @@ type InboundSpec struct {
 	Port       *int32          `json:"port,omitempty"`
 	TargetPort *int32          `json:"targetPort,omitempty"`
 	Validation *ValidationSpec `json:"validation,omitempty"`
+	// Authorization is the policy applied to requests with a valid token.
+	Authorization *AuthorizationSpec `json:"authorization,omitempty"`
 	// ExcludePorts are inbound destination ports that are not redirected to the proxy (the
 	// workload annotation kagenti.io/inbound-ports-exclude). Only here.
 	ExcludePorts []int32 `json:"excludePorts,omitempty"`
@@ -86,6 +88,22 @@ type ValidationSpec struct {
 	RequiredScopes []string `json:"requiredScopes,omitempty"`
 	// JWKSRefreshSeconds is how often the signing keys are fetched again.
 	JWKSRefreshSeconds *int32 `json:"jwksRefreshSeconds,omitempty"`
+}
+
+// AuthorizationSpec is the inbound authorization policy (docs/authorization.md).
+type AuthorizationSpec struct {
+	Rules []AuthorizationRule `json:"rules,omitempty"`
+	// Default is Allow or Deny; when empty, Deny if a rule allows, else Allow.
+	Default       string `json:"default,omitempty"`
+	DryRun        *bool  `json:"dryRun,omitempty"`
+	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+}
+
+// AuthorizationRule is a named CEL rule with its effect, Allow or Deny.
+type AuthorizationRule struct {
+	Name   string `json:"name"`
+	Effect string `json:"effect"`
+	When   string `json:"when"`
 }
 
 // OutboundSpec configures outbound traffic (the outbound proxy, seed name envoy-proxy).
@@ -110,6 +128,7 @@ type TrafficInterceptionSpec struct {
 type TokenExchangeSpec struct {
 	Enabled          *bool             `json:"enabled,omitempty"`
 	TokenURL         string            `json:"tokenUrl,omitempty"`
+	Delegation       string            `json:"delegation,omitempty"`
 	DefaultTarget    *ExchangeTarget   `json:"defaultTarget,omitempty"`
 	DestinationRules []DestinationRule `json:"destinationRules,omitempty"`
 }
@@ -118,6 +137,8 @@ type TokenExchangeSpec struct {
 type ExchangeTarget struct {
 	Audience string   `json:"audience,omitempty"`
 	Scopes   []string `json:"scopes,omitempty"`
+	// AllowScopeEscalation lets the outbound proxy ask for scopes the caller's token lacks.
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
 }
 
 // DestinationRule selects the token for requests to one host; without a target, matching

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -54,35 +53,18 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile: render the TokenExchange into its workload's ConfigMap, apply it, and set the status
-// (with the workload's pods) through the shared model.
+// (with the workload's pods) through the shared model (kit.StatusReconciler).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	current := &v1alpha1.TokenExchange{}
-	if err := r.Client.Get(ctx, req.NamespacedName, current); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Pods.Forget(req.NamespacedName)
-			return ctrl.Result{}, nil // the ConfigMap goes with it (owner reference)
-		}
-		return ctrl.Result{}, err
-	}
-	if !current.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
-	desired := current.DeepCopy()
-	s := newStatus(desired)
-	result, err := r.reconcile(ctx, desired, s)
-	s.dropUnset(propagationConditions...) // they describe pods only when the ConfigMap is in effect
-	if err != nil && !s.hasVerdict() {
-		return result, err // retried; the stored status keeps saying what it said
-	}
-	switch applyErr := r.Status.Apply(ctx, current, desired); {
-	case duck.IsStale(applyErr):
-		// current came from a cache that has not seen the stored status yet (this controller's
-		// previous write): nothing was written, so no condition restarts its lastTransitionTime.
-		return ctrl.Result{RequeueAfter: duck.StaleRetry}, err
-	case applyErr != nil && !apierrors.IsNotFound(applyErr):
-		return ctrl.Result{}, errors.Join(err, applyErr)
-	}
-	return result, err
+	shell := kit.StatusReconciler[*v1alpha1.TokenExchange]{Client: r.Client, Status: r.Status,
+		New:  func() *v1alpha1.TokenExchange { return &v1alpha1.TokenExchange{} },
+		Gone: r.Pods.Forget,
+		Body: func(ctx context.Context, te *v1alpha1.TokenExchange) (ctrl.Result, bool, error) {
+			s := newStatus(te)
+			result, err := r.reconcile(ctx, te, s)
+			s.dropUnset(propagationConditions...) // they describe pods only when the ConfigMap is in effect
+			return result, s.hasVerdict(), err
+		}}
+	return shell.Reconcile(ctx, req)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, s status) (ctrl.Result, error) {
@@ -128,6 +110,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	// injector mounts it, and then takes effect without another reconcile.
 	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace()})
 	s.ConfigMapName = desired.Name
+	s.Delegation = te.Spec.EffectiveDelegation()
 	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
 	res, err := r.Applier.Apply(ctx, desired, te)
 	if notOwned := (*kit.NotOwnedError)(nil); errors.As(err, &notOwned) {

@@ -99,6 +99,21 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 		{"proxy uid", `outbound: {trafficInterception: {proxyUid: 1337}}`,
 			[]string{"spec.outbound.trafficInterception.proxyUid: Forbidden: proxyUid is not supported",
 				"the proxies run as the injector's proxy UID (its identity.proxyUID, default 1337)", "Remove this field"}},
+		// The authorization policy's shape (its CEL is compiled by the webhook).
+		{"repeated rule name", `inbound: {authorization: {rules: [{name: a, effect: Allow, when: "true"}, {name: a, effect: Deny, when: "false"}]}}`,
+			[]string{"spec.inbound.authorization.rules[1]", "Duplicate value"}},
+		{"reserved rule name", `inbound: {authorization: {rules: [{name: default, effect: Allow, when: "true"}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].name", "default is reserved"}},
+		{"rule name not a label", `inbound: {authorization: {rules: [{name: Only_Me, effect: Allow, when: "true"}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].name", "should match"}},
+		{"rule effect", `inbound: {authorization: {rules: [{name: a, effect: allow, when: "true"}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].effect", `supported values: "Allow", "Deny"`}},
+		{"rule without when", `inbound: {authorization: {rules: [{name: a, effect: Allow}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].when", "Required value"}},
+		{"policy default", `inbound: {authorization: {default: deny}}`,
+			[]string{"spec.inbound.authorization.default", `supported values: "Allow", "Deny"`}},
+		{"chain depth", `inbound: {authorization: {maxChainDepth: 17}}`,
+			[]string{"spec.inbound.authorization.maxChainDepth", "less than or equal to 16"}},
 		{"target kind needs apiVersion", `targetRef: {kind: Widget, name: w}`, []string{"spec.targetRef", "apiVersion is required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,6 +99,12 @@ func TestOverridesCarryEveryField(t *testing.T) {
 	te.Spec.TargetRef = duck.TargetRef{Kind: "Deployment", Name: "w"}
 	// A client name template must name the namespace first (the filler's string would not).
 	te.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "{{.Namespace}}/w"
+	// An authorization policy must compile (the filler's strings are no effects or CEL).
+	az := te.Spec.Inbound.Authorization
+	az.Default = v1alpha1.EffectDeny
+	for i := range az.Rules {
+		az.Rules[i].Effect, az.Rules[i].When = v1alpha1.EffectAllow, "true"
+	}
 	// The fields the API rejects because they cannot take effect are not in the data plane's
 	// schema; the controller validates before it renders, so they never reach Overrides.
 	assert.ElementsMatch(t, []string{"spec.clientRegistration.keycloak.adminCredentialsSecret", "spec.outbound.trafficInterception.proxyUid",
