@@ -24,8 +24,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"strings"
 	"time"
 
@@ -43,7 +41,7 @@ import (
 
 // DefaultTimeout bounds one Check when Config.Timeout is zero: an authorizer on loopback answers
 // in well under a millisecond, so this is a hang, not a slow policy.
-const DefaultTimeout = 200 * time.Millisecond
+const DefaultTimeout = authz.DefaultExternalTimeout
 
 // MetadataNamespace is the filter_metadata key the verified identity is sent under.
 const MetadataNamespace = "kagenti.authbridge"
@@ -84,11 +82,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if err := authz.CheckExternalAddress(cfg.Address, cfg.TLS != nil); err != nil {
+		return nil, err
+	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
-	} else if err := plaintextAllowed(cfg.Address); err != nil {
-		return nil, err
 	}
 	conn, err := grpc.NewClient(cfg.Address, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -101,32 +100,6 @@ func New(cfg Config) (*Client, error) {
 		conn:     conn,
 		check:    authv3.NewAuthorizationClient(conn),
 	}, nil
-}
-
-// plaintextAllowed refuses a plaintext connection to anything but loopback or a unix socket.
-func plaintextAllowed(address string) error {
-	hostport := address
-	if u, err := url.Parse(address); err == nil && u.Scheme != "" && strings.Contains(address, "://") {
-		switch u.Scheme {
-		case "unix", "unix-abstract":
-			return nil
-		case "dns", "passthrough":
-			hostport = strings.TrimPrefix(u.Path, "/")
-		default:
-			return fmt.Errorf("external.address %q: scheme %q is not one of dns, unix, passthrough", address, u.Scheme)
-		}
-	}
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return fmt.Errorf("external.address %q: %w", address, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("external.address %q: plaintext only to a loopback address or a unix socket; configure TLS for %s", address, host)
 }
 
 // Close closes the connection.

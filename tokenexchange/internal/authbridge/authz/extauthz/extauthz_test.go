@@ -228,7 +228,7 @@ func TestPlaintextOnlyToLoopbackOrUnixSocket(t *testing.T) {
 		_, err := New(Config{Address: ok})
 		assert.NoError(t, err, ok)
 	}
-	for _, bad := range []string{"opa.policy.svc:9191", "dns:///opa.policy.svc:9191", "10.0.0.7:9191", "ftp://x:1", "no-port"} {
+	for _, bad := range []string{"opa.policy.svc:9191", "dns:///opa.policy.svc:9191", "10.0.0.7:9191", "ftp://x:1", "no-port", "dns://8.8.8.8/localhost:9191", "[::ffff:10.0.0.7]:9191"} {
 		_, err := New(Config{Address: bad})
 		require.Error(t, err, bad)
 		assert.True(t, strings.HasPrefix(err.Error(), "external.address"), err.Error())
