@@ -134,7 +134,12 @@ func TestExternalAuthorizerIsSentTheVerifiedFactsAndTheRPCMethod(t *testing.T) {
 	f.withPolicy(withExternal(ext.addr, ""))
 	a := f.do(http.MethodPost, "/", f.viaMiddle(), []byte(`{"jsonrpc":"2.0","id":1,"method":"message/send","params":{}}`), nil)
 	require.Equal(t, http.StatusOK, a.status, a.text)
-	r := <-got
+	var r *authv3.CheckRequest
+	select {
+	case r = <-got:
+	default:
+		t.Fatal("the external authorizer was not asked")
+	}
 	assert.Equal(t, middle, r.GetAttributes().GetSource().GetPrincipal())
 	md := r.GetAttributes().GetMetadataContext().GetFilterMetadata()["kagenti.authbridge"].AsMap()
 	assert.Equal(t, "message/send", md["rpc_method"])
