@@ -268,6 +268,52 @@ type AuthorizationSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
 	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+
+	// External is an external authorizer (Envoy's ext_authz gRPC API: OPA with its envoy plugin,
+	// kagenti-opa-extauthz…) asked after the rules allow: both must allow. DryRun applies to it.
+	// +optional
+	External *ExternalAuthorizerSpec `json:"external,omitempty"`
+}
+
+// ExternalAuthorizerSpec is an ext_authz gRPC authorizer. Plaintext reaches only loopback or a
+// unix socket (the answer on the connection is the decision): a remote address needs tls.
+// +kubebuilder:validation:XValidation:rule=`has(self.tls) || self.address.matches('^((unix|unix-abstract):.+|((dns|passthrough):///)?(localhost|127\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}|\\[::1\\]):[0-9]{1,5})$')`,message="external.address: plaintext only to localhost, 127.0.0.0/8, [::1] or unix:; set external.tls for a remote authorizer",fieldPath=".address"
+type ExternalAuthorizerSpec struct {
+	// Address is a gRPC target: host:port, dns:///host:port or unix:///path.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^((unix|unix-abstract):.+|((dns|passthrough):///)?[^/\\s]+:[0-9]{1,5})$')`,message="external.address: not host:port, dns:///host:port or unix:///path"
+	Address string `json:"address"`
+
+	// Timeout bounds the wait for a decision, 10ms to 5s (a duration: 200ms, 1s). Default 200ms.
+	// No answer in time is no decision: denied, unless failOpen.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[0-9]+(\\.[0-9]+)?(ms|s)$') && duration(self) >= duration('10ms') && duration(self) <= duration('5s')`,message="external.timeout: a duration from 10ms to 5s (200ms, 1s)"
+	Timeout string `json:"timeout,omitempty"`
+
+	// FailOpen allows a request when the authorizer gives no decision (a timeout, a refused
+	// connection, an unknown answer). An explicit denial still denies. Default false.
+	// +optional
+	FailOpen *bool `json:"failOpen,omitempty"`
+
+	// TLS to the authorizer. Required for an address that is not loopback or a unix socket.
+	// +optional
+	TLS *ExternalAuthorizerTLS `json:"tls,omitempty"`
+}
+
+// ExternalAuthorizerTLS is the TLS of the connection to the external authorizer.
+type ExternalAuthorizerTLS struct {
+	// CABundle is the PEM certificates the authorizer's certificate must chain to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	CABundle string `json:"caBundle"`
+
+	// ServerName is the name the authorizer's certificate must carry (default: the address's
+	// host).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // AuthorizationRule is one named rule: when the CEL expression When is true, Effect applies.

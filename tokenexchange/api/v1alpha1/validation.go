@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -130,6 +131,9 @@ func ValidateAuthorization(path *field.Path, a *AuthorizationSpec) field.ErrorLi
 	if len(a.Rules) > authz.MaxRules {
 		return append(errs, field.TooMany(path.Child("rules"), len(a.Rules), authz.MaxRules))
 	}
+	if e := a.External; e != nil {
+		errs = append(errs, validateExternal(path.Child("external"), e)...)
+	}
 	rules := make([]authz.Rule, len(a.Rules))
 	for i, r := range a.Rules {
 		rules[i] = authz.Rule{Name: r.Name, Effect: authz.Effect(r.Effect), When: r.When}
@@ -152,6 +156,31 @@ func ValidateAuthorization(path *field.Path, a *AuthorizationSpec) field.ErrorLi
 		}
 		value := map[string]string{"name": re.Name, "effect": string(rules[re.Index].Effect), "when": rules[re.Index].When}[re.Field]
 		errs = append(errs, field.Invalid(path.Child("rules").Index(re.Index).Child(re.Field), value, fmt.Sprintf("rule %q %s", re.Name, re.Message)))
+	}
+	return errs
+}
+
+// validateExternal checks the external authorizer as the proxy's client does (authz's checks):
+// a target it can dial, plaintext only to loopback or a unix socket, a timeout within bounds, a
+// CA bundle with a certificate.
+func validateExternal(path *field.Path, e *ExternalAuthorizerSpec) field.ErrorList {
+	var errs field.ErrorList
+	if err := authz.CheckExternalAddress(e.Address, e.TLS != nil); err != nil {
+		errs = append(errs, field.Invalid(path.Child("address"), e.Address, err.Error()))
+	}
+	if e.Timeout != "" {
+		d, err := time.ParseDuration(e.Timeout)
+		if err == nil {
+			err = authz.CheckExternalTimeout(d)
+		}
+		if err != nil {
+			errs = append(errs, field.Invalid(path.Child("timeout"), e.Timeout, err.Error()))
+		}
+	}
+	if e.TLS != nil {
+		if _, err := (authconfig.ExternalTLS{CABundle: e.TLS.CABundle}).CertPool(); err != nil {
+			errs = append(errs, field.Invalid(path.Child("tls", "caBundle"), "(PEM)", err.Error()))
+		}
 	}
 	return errs
 }

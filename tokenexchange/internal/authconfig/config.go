@@ -2,10 +2,13 @@ package authconfig
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
@@ -102,6 +105,24 @@ type Authorization struct {
 	Default       string              `json:"default"`
 	DryRun        bool                `json:"dryRun"`
 	MaxChainDepth int32               `json:"maxChainDepth"`
+	// External is the external authorizer; nil when there is none.
+	External *External `json:"external,omitempty"`
+}
+
+// External is the resolved external authorizer: Timeout is set and within bounds, Address is one
+// the client may dial (plaintext only to loopback or a unix socket).
+type External struct {
+	Address  string        `json:"address"`
+	Timeout  time.Duration `json:"timeout"`
+	FailOpen bool          `json:"failOpen"`
+	// TLS is nil for plaintext.
+	TLS *ExternalTLS `json:"tls,omitempty"`
+}
+
+// ExternalTLS is the TLS of the connection to the external authorizer.
+type ExternalTLS struct {
+	CABundle   string `json:"caBundle"`
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // AuthzRules returns the rules as the authz package compiles them.
@@ -256,4 +277,13 @@ func (c Config) WithStartupSettingsOf(started Config) Config {
 	c.Outbound.Interception = started.Outbound.Interception
 	c.Outbound.Interception.ExcludePorts = slices.Clone(started.Outbound.Interception.ExcludePorts)
 	return c
+}
+
+// CertPool is CABundle's certificates; an error when it holds none.
+func (t ExternalTLS) CertPool() (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(t.CABundle)) {
+		return nil, errors.New("no PEM certificate")
+	}
+	return pool, nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
 
@@ -81,6 +82,19 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 			DryRun:        value(az.DryRun),
 			MaxChainDepth: valueOr(az.MaxChainDepth, authz.DefaultMaxChainDepth),
 		},
+	}
+	if e := az.External; e != nil {
+		c.Inbound.Authorization.External = &External{Address: e.Address, Timeout: authz.DefaultExternalTimeout, FailOpen: value(e.FailOpen)}
+		if e.Timeout != "" {
+			d, err := time.ParseDuration(e.Timeout)
+			if err != nil {
+				return Config{}, fmt.Errorf("inbound.authorization.external.timeout: %q is not a duration (200ms, 1s)", e.Timeout)
+			}
+			c.Inbound.Authorization.External.Timeout = d
+		}
+		if e.TLS != nil {
+			c.Inbound.Authorization.External.TLS = &ExternalTLS{CABundle: e.TLS.CABundle, ServerName: e.TLS.ServerName}
+		}
 	}
 	if c.Inbound.Authorization.Default == "" {
 		c.Inbound.Authorization.Default = string(authz.DefaultEffect(c.Inbound.Authorization.AuthzRules()))
@@ -289,6 +303,19 @@ func (a Authorization) validate() []error {
 	var errs []error
 	if d := a.MaxChainDepth; d < 1 || d > MaxChainDepth {
 		errs = append(errs, fmt.Errorf("inbound.authorization.maxChainDepth: %d is not 1 to %d", d, MaxChainDepth))
+	}
+	if e := a.External; e != nil {
+		if err := authz.CheckExternalAddress(e.Address, e.TLS != nil); err != nil {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", err))
+		}
+		if err := authz.CheckExternalTimeout(e.Timeout); err != nil {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", err))
+		}
+		if e.TLS != nil {
+			if _, err := e.TLS.CertPool(); err != nil {
+				errs = append(errs, fmt.Errorf("inbound.authorization.external.tls.caBundle: %w", err))
+			}
+		}
 	}
 	if _, err := authz.Compile(a.AuthzRules(), authz.Effect(a.Default)); err != nil {
 		for _, e := range unjoin(err) {

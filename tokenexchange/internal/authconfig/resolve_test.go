@@ -3,6 +3,7 @@ package authconfig
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -438,4 +439,33 @@ func TestResolveEgress(t *testing.T) {
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// inbound.authorization.external resolves with the 200ms default timeout, and the data plane
+// refuses what the client would (a plaintext remote address, a timeout out of bounds, a CA bundle
+// without a certificate), each error naming the field.
+func TestResolveExternalAuthorizer(t *testing.T) {
+	parse := func(y string) Spec {
+		s, err := Parse([]byte(y))
+		require.NoError(t, err)
+		return s
+	}
+	c, err := resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "127.0.0.1:9191"}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, &External{Address: "127.0.0.1:9191", Timeout: 200 * time.Millisecond}, c.Inbound.Authorization.External)
+
+	c, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "unix:///run/opa.sock", timeout: 1s, failOpen: true}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, &External{Address: "unix:///run/opa.sock", Timeout: time.Second, FailOpen: true}, c.Inbound.Authorization.External)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "opa.policy.svc:9191", timeout: 9s}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `inbound.authorization.external.address: "opa.policy.svc:9191" is not loopback or a unix socket`)
+	assert.Contains(t, err.Error(), `inbound.authorization.external.timeout: 9s is not 10ms to 5s`)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "opa.policy.svc:9191", tls: {caBundle: nope}}}}`))
+	require.ErrorContains(t, err, "inbound.authorization.external.tls.caBundle: no PEM certificate")
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "127.0.0.1:9191", timeout: soon}}}`))
+	require.ErrorContains(t, err, `inbound.authorization.external.timeout: "soon" is not a duration`)
 }

@@ -97,6 +97,24 @@ type AuthorizationSpec struct {
 	Default       string `json:"default,omitempty"`
 	DryRun        *bool  `json:"dryRun,omitempty"`
 	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+	// External is an ext_authz gRPC authorizer asked after the rules allow.
+	External *ExternalAuthorizerSpec `json:"external,omitempty"`
+}
+
+// ExternalAuthorizerSpec is an external authorizer (Envoy's ext_authz gRPC API).
+type ExternalAuthorizerSpec struct {
+	Address string `json:"address,omitempty"`
+	// Timeout is a Go duration (200ms when empty).
+	Timeout  string           `json:"timeout,omitempty"`
+	FailOpen *bool            `json:"failOpen,omitempty"`
+	TLS      *ExternalTLSSpec `json:"tls,omitempty"`
+}
+
+// ExternalTLSSpec is the TLS of the connection to the external authorizer.
+type ExternalTLSSpec struct {
+	// CABundle is the PEM certificates the authorizer's certificate must chain to.
+	CABundle   string `json:"caBundle,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // AuthorizationRule is a named CEL rule with its effect, Allow or Deny.

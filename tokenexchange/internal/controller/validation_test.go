@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server
@@ -133,6 +134,19 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.outbound.egress.allow[0].agent.name", "should match"}},
 		{"egress agent without name", `outbound: {egress: {allow: [{agent: {namespace: tools}}]}}`,
 			[]string{"spec.outbound.egress.allow[0].agent.name", "Required value"}},
+		// The external authorizer: the same patterns as the client (authz.CheckExternalAddress).
+		{"external plaintext to a remote address", `inbound: {authorization: {external: {address: "opa.policy.svc:9191"}}}`,
+			[]string{"spec.inbound.authorization.external.address", "plaintext only to localhost, 127.0.0.0/8, [::1] or unix:; set external.tls"}},
+		{"external plaintext to a non-loopback IP", `inbound: {authorization: {external: {address: "dns:///10.0.0.7:9191"}}}`,
+			[]string{"spec.inbound.authorization.external.address", "plaintext only to localhost"}},
+		{"external address without port", `inbound: {authorization: {external: {address: "opa", tls: {caBundle: x}}}}`,
+			[]string{"spec.inbound.authorization.external.address", "not host:port, dns:///host:port or unix:///path"}},
+		{"external timeout too long", `inbound: {authorization: {external: {address: "127.0.0.1:9191", timeout: 10s}}}`,
+			[]string{"spec.inbound.authorization.external.timeout", "a duration from 10ms to 5s"}},
+		{"external timeout not a duration", `inbound: {authorization: {external: {address: "127.0.0.1:9191", timeout: soon}}}`,
+			[]string{"spec.inbound.authorization.external.timeout", "a duration from 10ms to 5s"}},
+		{"external tls without a CA bundle", `inbound: {authorization: {external: {address: "opa.policy.svc:9191", tls: {serverName: opa}}}}`,
+			[]string{"spec.inbound.authorization.external.tls.caBundle", "Required value"}},
 		{"target kind needs apiVersion", `targetRef: {kind: Widget, name: w}`, []string{"spec.targetRef", "apiVersion is required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -207,4 +221,26 @@ func TestAPIServerAcceptsAnEgressPolicy(t *testing.T) {
 		{CIDR: "2001:db8::/32"},
 	}}}
 	require.NoError(t, k8s.Create(context.Background(), te, client.DryRunAll))
+}
+
+// The external authorizers the client accepts are accepted by the API server's CEL rules too.
+func TestAPIServerAcceptsTheExternalAuthorizersTheClientAccepts(t *testing.T) {
+	ns := namespace(t)
+	for _, ext := range []map[string]any{
+		{"address": "127.0.0.1:9191"},
+		{"address": "localhost:9191", "timeout": "250ms", "failOpen": true},
+		{"address": "[::1]:9191", "timeout": "1.5s"},
+		{"address": "dns:///localhost:9191"},
+		{"address": "unix:///run/opa/opa.sock"},
+		{"address": "dns:///opa.policy.svc:9191", "tls": map[string]any{"caBundle": "-----BEGIN CERTIFICATE-----", "serverName": "opa.policy.svc"}},
+	} {
+		require.NoError(t, authz.CheckExternalAddress(ext["address"].(string), ext["tls"] != nil))
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kagenti.io/v1alpha1", "kind": "TokenExchange",
+			"metadata": map[string]any{"generateName": "ext-", "namespace": ns, "labels": map[string]any{SkipWebhookLabel: "true"}},
+			"spec": map[string]any{"targetRef": map[string]any{"kind": "Deployment", "name": "agent"},
+				"inbound": map[string]any{"authorization": map[string]any{"external": ext}}},
+		}}
+		assert.NoError(t, k8s.Create(context.Background(), u), "%v", ext)
+	}
 }

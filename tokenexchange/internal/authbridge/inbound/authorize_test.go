@@ -307,9 +307,7 @@ func (failingAuthorizer) Authorize(context.Context, *authz.Request) (authz.Decis
 func TestAnAuthorizerWithoutADecisionDenies(t *testing.T) {
 	f := newFixture(t)
 	st := *f.proxy.state.Load()
-	az := *st.authz
-	az.authorizer = failingAuthorizer{}
-	st.authz = &az
+	st.authz = &authorization{authorizer: failingAuthorizer{}}
 	f.proxy.state.Store(&st)
 	a := f.get("/tasks", f.viaMiddle(), nil)
 	assert.Equal(t, http.StatusForbidden, a.status, a.text)

@@ -83,7 +83,9 @@ func (p *Proxy) apply(c authconfig.Config) {
 		}
 		st.authz = newAuthorization(c.Inbound.Authorization, p.log) // compiled once per configuration
 	}
-	p.state.Store(st)
+	if old := p.state.Swap(st); old != nil {
+		old.authz.release(p.log) // the previous configuration's external authorizer connection
+	}
 }
 
 // keys returns the key set of url, refreshed every refresh (inbound.validation.jwksRefreshSeconds).
@@ -195,7 +197,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, te.Code, te.Description)
 		return
 	}
-	allowed := p.authorize(w, r, st.authz, claims)
+	az := st.authz
+	for !az.acquire() { // a new configuration took over since st was loaded
+		az = p.state.Load().authz
+		if az == nil { // and validates no more: the previous configuration's policy is gone
+			p.proxy.ServeHTTP(w, r)
+			return
+		}
+	}
+	allowed := p.authorize(w, r, az, claims)
+	az.done()
 	if claims.Request != nil {
 		telemetry.Default.Call(claims.Request.Caller, claims.Request.Chain, allowed)
 	}
