@@ -77,8 +77,8 @@ func TestKindIdentityFlow(t *testing.T) {
 	})
 	// The TokenExchanges first: their controller writes each workload's ConfigMap as soon as the
 	// Deployment exists, before its pod starts, so the pod's startup settings (spiffe-helper's
-	// audience) are the TokenExchange's. In the other order a pod may start on the defaults, which
-	// status.conditions StartupSettingsCurrent=False reports until the pod restarts.
+	// audience) are the TokenExchange's. In the other order a pod may start on the defaults, and
+	// the controller restarts it (TestKindPodStartedBeforeItsConfigMapIsRestarted): a minute more.
 	createKindAgent(t, c, ns, "caller", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent)
 	createKindAgent(t, c, ns, "callee", nil, transparentAgent)
 

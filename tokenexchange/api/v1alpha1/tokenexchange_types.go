@@ -663,6 +663,9 @@ const (
 	// pod-start settings (traffic interception) of the current content.
 	ReasonCurrent         = "Current"
 	ReasonRestartRequired = "RestartRequired"
+	// ReasonRestarting (StartupSettingsCurrent): pods that started before their ConfigMap existed
+	// are being restarted by the controller (evicted, for their controller to start again).
+	ReasonRestarting = "Restarting"
 )
 
 // TokenExchangeStatus is the observed state.

@@ -27,6 +27,8 @@ func options() command.Options {
 			NewServer: func(o webhook.Options) webhook.Server { return txwebhook.NewServer(o) }},
 		Flags: func(f *pflag.FlagSet) {
 			f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
+			f.BoolVar(&opts.RestartStartedWithoutContent, "restart-pods-started-before-config", true,
+				"evict the pods of a workload that started before its TokenExchange's ConfigMap existed (applied together), so that their controller starts them with its startup settings")
 		},
 		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
 		Cache: func([]string) cache.Options {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,6 +114,10 @@ type cachedPod struct {
 	// roles are the components that run a role with a status port, sorted (the prober asks each
 	// on its port, whether the component has a container of its own or shares the authbridge one).
 	roles []string
+	// started is when the kubelet took the pod (status.startTime; zero before).
+	started time.Time
+	// controller is the pod's controller (its controller owner reference), when it has one.
+	controller *metav1.OwnerReference
 	// ready holds the identity components whose container is ready (identityComponentBit): a
 	// native sidecar (init container, restartPolicy Always) or a classic container, depending on
 	// the injector's configuration; both are looked at. One container may run several components
@@ -129,6 +134,12 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		running: p.Status.Phase == corev1.PodRunning,
 		ip:      p.Status.PodIP,
 		roles:   roleComponents(p),
+	}
+	if p.Status.StartTime != nil {
+		c.started = p.Status.StartTime.Time
+	}
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		c.controller = &metav1.OwnerReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID}
 	}
 	c.configMap = tokenExchangeConfigMap(p)
 	components := containerComponents(p)
@@ -172,6 +183,10 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 	c := *p
 	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	c.roles = slices.Clone(p.roles)
+	if p.controller != nil {
+		ref := *p.controller
+		c.controller = &ref
+	}
 	return &c
 }
 

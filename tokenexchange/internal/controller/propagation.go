@@ -105,6 +105,9 @@ type podObservation struct {
 	unreachable string
 	// pendingRestart: startup settings the pod's roles run with old values.
 	pendingRestart []string
+	// startedWithoutContent: a role started on the injector's defaults alone (no ConfigMap
+	// content in the volume yet).
+	startedWithoutContent bool
 	// ownedElsewhere: a role refused a client owned by another workload (its message).
 	ownedElsewhere string
 	// notReady: a role reported it is not ready. Such a pod is asked again at every reconcile
@@ -134,6 +137,9 @@ type Propagation struct {
 	Behind, Rejected, Unreachable map[string]string
 	// PendingRestart: pod name → startup settings it runs with old values.
 	PendingRestart map[string][]string
+	// StartedWithoutContent: the pods of PendingRestart whose roles started before any content
+	// of the ConfigMap reached them (restart.go).
+	StartedWithoutContent map[string]bool
 	// OwnedElsewhere: pod name → the refusal of its register role (sidecar.ReasonClientOwnedElsewhere).
 	OwnedElsewhere map[string]string
 	// NotReady counts the pods with a role that reported it is not ready.
@@ -173,7 +179,8 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 
 	now := map[types.UID]podObservation{}
 	prop := Propagation{Want: want, Pods: len(pods), Behind: map[string]string{}, Rejected: map[string]string{},
-		Unreachable: map[string]string{}, PendingRestart: map[string][]string{}, OwnedElsewhere: map[string]string{}}
+		Unreachable: map[string]string{}, PendingRestart: map[string][]string{}, OwnedElsewhere: map[string]string{},
+		StartedWithoutContent: map[string]bool{}}
 	for i, o := range obs {
 		if o.current(pods[i], want) {
 			now[pods[i].UID] = o // only a pod on the wanted content, all ready, stays there: remember it
@@ -195,6 +202,9 @@ func (p *PodStatusProber) Probe(ctx context.Context, key types.NamespacedName, p
 		}
 		if len(o.pendingRestart) > 0 {
 			prop.PendingRestart[o.name] = o.pendingRestart
+			if o.startedWithoutContent {
+				prop.StartedWithoutContent[o.name] = true
+			}
 		}
 	}
 	sort.Strings(prop.Current)
@@ -236,6 +246,7 @@ func (p *PodStatusProber) observe(ctx context.Context, pod *cachedPod, want stri
 		if st.ConfigError != "" {
 			rejected = append(rejected, fmt.Sprintf("%s: %s", c, st.ConfigError))
 		}
+		o.startedWithoutContent = o.startedWithoutContent || st.StartedWithoutContent
 		for _, s := range st.PendingRestart {
 			if !slices.Contains(o.pendingRestart, s) {
 				o.pendingRestart = append(o.pendingRestart, s)

@@ -95,6 +95,13 @@ func runRolePod(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string
 // runRolePodWith is runRolePod with the register role refusing refusal (nil: none) from the start.
 func runRolePodWith(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string]int, refusal *sidecar.Refusal) *rolePod {
 	t.Helper()
+	return runRolePodOn(t, p, sidecars, roles, refusal, nil)
+}
+
+// runRolePodOn is runRolePodWith whose roles start on the volume as projected leaves it (nil:
+// empty, as when the ConfigMap does not exist yet).
+func runRolePodOn(t *testing.T, p *corev1.Pod, sidecars []string, roles map[string]int, refusal *sidecar.Refusal, projected func(*rolePod)) *rolePod {
+	t.Helper()
 	ctx := context.Background()
 	ns, name, app := p.Namespace, p.Name, p.Labels["app"]
 	must(t, k8s.Create(ctx, p))
@@ -107,6 +114,9 @@ func runRolePodWith(t *testing.T, p *corev1.Pod, sidecars []string, roles map[st
 
 	rp := &rolePod{pod: p, vol: t.TempDir()}
 	rp.refusal.Store(refusal)
+	if projected != nil {
+		projected(rp)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

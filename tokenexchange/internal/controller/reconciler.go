@@ -42,12 +42,17 @@ type Reconciler struct {
 	// Workloads starts the watch of a target's kind on first use; nil in tests that build a
 	// Reconciler without a manager.
 	Workloads *kit.WorkloadWatches
+	// RestartStartedWithoutContent: evict the pods that started before the ConfigMap existed
+	// (restart.go), within RestartWindow (0: DefaultRestartWindow) of the TokenExchange's creation.
+	RestartStartedWithoutContent bool
+	RestartWindow                time.Duration
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=tokenexchanges,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kagenti.io,resources=tokenexchanges/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets;replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -134,6 +139,13 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	prop := r.Pods.Probe(ctx, client.ObjectKeyFromObject(te), ps.pods, kit.ContentHash(desired))
 	retry := s.setPropagation(prop, desired.Name,
 		fmt.Sprintf("kubectl rollout restart %s/%s (or delete the pods)", strings.ToLower(w.Kind()), w.Name()))
+	done, err := r.restartStartedWithoutContent(ctx, te, desired.Name, ps.pods, prop)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if again := s.setRestarts(done, desired.Name); again > 0 && (retry == 0 || again < retry) {
+		retry = again
+	}
 	if _, injected := tmpl.Annotations[contract.InjectionStatusAnnotation]; !injected {
 		s.notInjected(fmt.Sprintf("%s %s has no %s annotation on its pod template: label it kagenti.io/inject=enabled in a namespace labelled kagenti.io/injection=enabled; ConfigMap %s is written and takes effect once the identity sidecars are injected",
 			w.Kind(), w.Name(), contract.InjectionStatusAnnotation, desired.Name))

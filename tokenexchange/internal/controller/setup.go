@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,11 @@ type Options struct {
 	// PodStatusClient reads the identity sidecars' /status from the pod IPs (propagation.go);
 	// nil: NewPodStatusClient.
 	PodStatusClient *http.Client
+	// RestartStartedWithoutContent evicts the pods that started before their ConfigMap existed
+	// (restart.go; the --restart-pods-started-before-config flag).
+	RestartStartedWithoutContent bool
+	// RestartWindow: 0 is DefaultRestartWindow.
+	RestartWindow time.Duration
 }
 
 // podTokenExchangeIndex indexes pods by the ConfigMap behind their token-exchange volume.
@@ -76,6 +82,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Recorder: events,
 		Pods:     NewPodStatusProber(opts.PodStatusClient),
 		PodCache: pods,
+
+		RestartStartedWithoutContent: opts.RestartStartedWithoutContent,
+		RestartWindow:                opts.RestartWindow,
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4

@@ -112,7 +112,8 @@ func run(m *testing.M) int {
 	}
 	statusClient := controller.NewPodStatusClient()
 	statusClient.Transport.(*http.Transport).DialContext = podNetwork.dial
-	if err := controller.Setup(mgr, controller.Options{Webhook: &txwebhook.Options{CertDir: wo.LocalServingCertDir}, PodStatusClient: statusClient}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Webhook: &txwebhook.Options{CertDir: wo.LocalServingCertDir}, PodStatusClient: statusClient,
+		RestartStartedWithoutContent: true}); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
 	}

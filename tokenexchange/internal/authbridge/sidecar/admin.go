@@ -30,6 +30,11 @@ type Status struct {
 	ConfigError string `json:"configError,omitempty"`
 	// PendingRestart lists changed settings that take effect only when the pod is recreated.
 	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// StartedWithoutContent: the role started before any ConfigMap content reached the pod's
+	// volume (or rejected it), so it runs the injector's defaults of the startup settings;
+	// PendingRestart lists those the content changes. The tokenexchange controller restarts such
+	// a pod when it started before its ConfigMap existed (restart.go there).
+	StartedWithoutContent bool `json:"startedWithoutContent,omitempty"`
 	// Refusal is set while the role refuses to act on its configuration for a reason that only a
 	// person can remove (a registered client that belongs to another workload). The controller
 	// reports it on the TokenExchange with Reason; NotReady says the same.
@@ -59,11 +64,12 @@ type Readiness func() []string
 func StatusOf(role string, cfg *Config, readiness Readiness, refusal Refusals) Status {
 	snap := cfg.Current()
 	s := Status{
-		Role:           role,
-		ContentHash:    snap.ContentHash,
-		ConfigHash:     snap.Config.Hash(),
-		LoadedAt:       snap.LoadedAt.UTC().Truncate(time.Second),
-		PendingRestart: cfg.PendingRestart(),
+		Role:                  role,
+		ContentHash:           snap.ContentHash,
+		ConfigHash:            snap.Config.Hash(),
+		LoadedAt:              snap.LoadedAt.UTC().Truncate(time.Second),
+		PendingRestart:        cfg.PendingRestart(),
+		StartedWithoutContent: cfg.StartedWithoutContent(),
 	}
 	if err := cfg.Err(); err != nil {
 		s.ConfigError = err.Error()

@@ -131,6 +131,10 @@ type Config struct {
 	source  Source
 	log     *zap.Logger
 	started authconfig.Config
+	// startedWithoutContent: no ConfigMap content was in the volume when the role started (the
+	// ConfigMap did not exist yet, or its content was rejected): its startup settings are the
+	// injector's defaults.
+	startedWithoutContent bool
 
 	current atomic.Pointer[Snapshot]
 	mu      sync.Mutex
@@ -157,6 +161,7 @@ func NewConfig(src Source, log *zap.Logger) (*Config, error) {
 		snap = fallback
 	}
 	c.started = snap.Config
+	c.startedWithoutContent = snap.ContentHash == ""
 	c.current.Store(&snap)
 	log.Info("configuration loaded", zap.String("contentHash", snap.ContentHash), zap.String("configHash", snap.Config.Hash()),
 		zap.String("podNameFrom", src.PodNameFrom))
@@ -168,6 +173,11 @@ func (c *Config) Current() Snapshot { return *c.current.Load() }
 
 // Started returns the configuration the pod started with.
 func (c *Config) Started() authconfig.Config { return c.started }
+
+// StartedWithoutContent says that the role started on the injector's defaults alone: no
+// ConfigMap content was in its volume (or it was rejected), so its startup settings are the
+// defaults whatever the ConfigMap says later.
+func (c *Config) StartedWithoutContent() bool { return c.startedWithoutContent }
 
 // OnChange registers f to run after each change of the configuration in effect.
 func (c *Config) OnChange(f func(Snapshot)) {

@@ -266,3 +266,28 @@ func TestConfigInTheIdentityDirectory(t *testing.T) {
 	}
 	assert.NoError(t, cfg.Err())
 }
+
+// A role that started before its ConfigMap reached the volume says so in its status, for good:
+// the content arriving later changes the run-time settings, not the startup ones, and
+// PendingRestart names those the content changes. A role that started on content does not.
+func TestStatusSaysTheRoleStartedWithoutContent(t *testing.T) {
+	vol := &configMapVolume{dir: t.TempDir()}
+	cfg, err := NewConfig(testSource(vol.dir), zaptest.NewLogger(t))
+	require.NoError(t, err)
+	st := StatusOf("outbound", cfg, nil, nil)
+	assert.True(t, st.StartedWithoutContent, "an empty volume at start")
+	assert.Empty(t, st.PendingRestart)
+
+	vol.write(t, map[string]string{"config.yaml": "spiffe: {audience: team-a}\n"})
+	cfg.Reload()
+	st = StatusOf("outbound", cfg, nil, nil)
+	assert.True(t, st.StartedWithoutContent, "the content came after the start")
+	assert.Equal(t, []string{"spiffe.audience"}, st.PendingRestart)
+	assert.NotEmpty(t, st.ContentHash, "the run-time settings follow the content")
+
+	restarted, err := NewConfig(testSource(vol.dir), zaptest.NewLogger(t))
+	require.NoError(t, err)
+	st = StatusOf("outbound", restarted, nil, nil)
+	assert.False(t, st.StartedWithoutContent, "a restart on the content")
+	assert.Empty(t, st.PendingRestart)
+}
