@@ -8,7 +8,8 @@ SHELL        := /usr/bin/env bash
 ROOT     := $(CURDIR)
 BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
-# Build tags of every shipped binary (also read by the Dockerfile, hack/images.sh and the load tests).
+# Build tags of every shipped binary (also read by the Dockerfile, hack/images.sh and the load tests),
+# and of the unit tests, so that they test the configuration that ships.
 GO_BUILD_TAGS := $(shell cat $(ROOT)/hack/go-build-tags)
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
@@ -71,7 +72,7 @@ test: tools verify-generate lint unit render e2e e2e-kind ## The one test comman
 unit: ## Unit and integration tests (envtest on bin/) of every module, with -race.
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	@hack/tools.sh identity
-	go test $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	go test -tags "$(GO_BUILD_TAGS)" $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
 	@for m in $(STANDALONE); do echo "$$m (GOWORK=off)"; (cd $$m && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...) || exit 1; done
 
 .PHONY: render
