@@ -21,7 +21,9 @@ import (
 	"github.com/spiffe/go-spiffe/v2/federation"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
+	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/federation/fedtest"
 	"github.com/kagenti/platform/agentcard/internal/federation/hub"
 )
@@ -135,5 +137,77 @@ func TestFetchBundleRefusesBadEndpoints(t *testing.T) {
 				t.Fatalf("FetchBundle error = %q (reason %s), want reason %s mentioning %q", fe, fe.Reason, tc.reason, tc.message)
 			}
 		})
+	}
+}
+
+// A member's SPIRE rotates its CA: once the endpoint's bundle is fetched, SVIDs of the new CA are
+// accepted; once the endpoint drops the old CA, its SVIDs are refused; the fetched bundle survives
+// the status writer's rebuilds and yields to an edited spec.trustBundle.
+func TestFetchedBundleFollowsTheMembersCARotation(t *testing.T) {
+	ca1 := fedtest.NewDomain(t, "member.example")
+	ca2 := fedtest.NewDomain(t, "member.example")
+	other := fedtest.NewDomain(t, "other.example")
+	regs := []v1alpha1.FederatedCluster{
+		fedtest.Registration("member", ca1, time.Minute, time.Hour),
+		fedtest.Registration("other", other, time.Minute, time.Hour),
+	}
+	g := hub.NewRegistry()
+	g.Replace(regs)
+	accepted := func(d *fedtest.Domain) error {
+		_, _, err := x509svid.Verify(d.SVID(t, "/ns/a/sa/b", time.Time{}).Certificates, g)
+		return err
+	}
+	if accepted(ca2) == nil {
+		t.Fatal("an SVID of CA2 was accepted before the bundle was fetched")
+	}
+
+	served := spiffebundle.FromX509Authorities(ca1.TD, []*x509.Certificate{ca1.CA.Cert, ca2.CA.Cert})
+	url := bundleServer(t, ca1, handler(t, ca1.TD, served))
+	b, err := hub.FetchBundle(context.Background(), ca1.TD, endpoint(t, ca1, url), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetFetchedBundle("member", b); err != nil {
+		t.Fatal(err)
+	}
+	g.Replace(regs) // the status writer's rebuild
+	if err := accepted(ca2); err != nil {
+		t.Fatalf("SVID of CA2 after the refresh: %v", err)
+	}
+	if err := accepted(ca1); err != nil {
+		t.Fatalf("SVID of CA1 while the endpoint still serves it: %v", err)
+	}
+	if err := accepted(other); err != nil {
+		t.Fatalf("another member: %v", err)
+	}
+
+	served.RemoveX509Authority(ca1.CA.Cert)
+	if b, err = hub.FetchBundle(context.Background(), ca1.TD, hub.BundleEndpoint{
+		URL: url, ID: spiffeid.RequireFromPath(ca1.TD, "/spire/server"), Trust: g,
+	}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetFetchedBundle("member", b); err != nil {
+		t.Fatal(err)
+	}
+	if accepted(ca1) == nil {
+		t.Fatal("an SVID of CA1 was accepted after the endpoint dropped CA1")
+	}
+	if err := accepted(ca2); err != nil {
+		t.Fatalf("SVID of CA2: %v", err)
+	}
+	if err := g.SetFetchedBundle("other", b); err == nil {
+		t.Fatal("member.example's bundle was installed for other.example")
+	}
+
+	// The admin edits spec.trustBundle: the spec applies again.
+	edited := fedtest.Registration("member", ca1, time.Minute, time.Hour)
+	edited.Spec.TrustBundle += "\n"
+	g.Replace([]v1alpha1.FederatedCluster{edited, regs[1]})
+	if err := accepted(ca1); err != nil {
+		t.Fatalf("SVID of CA1 after spec.trustBundle was edited: %v", err)
+	}
+	if accepted(ca2) == nil {
+		t.Fatal("the fetched bundle outlived an edit of spec.trustBundle")
 	}
 }
