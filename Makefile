@@ -8,9 +8,13 @@ SHELL        := /usr/bin/env bash
 ROOT     := $(CURDIR)
 BIN      := $(ROOT)/bin
 PILLARS  := injector tokenexchange agenttrace agentcard agentbuild netpol
+# Build tags of every shipped binary (also read by the Dockerfile, hack/images.sh and the load tests).
+GO_BUILD_TAGS := $(shell cat $(ROOT)/hack/go-build-tags)
 # Modules whose packages `make test` runs (e2e runs separately against a cluster); deploy tests the
 # shipped manifests on envtest.
 MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
+# Modules outside go.work (their dependencies stay their own): the example agent and the test programs of hack/.
+STANDALONE := examples/agent-telemetry hack/idp hack/otlp-sink
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.
@@ -55,8 +59,8 @@ lint: ## gofmt everything; go vet every workspace module (the hack/ modules are 
 
 .PHONY: build
 build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data plane, included) and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti) into bin/.
-	@for p in $(PILLARS); do go build -o $(BIN)/ ./$$p/cmd/...; done
-	@go build -o $(BIN)/ ./cli/cmd/...
+	@for p in $(PILLARS); do go build -tags "$(GO_BUILD_TAGS)" -o $(BIN)/ ./$$p/cmd/...; done
+	@go build -tags "$(GO_BUILD_TAGS)" -o $(BIN)/ ./cli/cmd/...
 
 ##@ Test
 
@@ -68,7 +72,7 @@ unit: ## Unit and integration tests (envtest on bin/) of every module, with -rac
 	@[[ -x $(BIN)/kube-apiserver && -x $(BIN)/etcd ]] || hack/tools.sh envtest
 	@hack/tools.sh identity
 	go test $(GOTEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
-	cd examples/agent-telemetry && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
+	@for m in $(STANDALONE); do echo "$$m (GOWORK=off)"; (cd $$m && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...) || exit 1; done
 
 .PHONY: render
 render: ## Render every kustomize overlay and the helm chart (kubectl kustomize, helm template, helm lint).
@@ -87,6 +91,11 @@ e2e-kind: build ## End-to-end suite on kind (needs a Docker engine; skips cleanl
 .PHONY: kind-up
 kind-up: ## Start dockerd (state in .local/kind), build the node and component images from source (cached), create a 3-node kind cluster with kube-router.
 	@hack/kind-up.sh
+
+.PHONY: run-kind
+run-kind: build ## The identity flow with real containers on kind (SPIRE, spiffe-helper, the dev IdP, two agents), summarised as measured; the cluster stays up (make kind-down).
+	@KAGENTI_KIND_KEEP=1 KAGENTI_KIND_SUMMARY=1 KAGENTI_KIND_RUN='^TestKindIdentityFlow$$' hack/kind.sh
+	@echo "the cluster is kept: KUBECONFIG=$(ROOT)/.local/kind/kubeconfig kubectl get pods -A; make kind-down removes it"
 
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster, stop the dockerd kind-up started, undo its host changes (KIND_DOWN_FLAGS=--purge also drops the caches).

@@ -82,6 +82,9 @@ func TestKindNetworkPolicyEnforced(t *testing.T) {
 	waitNetpol(t, c, ns, "np-server-agent-policy", "restrictive")
 	waitReady(t, c, verified, false)
 	t.Logf("card created → verified client cut off: %v", time.Since(start).Round(100*time.Millisecond))
+	// The plain client is cut off too; wait for its probe to say so, or its readiness from before
+	// the policy would pass for a leak below (seen under load).
+	waitReady(t, c, plain, false)
 
 	start = time.Now()
 	setVerdict(t, c, card, true)

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Builds one image per binary. Arguments are pillar names, "authbridge" for the tokenexchange data
 # plane (kagenti-authbridge), and the two programs the kind suite runs in pods beside them:
-# "dev-idp" (the development OpenID provider of hack/idp) and "e2e-agent" (the stand-in agent of
-# the e2e suite, e2e/cmd/kagenti-e2e-agent).
+# "dev-idp" (the development OpenID provider of hack/idp), "e2e-agent" (the stand-in agent of
+# the e2e suite, e2e/cmd/kagenti-e2e-agent), "agent-telemetry" (the example agent that reads an
+# AgentTrace's files, examples/agent-telemetry) and "otlp-sink" (an OTLP/HTTP receiver that lists
+# what it received, hack/otlp-sink).
+#
+# Three more are upstream programs that hack/tools.sh builds into bin/: "spire-server", "spire-agent"
+# and "spiffe-helper" (the kind suite's SPIRE and the injected spiffe-helper). They are linked
+# against this machine's glibc (SPIRE's server needs cgo for SQLite; the others are built the same
+# way), so they go on kagenti.local/glibc-base: the static base plus the C library and loader the
+# binaries name (ldd), copied from this machine, as distroless "base" adds glibc to "static". They are
+# tagged kagenti.local/<name>:<version of hack/tools.sh>, run as 65532:65532 unless their manifest
+# says otherwise, and need no shell.
 #
 # Two ways, the same image (a static binary at /manager, run as 65532:65532, nothing else to run):
 #   IMAGES_BUILD=local (default)  the binaries are built once on this machine (CGO_ENABLED=0) and put
@@ -23,8 +33,12 @@ WORK="${ROOT}/.local/images"
 # Binaries that live in another pillar's module, and those outside the pillars: the directory the
 # build runs in (GOWORK=off where it is a module of its own) and the package built there.
 declare -A MODULE_OF=([authbridge]=tokenexchange)
-declare -A DIR_OF=([dev-idp]=hack/idp [e2e-agent]=e2e)
-declare -A PKG_OF=([dev-idp]=. [e2e-agent]=./cmd/kagenti-e2e-agent)
+declare -A DIR_OF=([dev-idp]=hack/idp [e2e-agent]=e2e [agent-telemetry]=examples/agent-telemetry [otlp-sink]=hack/otlp-sink)
+declare -A PKG_OF=([dev-idp]=. [e2e-agent]=./cmd/kagenti-e2e-agent [agent-telemetry]=. [otlp-sink]=.)
+# The upstream programs of bin/ and the versions hack/tools.sh builds.
+tools_version() { sed -n "s/^$1=//p" "${ROOT}/hack/tools.sh"; }
+declare -A UPSTREAM_VERSION=([spire-server]="$(tools_version SPIRE_VERSION)" [spire-agent]="$(tools_version SPIRE_VERSION)"
+  [spiffe-helper]="$(tools_version SPIFFE_HELPER_VERSION)")
 dir_of() { printf '%s' "${DIR_OF[$1]:-${MODULE_OF[$1]:-$1}}"; }
 pkg_of() { printf '%s' "${PKG_OF[$1]:-./cmd/kagenti-$1}"; }
 log() { printf '[images] %s\n' "$*" >&2; }
@@ -37,12 +51,16 @@ if ! docker info >/dev/null 2>&1; then
   exit 0
 fi
 for p in "$@"; do
+  if [[ -n "${UPSTREAM_VERSION[$p]:-}" ]]; then
+    [[ -x "${ROOT}/bin/$p" ]] || { log "bin/$p is missing: make tools"; exit 2; }
+    continue
+  fi
   [[ -d "${ROOT}/$(dir_of "$p")/$(pkg_of "$p")" ]] || { log "unknown binary kagenti-${p} (no $(dir_of "$p")/$(pkg_of "$p"))"; exit 2; }
 done
 
 if [[ "${IMAGES_BUILD}" == dockerfile ]]; then
   for p in "$@"; do
-    [[ -z "${DIR_OF[$p]:-}" ]] || { log "kagenti-${p} is a test program: IMAGES_BUILD=local only"; exit 2; }
+    [[ -z "${DIR_OF[$p]:-}" && -z "${UPSTREAM_VERSION[$p]:-}" ]] || { log "kagenti-${p} is a test program: IMAGES_BUILD=local only"; exit 2; }
     docker build -f "${ROOT}/Dockerfile" --build-arg "PILLAR=${MODULE_OF[$p]:-$p}" --build-arg "BINARY=kagenti-${p}" \
       --build-arg "VERSION=${TAG}" -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ROOT}"
   done
@@ -77,15 +95,51 @@ static_base() {
   printf '%s' "${ref}"
 }
 
+# glibc_base <binary>...: kagenti.local/glibc-base:<key>, the static base plus the shared objects the
+# binaries load (ldd: the C library and the loader, for Go programs built with cgo), copied from
+# this machine at the paths ldd names; prints its reference.
+glibc_base() {
+  local libs; libs="$(ldd "$@" | awk '/=> \// {print $3} /^[[:space:]]+\// {print $1}' | sort -u)"
+  [[ -n "${libs}" ]] || { log "ldd names no shared object for $*"; exit 1; }
+  local k; k="$( (echo "${base}"; for l in ${libs}; do echo "${l}"; sha256sum < "${l}"; done) | sha256sum | cut -c1-16)"
+  local ref="kagenti.local/glibc-base:${k}"
+  if ! docker image inspect "${ref}" >/dev/null 2>&1; then
+    log "making ${ref} (the static base and this machine's $(echo ${libs} | xargs -n1 basename | tr '\n' ' '))"
+    local ctx; ctx="$(mktemp -d)"
+    for l in ${libs}; do mkdir -p "${ctx}/root$(dirname "${l}")"; cp -L "${l}" "${ctx}/root${l}"; done
+    printf 'FROM %s\nCOPY root/ /\n' "${base}" > "${ctx}/Dockerfile"
+    DOCKER_BUILDKIT=0 docker build -q -t "${ref}" "${ctx}" > "${ctx}.log" 2>&1 || { cat "${ctx}.log" >&2; exit 1; }
+    rm -rf "${ctx}" "${ctx}.log"
+  fi
+  printf '%s' "${ref}"
+}
+
+# upstream_image <name>: kagenti.local/<name>:<version>, bin/<name> at /<name> on the glibc base.
+upstream_image() {
+  local p=$1 ctx="${WORK}/$1"
+  local ref="kagenti.local/${p}:${UPSTREAM_VERSION[$p]}"
+  mkdir -p "${ctx}"
+  cp "${ROOT}/bin/${p}" "${ctx}/${p}"
+  printf 'FROM %s\nCOPY %s /%s\nUSER 65532:65532\nENTRYPOINT ["/%s"]\n' "$(glibc_base "${ROOT}/bin/${p}")" "${p}" "${p}" "${p}" > "${ctx}/Dockerfile"
+  DOCKER_BUILDKIT=0 docker build -q -t "${ref}" "${ctx}" > "${ctx}/build.log" 2>&1 ||
+    { cat "${ctx}/build.log" >&2; exit 1; }
+  rm -f "${ctx}/${p}"
+  log "built ${ref} (bin/${p})"
+}
+
 base="$(static_base)"
 mkdir -p "${WORK}"
 for p in "$@"; do
+  if [[ -n "${UPSTREAM_VERSION[$p]:-}" ]]; then
+    upstream_image "$p"
+    continue
+  fi
   ctx="${WORK}/kagenti-${p}"
   mkdir -p "${ctx}"
   log "building kagenti-${p} (CGO_ENABLED=0, version ${TAG})"
   dir="$(dir_of "$p")" gowork=""
-  [[ -f "${ROOT}/${dir}/go.mod" && "${dir}" == hack/* ]] && gowork=off
-  (cd "${ROOT}/${dir}" && GOWORK=${gowork} CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "$(pkg_of "$p")")
+  [[ -f "${ROOT}/${dir}/go.mod" && ( "${dir}" == hack/* || "${dir}" == examples/* ) ]] && gowork=off
+  (cd "${ROOT}/${dir}" && GOWORK=${gowork} CGO_ENABLED=0 go build -tags "$(cat "${ROOT}/hack/go-build-tags")" -trimpath -ldflags "-s -w -X main.version=${TAG}" -o "${ctx}/manager" "$(pkg_of "$p")")
   printf 'FROM %s\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' "${base}" > "${ctx}/Dockerfile"
   # Debian's dockerd 20.10 has no BuildKit; newer clients print a notice about the legacy builder.
   DOCKER_BUILDKIT=0 docker build -q -t "${REGISTRY}/kagenti-${p}:${TAG}" "${ctx}" > "${ctx}/build.log" 2>&1 ||

@@ -12,14 +12,21 @@
 # KAGENTI_KIND_PILLARS (default: all six) are the pillars whose images are built (and, with
 # kustomize, installed);
 # KAGENTI_KIND_RUN the go test -run pattern (default: the tests that need a real cluster, and netpol's).
-# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP and
-# the stand-in agent (hack/images.sh authbridge dev-idp e2e-agent).
+# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP, the
+# stand-in agent, the example telemetry agent and an OTLP receiver (hack/images.sh authbridge
+# dev-idp e2e-agent agent-telemetry otlp-sink), and SPIRE (hack/kind/spire.yaml: server, agent on
+# every worker, its socket on the node) with spiffe-helper for the injector (hack/images.sh
+# spire-server spire-agent spiffe-helper, the upstream programs of bin/ on a glibc base).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
 export PATH="${BIN}:${PATH}"
 INSTALL="${KAGENTI_KIND_INSTALL:-helm}"
 PILLARS=(${KAGENTI_KIND_PILLARS:-agentbuild agentcard agenttrace injector netpol tokenexchange})
-PROGRAMS=(authbridge dev-idp e2e-agent)
+PROGRAMS=(authbridge dev-idp e2e-agent agent-telemetry otlp-sink)
+UPSTREAM=(spire-server spire-agent spiffe-helper)
+tools_version() { sed -n "s/^$1=//p" "${ROOT}/hack/tools.sh"; }
+SPIRE_IMAGE_TAG="$(tools_version SPIRE_VERSION)"
+SPIFFE_HELPER_IMAGE="kagenti.local/spiffe-helper:$(tools_version SPIFFE_HELPER_VERSION)"
 RUN="${KAGENTI_KIND_RUN:-^(TestKind|TestNetpol)}"
 
 skip() {
@@ -39,15 +46,24 @@ stage up
 [[ "${KAGENTI_KIND_KEEP:-0}" == 1 ]] || trap '"${ROOT}/hack/kind-down.sh"' EXIT
 
 stage images
-"${ROOT}/hack/images.sh" "${PILLARS[@]}" "${PROGRAMS[@]}"
+"${ROOT}/hack/images.sh" "${PILLARS[@]}" "${PROGRAMS[@]}" "${UPSTREAM[@]}"
 shell_image="$(docker images --format '{{.Repository}}:{{.Tag}}' kagenti.local/kind-base | head -n 1)"
 [[ -n "${shell_image}" ]] || die "no kagenti.local/kind-base image on kind-up's engine"
 images=("${shell_image}")
 for p in "${PILLARS[@]}" "${PROGRAMS[@]}"; do images+=("ghcr.io/kagenti/kagenti-${p}:v0.1.0"); done
+images+=("kagenti.local/spire-server:${SPIRE_IMAGE_TAG}" "kagenti.local/spire-agent:${SPIRE_IMAGE_TAG}" "${SPIFFE_HELPER_IMAGE}")
 kind load docker-image --name "${CLUSTER}" "${images[@]}" >/dev/null 2>&1 || die "kind load docker-image ${images[*]} failed"
 
-stage install
 export KUBECONFIG="${KIND_KUBECONFIG}"
+stage spire
+sed -e "s|image: IMAGE_SERVER|image: kagenti.local/spire-server:${SPIRE_IMAGE_TAG}|" \
+  -e "s|image: IMAGE_AGENT|image: kagenti.local/spire-agent:${SPIRE_IMAGE_TAG}|" "${KIND_DIR}/spire.yaml" |
+  kubectl apply --server-side -f - >/dev/null
+kubectl -n spire-system rollout status statefulset/spire-server --timeout=180s >/dev/null &&
+  kubectl -n spire-system rollout status daemonset/spire-agent --timeout=180s >/dev/null ||
+  { kubectl -n spire-system get pods -o wide >&2; kubectl -n spire-system logs --all-containers --tail 30 -l 'app.kubernetes.io/name in (spire-server,spire-agent)' >&2 || true; die "SPIRE did not become ready"; }
+
+stage install
 case "${INSTALL}" in
 helm)
   # As a user would: one helm install of the umbrella chart (its subcharts install the CRDs).
@@ -55,6 +71,8 @@ helm)
   sed "s|image: IMAGE|image: ghcr.io/kagenti/kagenti-dev-idp:v0.1.0|" "${KIND_DIR}/dev-idp.yaml" | kubectl apply -f - >/dev/null
   helm upgrade --install kagenti "${ROOT}/deploy/helm/kagenti" --namespace kagenti-system \
     --set netpol.enabled=true \
+    --set injector.config.spireSocket.type=hostPath --set injector.config.spireSocket.hostPath=/run/spire/agent-sockets \
+    --set "injector.config.images.spiffeHelper=${SPIFFE_HELPER_IMAGE}" \
     --set injector.config.identity.idpURL=http://kagenti-dev-idp.kagenti-system.svc:9080 >/dev/null
   ;;
 kustomize)

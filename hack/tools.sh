@@ -102,10 +102,19 @@ build_idp() {
   stamp kagenti-dev-idp "$key"
 }
 
+build_opa_extauthz() {
+  local key; key="$(cat "${ROOT}/hack/opa-extauthz/go.mod" "${ROOT}/hack/opa-extauthz/go.sum" "${ROOT}"/hack/opa-extauthz/*.go | sha256sum | cut -c1-16)"
+  wanted kagenti-opa-extauthz "$key" || return 0
+  log "building kagenti-opa-extauthz (hack/opa-extauthz)"
+  (cd "${ROOT}/hack/opa-extauthz" && GOWORK=off go build -trimpath -ldflags "-s -w" -o "${BIN}/kagenti-opa-extauthz" .)
+  stamp kagenti-opa-extauthz "$key"
+}
+
 identity() {
   build_spire
   build_spiffe_helper
   build_idp
+  build_opa_extauthz
 }
 
 # go_install <binary> <package> <version>

@@ -156,6 +156,18 @@ func AgentImage() string {
 	return envOr("KAGENTI_E2E_AGENT_IMAGE", "ghcr.io/kagenti/kagenti-e2e-agent:v0.1.0")
 }
 
+// TelemetryAgentImage is the example agent that configures OpenTelemetry from an AgentTrace's files
+// (examples/agent-telemetry; hack/images.sh agent-telemetry). Override with $KAGENTI_E2E_TELEMETRY_AGENT_IMAGE.
+func TelemetryAgentImage() string {
+	return envOr("KAGENTI_E2E_TELEMETRY_AGENT_IMAGE", "ghcr.io/kagenti/kagenti-agent-telemetry:v0.1.0")
+}
+
+// OTLPSinkImage is an OTLP/HTTP receiver that lists the spans it received (hack/otlp-sink).
+// Override with $KAGENTI_E2E_OTLP_SINK_IMAGE.
+func OTLPSinkImage() string {
+	return envOr("KAGENTI_E2E_OTLP_SINK_IMAGE", "ghcr.io/kagenti/kagenti-otlp-sink:v0.1.0")
+}
+
 // IdPImage: see AgentImage.
 func IdPImage() string {
 	return envOr("KAGENTI_E2E_IDP_IMAGE", "ghcr.io/kagenti/kagenti-dev-idp:v0.1.0")

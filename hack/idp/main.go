@@ -33,7 +33,7 @@ func main() {
 		addr, issuer, bundle, trustDomain, initialToken string
 		lifetime                                        time.Duration
 		requireAudience                                 bool
-		clients                                         clientFlags
+		clients, mayAct                                 clientFlags
 	)
 	flag.StringVar(&addr, "addr", "127.0.0.1:9080", "listen address (loopback: this is a development tool)")
 	flag.StringVar(&issuer, "issuer", "", "issuer URL (default http://<addr>)")
@@ -43,13 +43,14 @@ func main() {
 	flag.StringVar(&initialToken, "initial-access-token", "", "require this bearer token for RFC 7591 registration (default: open registration)")
 	flag.DurationVar(&lifetime, "token-lifetime", 5*time.Minute, "lifetime of issued access tokens")
 	flag.BoolVar(&requireAudience, "require-client-in-audience", true, "token exchange requires the requesting client among the subject token's audiences (as Keycloak's standard token exchange)")
+	flag.Var(&mayAct, "may-act", "client=actor (repeatable): the client's client-credentials tokens carry may_act {sub: actor} (RFC 8693 §4.4), and only that actor may exchange them")
 	flag.Parse()
-	if err := run(addr, issuer, bundle, trustDomain, initialToken, lifetime, requireAudience, clients); err != nil {
+	if err := run(addr, issuer, bundle, trustDomain, initialToken, lifetime, requireAudience, clients, mayAct); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.Duration, requireAudience bool, clients []string) error {
+func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.Duration, requireAudience bool, clients, mayAct []string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -72,19 +73,49 @@ func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.D
 		}
 		s.addClient(cl)
 	}
+	for _, m := range mayAct {
+		id, actor, ok := strings.Cut(m, "=")
+		c, err := s.client(id)
+		if !ok || actor == "" || err != nil || strings.HasPrefix(id, "spiffe://") {
+			return fmt.Errorf("--may-act %q: want client=actor, client one of the --client ones", m)
+		}
+		c.mayAct = actor
+	}
+	handler, err := newHandler(issuer, s, bundle, trustDomain, initialToken)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown(context.Background())
+	}()
+	log.Printf("kagenti-dev-idp: issuer %s, token %s/oauth/token, JWKS %s/keys, registration %s/register", issuer, issuer, issuer, issuer)
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newHandler serves the provider for issuer from s: discovery, token, JWKS, registration, and,
+// with a SPIFFE bundle, JWT SVIDs as client assertions and as actor tokens.
+func newHandler(issuer string, s *storage, bundle, trustDomain, initialToken string) (http.Handler, error) {
 	key := sha256.Sum256([]byte(s.svidSecret)) // access tokens are JWTs; the AES key only guards opaque ones
 	provider, err := op.NewOpenIDProvider(issuer, &op.Config{CryptoKey: key}, s, op.WithAllowInsecure())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var handler http.Handler = provider
 	if bundle != "" {
 		td, err := spiffeid.TrustDomainFromString(trustDomain)
 		if err != nil {
-			return fmt.Errorf("--spiffe-trust-domain: %w", err)
+			return nil, fmt.Errorf("--spiffe-trust-domain: %w", err)
 		}
 		tokenURL := issuer + provider.TokenEndpoint().Relative()
 		a := &svidAuthenticator{bundleFile: bundle, trustDomain: td, audiences: []string{issuer, tokenURL}, secret: s.svidSecret}
+		s.verifyActor = a.verify
 		handler = a.wrap(provider.TokenEndpoint().Relative(), handler)
 	}
 	mux := http.NewServeMux()
@@ -92,18 +123,5 @@ func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.D
 	mux.Handle("/register", reg)
 	mux.Handle("/register/", reg)
 	mux.Handle("/", handler)
-
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Shutdown(context.Background())
-	}()
-	log.Printf("kagenti-dev-idp: issuer %s, token %s%s, JWKS %s%s, registration %s/register", issuer,
-		issuer, provider.TokenEndpoint().Relative(), issuer, provider.KeysEndpoint().Relative(), issuer)
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return mux, nil
 }

@@ -30,6 +30,9 @@ type client struct {
 	// workload's namespace/name), kept and returned as registered metadata.
 	owner    string
 	lifetime time.Duration
+	// mayAct, when set, goes into its client-credentials tokens as may_act (RFC 8693 §4.4): only
+	// that party may act for the client in a token exchange.
+	mayAct string
 }
 
 func (c *client) GetID() string                        { return c.id }
@@ -65,6 +68,9 @@ type storage struct {
 	// requireAudience makes token exchange refuse a subject token whose audience lacks the
 	// requesting client, as Keycloak's standard token exchange does.
 	requireAudience bool
+	// verifyActor verifies a JWT SVID presented as actor_token and returns its SPIFFE ID; nil
+	// when the provider has no SPIFFE trust bundle.
+	verifyActor func(token string) (string, error)
 
 	mu      sync.Mutex
 	clients map[string]*client
@@ -142,12 +148,20 @@ func (s *storage) SetIntrospectionFromToken(context.Context, *oidc.Introspection
 	return nil
 }
 
-// GetPrivateClaimsFromScopes puts the granted scopes into the access token (RFC 8693 §4.2 scope).
-func (s *storage) GetPrivateClaimsFromScopes(_ context.Context, _, _ string, scopes []string) (map[string]any, error) {
-	if len(scopes) == 0 {
+// GetPrivateClaimsFromScopes puts the granted scopes into the access token (RFC 8693 §4.2
+// scope), and the client's may_act into its client-credentials tokens (the subject is the client).
+func (s *storage) GetPrivateClaimsFromScopes(_ context.Context, subject, _ string, scopes []string) (map[string]any, error) {
+	claims := map[string]any{}
+	if len(scopes) > 0 {
+		claims["scope"] = strings.Join(scopes, " ")
+	}
+	if c, err := s.client(subject); err == nil && c.mayAct != "" {
+		claims["may_act"] = map[string]any{"sub": c.mayAct}
+	}
+	if len(claims) == 0 {
 		return nil, nil
 	}
-	return map[string]any{"scope": strings.Join(scopes, " ")}, nil
+	return claims, nil
 }
 
 func (s *storage) GetKeyByIDAndClientID(context.Context, string, string) (*jose.JSONWebKey, error) {
@@ -268,21 +282,96 @@ func (s *storage) ValidateTokenExchangeRequest(_ context.Context, r op.TokenExch
 			return oidc.ErrAccessDenied().WithDescription("client %q is not an audience of the subject token", r.GetClientID())
 		}
 	}
+	actor := actorOf(r)
+	if r.GetExchangeActorTokenIDOrToken() != "" && strings.HasPrefix(r.GetClientID(), "spiffe://") && actor != r.GetClientID() {
+		// A workload authenticated by its SVID acts as itself: another workload's SVID (a replayed
+		// one) does not make it that workload.
+		return oidc.ErrInvalidRequest().WithDescription("actor_token names %q, not the authenticated client %q", actor, r.GetClientID())
+	}
+	claims := r.GetExchangeSubjectTokenClaims()
+	if mayAct, ok := claims["may_act"]; ok {
+		// RFC 8693 §4.4: only the party the subject token names may act for its subject.
+		m, _ := mayAct.(map[string]any)
+		if sub, _ := m["sub"].(string); sub != actor {
+			return oidc.ErrAccessDenied().WithDescription("the subject token's may_act does not name the actor %q", actor)
+		}
+	}
+	// Constrained delegation: the exchanged token carries at most the subject token's scopes.
+	held := strings.Fields(scopeClaim(claims["scope"]))
+	for _, sc := range r.GetScopes() {
+		if !slices.Contains(held, sc) {
+			return oidc.ErrInvalidScope().WithDescription("scope %q is not among the subject token's scopes (%q): scopes only narrow along a delegation chain", sc, strings.Join(held, " "))
+		}
+	}
 	r.SetCurrentScopes(r.GetScopes())
 	return nil
+}
+
+// actorOf is who acts for the subject: the verified actor token's subject, else the client.
+func actorOf(r op.TokenExchangeRequest) string {
+	if a := r.GetExchangeActor(); a != "" {
+		return a
+	}
+	return r.GetClientID()
+}
+
+// scopeClaim reads a scope claim, a space-separated string (RFC 8693 §4.2) or, as some issuers
+// write it, a list.
+func scopeClaim(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []any:
+		var out []string
+		for _, e := range v {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	return ""
 }
 
 func (s *storage) CreateTokenExchangeRequest(context.Context, op.TokenExchangeRequest) error {
 	return nil
 }
 
-func (s *storage) GetPrivateClaimsFromTokenExchangeRequest(ctx context.Context, r op.TokenExchangeRequest) (map[string]any, error) {
-	claims, _ := s.GetPrivateClaimsFromScopes(ctx, "", r.GetClientID(), r.GetScopes())
-	if claims == nil {
-		claims = map[string]any{}
+// VerifyExchangeSubjectToken is asked for subject tokens that are not this provider's access
+// tokens: none is accepted.
+func (s *storage) VerifyExchangeSubjectToken(_ context.Context, _ string, tokenType oidc.TokenType) (string, string, map[string]any, error) {
+	return "", "", nil, fmt.Errorf("subject tokens of type %s are not accepted", tokenType)
+}
+
+// VerifyExchangeActorToken accepts a JWT SVID as actor token (type
+// urn:ietf:params:oauth:token-type:jwt), verified against the SPIFFE trust bundle; the actor is
+// its SPIFFE ID. (This provider's own access tokens are verified by op before this is asked.)
+func (s *storage) VerifyExchangeActorToken(_ context.Context, token string, tokenType oidc.TokenType) (string, string, map[string]any, error) {
+	if tokenType != oidc.JWTTokenType {
+		return "", "", nil, fmt.Errorf("actor tokens of type %s are not accepted", tokenType)
 	}
-	// RFC 8693 §4.1: the exchanging client acts for the subject.
-	claims["act"] = map[string]any{"sub": r.GetClientID()}
+	if s.verifyActor == nil {
+		return "", "", nil, errors.New("no SPIFFE trust bundle to verify a JWT SVID actor token")
+	}
+	id, err := s.verifyActor(token)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return token, id, nil, nil
+}
+
+// GetPrivateClaimsFromTokenExchangeRequest adds the scopes and the delegation chain: act names
+// the actor (RFC 8693 §4.1) and nests the subject token's act, so the token records every hop.
+func (s *storage) GetPrivateClaimsFromTokenExchangeRequest(ctx context.Context, r op.TokenExchangeRequest) (map[string]any, error) {
+	claims := map[string]any{}
+	if len(r.GetScopes()) > 0 {
+		claims["scope"] = strings.Join(r.GetScopes(), " ")
+	}
+	act := map[string]any{"sub": actorOf(r)}
+	if prior, ok := r.GetExchangeSubjectTokenClaims()["act"]; ok && prior != nil {
+		act["act"] = prior
+	}
+	claims["act"] = act
 	return claims, nil
 }
 

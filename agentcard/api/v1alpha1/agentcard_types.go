@@ -79,6 +79,9 @@ const (
 	ReasonFetched = "Fetched"
 	// ReasonFetchFailed (Synced=False): a pod could not be fetched (unreachable, an HTTP error).
 	ReasonFetchFailed = "FetchFailed"
+	// ReasonPeerNotAttested (Synced=False): fetching over mutual TLS, the pod did not prove the
+	// identity its card is bound to (no SVID, another identity, not trusted, expired).
+	ReasonPeerNotAttested = "PeerNotAttested"
 	// ReasonConsistent (CardConsistent=True): every ready pod serves the same card.
 	ReasonConsistent = "Consistent"
 	// ReasonCardsDiffer (CardConsistent=False): the pods serve different cards (a rollout).
@@ -263,6 +266,16 @@ type PodCard struct {
 	// CardHash is the SHA-256 of the pod's card in canonical form.
 	// +optional
 	CardHash string `json:"cardHash,omitempty"`
+	// FetchedOver is how the card was fetched: http, https (the server not authenticated: the
+	// card's signature is what counts), or mtls (the controller presented its X.509-SVID and the pod
+	// proved the identity the card is bound to, peerSpiffeID).
+	// +optional
+	// +kubebuilder:validation:Enum=http;https;mtls
+	FetchedOver string `json:"fetchedOver,omitempty"`
+	// PeerSpiffeID is the SPIFFE ID the pod proved over mutual TLS.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	PeerSpiffeID string `json:"peerSpiffeID,omitempty"`
 }
 
 // SignatureStatus is the result of verifying the card's JWS signatures.

@@ -42,6 +42,10 @@ func options() command.Options {
 			f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
 			f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
 			f.StringSliceVar(&opts.CrossNamespaceIdentities, "cross-namespace-identities", nil, "comma-separated SPIFFE ID patterns (path.Match: * stays within one path segment) that spec.identityBinding.spiffeID of an AgentCard in any namespace may name; by default an AgentCard binds only identities of its own namespace (spiffe://<trust domain>/ns/<namespace>/...)")
+			f.StringVar(&opts.FetchSPIFFESocket, "fetch-spiffe-socket", "", "SPIFFE Workload API socket (unix:///...) of the controller's own X.509-SVID: https cards are then fetched over mutual TLS, the pod proving the identity its card is bound to")
+			f.StringVar(&opts.FetchCertFile, "fetch-cert-file", "", "PEM X.509-SVID chain of the controller for fetching https cards over mutual TLS (with --fetch-key-file and --fetch-bundle-file; instead of --fetch-spiffe-socket)")
+			f.StringVar(&opts.FetchKeyFile, "fetch-key-file", "", "PEM private key of --fetch-cert-file")
+			f.StringVar(&opts.FetchBundleFile, "fetch-bundle-file", "", "PEM trust bundle of --trust-domain that the pods' SVIDs must chain to (with --fetch-cert-file)")
 			f.IntVar(&opts.MaxCachedCardBytes, "max-cached-card-bytes", controller.DefaultMaxCachedCardBytes, "bytes of agent cards kept between syncs, once per distinct card; a card beyond it is fetched in full on every sync")
 			f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (HTTPS, GET /v1/agents); 0 disables it")
 			f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
@@ -63,12 +67,23 @@ func options() command.Options {
 			ctrl.Log.WithName("setup").Info("Go garbage collector target", "GOGC", setGCPercent(os.Getenv))
 			return nil
 		},
+		// A member-only process runs beside the controller: its own lease, or neither would run
+		// while the other leads.
+		LeaderElectionID: func() string {
+			if fed.MemberOnly {
+				return "kagenti-agentcard-federation-member.kagenti.io"
+			}
+			return ""
+		},
 		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
 		// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
 		Cache:  func(ns []string) cache.Options { return controller.CacheOptions(command.NamespaceConfigs(ns)) },
 		Client: controller.ClientOptions(),
 		Setup: func(mgr manager.Manager, rt command.Runtime) error {
 			opts.Namespaces = rt.Namespaces
+			if fed.MemberOnly { // the member agent alone: it streams what the controller verified
+				return federation.Setup(context.Background(), mgr, fed, &disc)
+			}
 			if err := controller.Setup(mgr, opts); err != nil {
 				return err
 			}

@@ -48,6 +48,8 @@ type PodState struct {
 	path string
 	url  string
 	card *cardSummary
+	// over is how the card was fetched; peerID what the pod proved over mutual TLS.
+	over, peerID string
 
 	// The endpoint fetched: the last good answer only stands in for the same pod at the same one.
 	scheme string
@@ -131,7 +133,17 @@ func (r *Syncer) syncPod(ctx context.Context, st *PodState, in syncInput) {
 	}()
 
 	start := time.Now()
-	resp, err := r.Fetcher.Fetch(ctx, fetch.Request{Scheme: scheme, PodIP: p.IP, Port: port, Paths: paths, ETag: st.etag, ETagPath: st.path})
+	req := fetch.Request{Scheme: scheme, PodIP: p.IP, Port: port, Paths: paths, ETag: st.etag, ETagPath: st.path}
+	if scheme == "https" && r.Fetcher.Attests() {
+		// Over mutual TLS the pod must prove the identity its card is bound to.
+		id, idErr := r.Identities.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, p.Namespace, p.ServiceAccount)
+		if idErr != nil {
+			r.fail(st, v1alpha1.FetchFailed, v1alpha1.ReasonPeerNotAttested, "no identity to require of the pod over mutual TLS: "+idErr.Message)
+			return
+		}
+		req.PeerID = id
+	}
+	resp, err := r.Fetcher.Fetch(ctx, req)
 	if err != nil {
 		metrics.ObserveFetch(fetch.KindOf(err), time.Since(start))
 		if st.card != nil && fetch.NoAnswer(err) && st.misses+1 < failureThreshold {
@@ -143,14 +155,17 @@ func (r *Syncer) syncPod(ctx context.Context, st *PodState, in syncInput) {
 			st.url = fe.URL
 		}
 		reason := v1alpha1.ReasonFetchFailed
-		if fetch.KindOf(err) == "TooLarge" {
+		switch fetch.KindOf(err) {
+		case "TooLarge":
 			reason = v1alpha1.ReasonCardTooLarge
+		case "PeerNotAttested":
+			reason = v1alpha1.ReasonPeerNotAttested
 		}
 		r.fail(st, v1alpha1.FetchFailed, reason, err.Error())
 		return
 	}
 	st.misses = 0
-	st.url = resp.URL
+	st.url, st.over, st.peerID = resp.URL, resp.Over, resp.PeerID
 	var parsed *card.Card
 	if resp.NotModified && st.card != nil {
 		metrics.ObserveFetch("NotModified", time.Since(start))
@@ -181,6 +196,7 @@ func (r *Syncer) syncPod(ctx context.Context, st *PodState, in syncInput) {
 // fail records a reported failure: the pod has no card (and no verdict) any more.
 func (r *Syncer) fail(st *PodState, fetchStatus, reason, msg string) {
 	r.dropCard(st)
+	st.over, st.peerID = "", ""
 	st.fetchStatus, st.reason, st.errMsg = fetchStatus, reason, status.CutEncoded(msg, status.MaxEntryErrorBytes)
 }
 

@@ -166,7 +166,7 @@ func Results(served []Served) []status.PodResult {
 	for i, sp := range served {
 		s := sp.State
 		out[i] = status.PodResult{
-			PodName: sp.Pod.Name, PodIP: sp.Pod.IP, URL: s.url, FetchStatus: s.fetchStatus, Reason: s.reason, Error: s.errMsg,
+			PodName: sp.Pod.Name, PodIP: sp.Pod.IP, URL: s.url, Over: s.over, PeerID: s.peerID, FetchStatus: s.fetchStatus, Reason: s.reason, Error: s.errMsg,
 			Verify: s.verify, Binding: s.binding, ChangedAt: s.changedAt, CreatedAt: s.createdAt,
 		}
 		if c := s.card; c != nil {

@@ -6,10 +6,12 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -24,6 +26,7 @@ import (
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/autocreate"
 	"github.com/kagenti/platform/agentcard/internal/cardsync"
+	"github.com/kagenti/platform/agentcard/internal/federation/tlsid"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
 	"github.com/kagenti/platform/agentcard/internal/metrics"
 	"github.com/kagenti/platform/agentcard/internal/podcache"
@@ -61,6 +64,10 @@ type Options struct {
 	CrossNamespaceIdentities []string
 	// MaxCachedCardBytes bounds the cards kept between syncs (cardsync).
 	MaxCachedCardBytes int
+	// The controller's own X.509-SVID for fetching https cards over mutual TLS (the pod must prove
+	// the identity its card is bound to): the SPIRE Workload API socket, or certificate files and
+	// the trust bundle of --trust-domain. None: https cards are fetched without authentication.
+	FetchSPIFFESocket, FetchCertFile, FetchKeyFile, FetchBundleFile string
 	// Namespaces are the namespaces whose pods are watched, as the manager's cache watches them;
 	// empty: all.
 	Namespaces []string
@@ -70,6 +77,13 @@ type Options struct {
 func (o Options) Validate() error {
 	if err := (signature.IdentityRules{CrossNamespace: o.CrossNamespaceIdentities}).Validate(); err != nil {
 		return fmt.Errorf("--cross-namespace-identities: %w", err)
+	}
+	files := o.FetchCertFile != "" || o.FetchKeyFile != "" || o.FetchBundleFile != ""
+	switch {
+	case o.FetchSPIFFESocket != "" && files:
+		return errors.New("--fetch-spiffe-socket and --fetch-cert-file/--fetch-key-file/--fetch-bundle-file: give one identity")
+	case files && (o.FetchCertFile == "" || o.FetchKeyFile == "" || o.FetchBundleFile == ""):
+		return errors.New("--fetch-cert-file, --fetch-key-file and --fetch-bundle-file go together")
 	}
 	return nil
 }
@@ -114,7 +128,23 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	trust := &verify.TrustStore{}
 	metrics.SetBundleClock(trust.LoadedAt)
 	granted := podlabels.NewGrants()
-	cards := cardsync.NewSyncer(fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout), trust,
+	fetcher := fetch.New(opts.MaxConcurrentFetches, opts.FetchTimeout)
+	switch {
+	case opts.FetchSPIFFESocket != "":
+		src, err := tlsid.FromWorkloadAPI(context.Background(), opts.FetchSPIFFESocket)
+		if err != nil {
+			return fmt.Errorf("--fetch-spiffe-socket: %w", err)
+		}
+		fetcher.WithAttestation(&fetch.Attestation{SVID: src.SVID, Bundles: src.Bundles})
+	case opts.FetchCertFile != "":
+		td, err := spiffeid.TrustDomainFromString(opts.TrustDomain)
+		if err != nil {
+			return fmt.Errorf("--trust-domain %q: %w", opts.TrustDomain, err)
+		}
+		src := tlsid.FromFiles(opts.FetchCertFile, opts.FetchKeyFile, td, opts.FetchBundleFile)
+		fetcher.WithAttestation(&fetch.Attestation{SVID: src.SVID, Bundles: src.Bundles})
+	}
+	cards := cardsync.NewSyncer(fetcher, trust,
 		signature.IdentityRules{CrossNamespace: opts.CrossNamespaceIdentities}, opts.TrustDomain, opts.MaxCachedCardBytes)
 	r := &CardReconciler{
 		Client:   mgr.GetClient(),

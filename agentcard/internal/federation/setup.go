@@ -50,6 +50,9 @@ type Options struct {
 
 	// Member.
 	HubAddress, HubSpiffeID, HubBundleFile string
+	// MemberOnly runs the member agent alone: no AgentCard controller and no discovery API in
+	// this process (a small Deployment beside the agentcard controller, which verifies the cards).
+	MemberOnly bool
 }
 
 // BindFlags adds the federation flags to f.
@@ -65,11 +68,15 @@ func (o *Options) BindFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.FrameBurst, "federation-frame-burst", hub.DefaultFrameBurst, "hub: burst of frames above --federation-frame-rate (a full resync must fit)")
 	f.StringVar(&o.HubAddress, "federation-hub-address", "", "member: host:port of the hub's federation endpoint")
 	f.StringVar(&o.HubSpiffeID, "federation-hub-spiffe-id", "", "member: the SPIFFE ID the hub must present")
+	f.BoolVar(&o.MemberOnly, "federation-member-only", false, "member: run only the member agent (no AgentCard controller, no discovery API), as a Deployment of its own beside the agentcard controller that verifies the cards")
 	f.StringVar(&o.HubBundleFile, "federation-hub-bundle-file", "", "member: PEM trust bundle of the hub's trust domain (with --federation-cert-file; the Workload API provides it through SPIFFE federation otherwise)")
 }
 
 // Validate checks the flags of the chosen mode.
 func (o *Options) Validate() error {
+	if o.MemberOnly && o.Mode != ModeMember {
+		return fmt.Errorf("--federation-member-only needs --federation=member, not %q", o.Mode)
+	}
 	switch o.Mode {
 	case ModeOff:
 		return nil

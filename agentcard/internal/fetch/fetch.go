@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // Default paths: A2A ≥ 0.3 first, the older well-known path on 404.
@@ -37,10 +39,23 @@ const (
 
 // Fetcher fetches cards. Safe for concurrent use.
 type Fetcher struct {
-	client  *http.Client
-	sem     chan struct{}
-	timeout time.Duration
+	client    *http.Client
+	transport *http.Transport
+	sem       chan struct{}
+	timeout   time.Duration
+	// attest, when set, fetches https endpoints over mutual TLS (WithAttestation).
+	attest *Attestation
 }
+
+// WithAttestation makes f fetch the cards of https endpoints over mutual TLS with a: the pod must
+// present an X.509-SVID of the identity its card is bound to (Request.PeerID).
+func (f *Fetcher) WithAttestation(a *Attestation) *Fetcher {
+	f.attest = a
+	return f
+}
+
+// Attests says whether f fetches https endpoints over mutual TLS.
+func (f *Fetcher) Attests() bool { return f.attest != nil }
 
 // New returns a Fetcher allowing at most concurrency requests in flight across all cards.
 func New(concurrency int, timeout time.Duration) *Fetcher {
@@ -71,8 +86,9 @@ func New(concurrency int, timeout time.Duration) *Fetcher {
 				return http.ErrUseLastResponse // a redirect could lead off the pod
 			},
 		},
-		sem:     make(chan struct{}, concurrency),
-		timeout: timeout,
+		transport: transport,
+		sem:       make(chan struct{}, concurrency),
+		timeout:   timeout,
 	}
 }
 
@@ -87,6 +103,9 @@ type Request struct {
 	ETag string
 	// ETagPath is the path the ETag belongs to.
 	ETagPath string
+	// PeerID, with an https Scheme and a Fetcher that attests, is the SPIFFE ID the pod must
+	// present over mutual TLS: the identity the card is bound to.
+	PeerID string
 }
 
 // Response is what a pod returned.
@@ -97,6 +116,11 @@ type Response struct {
 	NotModified bool
 	Body        []byte
 	ETag        string
+	// Over is how the card was fetched: OverHTTP, OverHTTPS (the server not authenticated: the
+	// card's signature is what counts) or OverMTLS (the pod proved PeerID).
+	Over string
+	// PeerID is the SPIFFE ID the pod proved (OverMTLS).
+	PeerID string
 }
 
 // Error is a fetch failure with a short CamelCase kind for metrics.
@@ -123,6 +147,14 @@ func (f *Fetcher) Fetch(ctx context.Context, r Request) (*Response, error) {
 	}
 	defer func() { <-f.sem }()
 	host := net.JoinHostPort(ip.String(), strconv.Itoa(int(r.Port)))
+	client, over := f.client, r.Scheme
+	var peer spiffeid.ID
+	if r.Scheme == "https" && f.attest != nil && r.PeerID != "" {
+		if peer, err = spiffeid.FromString(r.PeerID); err != nil {
+			return nil, &Error{Kind: "PeerNotAttested", URL: r.Scheme + "://" + host, Err: fmt.Errorf("the card is bound to %q, not a SPIFFE ID: %w", r.PeerID, err)}
+		}
+		client, over = f.attestedClient(peer), OverMTLS
+	}
 	var last error
 	for _, p := range r.Paths {
 		url := r.Scheme + "://" + host + p
@@ -130,22 +162,30 @@ func (f *Fetcher) Fetch(ctx context.Context, r Request) (*Response, error) {
 		if p == r.ETagPath {
 			etag = r.ETag
 		}
-		resp, err := f.get(ctx, url, etag)
+		resp, err := f.get(ctx, client, url, etag)
 		if err != nil {
 			var fe *Error
+			if over == OverMTLS && errors.As(err, &fe) && fe.Kind == "Unreachable" {
+				if pe, ok := peerError(url, peer, fe.Err); ok {
+					return nil, pe
+				}
+			}
 			if errors.As(err, &fe) && fe.Kind == "NotFound" {
 				last = err
 				continue
 			}
 			return nil, err
 		}
-		resp.Path = p
+		resp.Path, resp.Over = p, over
+		if over == OverMTLS {
+			resp.PeerID = peer.String()
+		}
 		return resp, nil
 	}
 	return nil, last
 }
 
-func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) {
+func (f *Fetcher) get(ctx context.Context, client *http.Client, url, etag string) (*Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, &Error{Kind: "InvalidURL", URL: url, Err: err}
@@ -155,7 +195,7 @@ func (f *Fetcher) get(ctx context.Context, url, etag string) (*Response, error) 
 	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
-	resp, err := f.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, f.transportError(url, err)
 	}

@@ -47,6 +47,9 @@ type PodResult struct {
 	PodName, PodIP string
 	// URL is the card's address on the pod.
 	URL string
+	// Over is how the card was fetched (fetch.OverHTTP, OverHTTPS, OverMTLS); PeerID what the pod
+	// proved over mutual TLS.
+	Over, PeerID string
 	// FetchStatus is v1alpha1.FetchSuccess, FetchFailed, FetchInvalid or FetchUnverified.
 	FetchStatus string
 	// Reason is the CamelCase cause of a failure; Error says what went wrong.
@@ -118,7 +121,8 @@ func Build(c *v1alpha1.AgentCard, pods []PodResult, selErr *SelectorError, requi
 	var withCard, failed []PodResult
 	for _, sp := range pods {
 		s := sp
-		e := v1alpha1.PodCard{PodName: sp.PodName, PodIP: sp.PodIP, URL: s.URL, FetchStatus: s.FetchStatus, Error: CutEncoded(s.Error, MaxEntryErrorBytes), CardHash: s.Card.hash()}
+		e := v1alpha1.PodCard{PodName: sp.PodName, PodIP: sp.PodIP, URL: s.URL, FetchStatus: s.FetchStatus, Error: CutEncoded(s.Error, MaxEntryErrorBytes), CardHash: s.Card.hash(),
+			FetchedOver: s.Over, PeerSpiffeID: CutEncoded(s.PeerID, MaxSpiffeIDBytes)}
 		t := metav1.NewTime(s.ChangedAt.Truncate(time.Second))
 		if prev, ok := oldEntries[e.PodName]; ok && prev.LastFetchTime != nil && samePodEntry(prev, e) {
 			t = *prev.LastFetchTime

@@ -9,8 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,7 +28,7 @@ import (
 // BundleWatcher follows the one trust-bundle ConfigMap (an informer restricted to its name, so no
 // other ConfigMap is cached) and re-queues every AgentCard when the bundle changes.
 type BundleWatcher struct {
-	cs        kubernetes.Interface
+	core      corev1client.CoreV1Interface
 	reader    client.Reader
 	key       types.NamespacedName
 	dataKey   string
@@ -45,11 +44,13 @@ func NewBundleWatcher(cfg *rest.Config, reader client.Reader, key types.Namespac
 	if err != nil {
 		return nil, fmt.Errorf("--trust-domain %q: %w", trustDomain, err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// The core/v1 client alone: a clientset or a shared informer factory would link every API
+	// group's typed client, informer and lister into the binary (about 12 MB).
+	core, err := corev1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &BundleWatcher{cs: cs, reader: reader, key: key, dataKey: dataKey, td: td, store: store, rotations: rotations}, nil
+	return &BundleWatcher{core: core, reader: reader, key: key, dataKey: dataKey, td: td, store: store, rotations: rotations}, nil
 }
 
 // NeedLeaderElection: every replica keeps its bundle current (the discovery API needs no bundle,
@@ -59,11 +60,10 @@ func (w *BundleWatcher) NeedLeaderElection() bool { return false }
 // Start runs the informer until ctx ends.
 func (w *BundleWatcher) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("trust-bundle")
-	factory := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithNamespace(w.key.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.key.Name).String()
-		}))
-	inf := factory.Core().V1().ConfigMaps().Informer()
+	lw := cache.NewFilteredListWatchFromClient(w.core.RESTClient(), "configmaps", w.key.Namespace, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.key.Name).String()
+	})
+	inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	load := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
@@ -93,9 +93,7 @@ func (w *BundleWatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	<-ctx.Done()
-	factory.Shutdown()
+	inf.RunWithContext(ctx)
 	return nil
 }
 

@@ -153,6 +153,12 @@ func resolveExporter(e v1alpha1.Exporter) Exporter {
 	case v1alpha1.ExporterJaeger:
 		out.Deprecated = DeprecatedJaegerMessage
 	}
+	if out.URL != "" {
+		// The URL's scheme decides: an http:// endpoint is plaintext whatever spec.insecure says, and
+		// every reader (OTEL_EXPORTER_OTLP_INSECURE, otel_insecure, config.json) must say so. The Go
+		// SDK's HTTP exporter speaks TLS to an http:// URL when told OTEL_EXPORTER_OTLP_INSECURE=false.
+		out.Insecure = strings.HasPrefix(out.URL, "http://")
+	}
 	return out
 }
 

@@ -3,18 +3,23 @@ package resources
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // the receiver accepts gzip, as a collector does
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 )
@@ -160,4 +165,42 @@ func TestOTelEndpointFileAsTheSeedExampleUsesIt(t *testing.T) {
 	span.End()
 	req := <-rcv.got
 	assert.Equal(t, "tool_execution", req.ResourceSpans[0].ScopeSpans[0].Spans[0].Name)
+}
+
+// TestRenderedEnvReachesAPlainHTTPEndpoint: an otlp exporter whose endpoint is an http:// URL
+// (plaintext by its scheme, insecure unset) is plaintext for the SDK too. The OpenTelemetry Go SDK's
+// HTTP exporter, configured from otel.env alone, delivers a span to a plain-HTTP receiver; with
+// OTEL_EXPORTER_OTLP_INSECURE=false beside that URL (as rendered before) it spoke TLS to it, and
+// nothing arrived (found on kind: TestKindAgentTraceReachesItsCollector).
+func TestRenderedEnvReachesAPlainHTTPEndpoint(t *testing.T) {
+	got := make(chan *collectortrace.ExportTraceServiceRequest, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		req := &collectortrace.ExportTraceServiceRequest{}
+		if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, req) != nil {
+			http.Error(w, "not an OTLP/HTTP export", http.StatusBadRequest)
+			return
+		}
+		got <- req
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+
+	data := renderFor(t, v1alpha1.AgentTraceSpec{
+		TargetRef: v1alpha1TargetRef("Deployment", "weather-agent"),
+		Exporters: []v1alpha1.Exporter{{Type: "otlp", Endpoint: srv.URL, Protocol: "http/protobuf"}},
+	})
+	env := parseEnv(t, data[KeyOTelEnv])
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	assert.Equal(t, "true", data[KeyOTelInsecure], "otel_insecure says what the scheme says")
+	ctx := context.Background()
+	exp, err := otlptracehttp.New(ctx) // endpoint and transport security: from the environment
+	require.NoError(t, err)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	_, span := tp.Tracer("test").Start(ctx, "execute_tool")
+	span.End()
+	require.NoError(t, tp.Shutdown(ctx), "the export over plain HTTP")
+	require.Len(t, got, 1)
 }

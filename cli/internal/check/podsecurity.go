@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/pod-security-admission/api"
+
 	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/configmap/podsecurity"
 )
@@ -39,6 +41,7 @@ func (r *runner) podSecurity(ctx context.Context) {
 			continue
 		}
 		subject := "Pod Security of namespace " + ns.Name
+		r.interceptionModes(ns.Name, lv)
 		templates, err := r.injectedTemplates(ctx, ns.Name)
 		if err != nil {
 			r.fail(subject, "check your access to the workloads of "+ns.Name, "cannot list its workloads: %v", err)
@@ -63,9 +66,65 @@ func (r *runner) podSecurity(ctx context.Context) {
 			continue
 		}
 		r.fail(subject,
-			fmt.Sprintf("kubectl label namespace %s %s=privileged --overwrite (the injection's proxy-init needs NET_ADMIN), or stop injecting these workloads (label %s=disabled); docs/injector.md#pod-security", ns.Name, podsecurity.EnforceLabel, labelInject),
+			fmt.Sprintf("label these workloads %s=%s (proxy mode: no capability needed), or kubectl label namespace %s %s=privileged --overwrite (the injection's proxy-init needs NET_ADMIN), or stop injecting them (label %s=disabled); docs/injector.md#pod-security", labelInterception, modeProxy, ns.Name, podsecurity.EnforceLabel, labelInject),
 			"enforces %q, which forbids what the injector added to %s: %s; the API server refuses their pods", lv.String(), strings.Join(refused, ", "), strings.Join(reasons, ", "))
 	}
+}
+
+// The workload label that chooses the injector's interception mode (docs/identity.md,
+// "Interception modes"), and its values.
+const (
+	labelInterception = "kagenti.io/interception"
+	modeTransparent   = "transparent"
+	modeProxy         = "proxy"
+)
+
+// interceptionModes reports which interception modes a namespace enforcing lv admits the pods
+// of: each mode's injected containers, as the injector renders them, evaluated with the API
+// server's own Pod Security checks (the pod-level fields a pod there needs anyway, non-root and
+// seccomp RuntimeDefault, are the user's and set in both).
+func (r *runner) interceptionModes(namespace string, lv api.LevelVersion) {
+	subject := "Interception modes in namespace " + namespace
+	transparent := podsecurity.Forbidden(lv, ptrTo(modeTemplate(modeTransparent)))
+	proxy := podsecurity.Forbidden(lv, ptrTo(modeTemplate(modeProxy)))
+	switch {
+	case len(transparent) == 0:
+		r.pass(subject, "enforces %q: transparent and proxy mode allowed", lv.String())
+	case len(proxy) == 0:
+		r.pass(subject, "enforces %q: transparent mode refused here (%s); use proxy mode: label the workloads %s=%s (docs/identity.md#interception-modes)",
+			lv.String(), strings.Join(transparent, ", "), labelInterception, modeProxy)
+	default:
+		r.fail(subject, fmt.Sprintf("kubectl label namespace %s %s=baseline --overwrite (or privileged)", namespace, podsecurity.EnforceLabel),
+			"enforces %q, which refuses both modes: transparent (%s), proxy (%s)", lv.String(), strings.Join(transparent, ", "), strings.Join(proxy, ", "))
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// modeTemplate is a pod template as the injector leaves it in mode (the security contexts of
+// docs/injector.md: proxy-init as root with NET_ADMIN in transparent mode; in proxy mode no
+// proxy-init, every injected container non-root with no capability), around an agent that
+// Pod Security restricted admits.
+func modeTemplate(mode string) corev1.PodTemplateSpec {
+	nonRoot := func() *corev1.SecurityContext {
+		return &corev1.SecurityContext{RunAsUser: ptrTo[int64](1337), RunAsGroup: ptrTo[int64](1337), RunAsNonRoot: ptrTo(true),
+			AllowPrivilegeEscalation: ptrTo(false), ReadOnlyRootFilesystem: ptrTo(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	}
+	t := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.InjectionStatusAnnotation: `{"version":"v5","hash":"0"}`}},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			InitContainers:  []corev1.Container{{Name: contract.ContainerAuthbridge, Image: "kagenti-authbridge", RestartPolicy: ptrTo(corev1.ContainerRestartPolicyAlways), SecurityContext: nonRoot()}},
+			Containers: []corev1.Container{{Name: "agent", Image: "agent", SecurityContext: &corev1.SecurityContext{RunAsUser: ptrTo[int64](1000),
+				AllowPrivilegeEscalation: ptrTo(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
+	}
+	if mode == modeTransparent {
+		t.Spec.InitContainers = append([]corev1.Container{{Name: "proxy-init", Image: "kagenti-authbridge", SecurityContext: &corev1.SecurityContext{
+			RunAsUser: ptrTo[int64](0), RunAsNonRoot: ptrTo(false), AllowPrivilegeEscalation: ptrTo(false), ReadOnlyRootFilesystem: ptrTo(true),
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}}}}}, t.Spec.InitContainers...)
+	}
+	return t
 }
 
 // workloadTemplate is a workload's pod template, with the workload's kind and name.

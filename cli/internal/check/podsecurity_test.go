@@ -67,7 +67,12 @@ func TestCheckPodSecurityOfInjectedNamespaces(t *testing.T) {
 	for _, res := range r.results {
 		byNS[res.Subject] = res
 	}
-	require.Len(t, r.results, 3, "%+v", r.results)
+	require.Len(t, r.results, 6, "%+v", r.results)
+	for _, name := range []string{"agents", "tools", "empty"} {
+		modes := byNS["Interception modes in namespace "+name]
+		require.Equal(t, Pass, modes.Status, name)
+		require.Contains(t, modes.Detail, `transparent mode refused here (non-default capabilities (container "proxy-init" must not include "NET_ADMIN" in securityContext.capabilities.add)); use proxy mode: label the workloads kagenti.io/interception=proxy`, name)
+	}
 	agents := byNS["Pod Security of namespace agents"]
 	require.Equal(t, Fail, agents.Status)
 	require.Equal(t, `enforces "baseline:latest", which forbids what the injector added to Deployment weather, CronJob nightly: `+
@@ -79,6 +84,25 @@ func TestCheckPodSecurityOfInjectedNamespaces(t *testing.T) {
 	require.Contains(t, tools.Detail, `enforces "baseline:v1.30", which allows what the injector added to its 1 injected workload(s)`)
 
 	require.Equal(t, Skip, byNS["Pod Security of namespace empty"].Status)
+}
+
+// TestInterceptionModesOfEachLevel: which modes each Pod Security level admits, as
+// `kagenti check` reports them: privileged both (no line: nothing enforced), baseline and restricted
+// only proxy mode (proxy-init's NET_ADMIN; restricted also its root).
+func TestInterceptionModesOfEachLevel(t *testing.T) {
+	for level, want := range map[string]string{
+		"baseline":   `enforces "baseline:latest": transparent mode refused here (non-default capabilities (container "proxy-init" must not include "NET_ADMIN" in securityContext.capabilities.add)); use proxy mode`,
+		"restricted": `enforces "restricted:latest": transparent mode refused here (unrestricted capabilities (container "proxy-init" must not include "NET_ADMIN" in securityContext.capabilities.add), runAsNonRoot != true (container "proxy-init" must not set securityContext.runAsNonRoot=false), runAsUser=0 (container "proxy-init" must not set runAsUser=0)); use proxy mode`,
+	} {
+		clientset := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agents",
+			Labels: map[string]string{labelInjection: "enabled", "pod-security.kubernetes.io/enforce": level}}})
+		r := &runner{c: &kube.Clients{Kube: clientset}, opts: Options{Pillars: AllPillars}}
+		r.podSecurity(context.Background())
+		require.NotEmpty(t, r.results)
+		require.Equal(t, "Interception modes in namespace agents", r.results[0].Subject, level)
+		require.Equal(t, Pass, r.results[0].Status, level)
+		require.Contains(t, r.results[0].Detail, want, level)
+	}
 }
 
 // The same lines on a real API server (Pod Security Admission admits the Deployments and would
@@ -102,9 +126,27 @@ func TestCheckPodSecurityOnAnAPIServer(t *testing.T) {
 	results := runCheck(t, clients(t), opts)
 	fix := requireLine(t, results, `✗ Pod Security of namespace `+forbidding+`: enforces "baseline:latest", which forbids what the injector added to Deployment weather: `+
 		`non-default capabilities (container "proxy-init" must not include "NET_ADMIN" in securityContext.capabilities.add); the API server refuses their pods`)
-	require.Contains(t, fix, "    fix: kubectl label namespace "+forbidding+" pod-security.kubernetes.io/enforce=privileged --overwrite")
+	require.Contains(t, fix, "    fix: label these workloads kagenti.io/interception=proxy (proxy mode: no capability needed), or kubectl label namespace "+forbidding+" pod-security.kubernetes.io/enforce=privileged --overwrite")
 	requireLine(t, results, `✓ Pod Security of namespace `+allowing+`: enforces "baseline:latest", which allows what the injector added to its 1 injected workload(s)`)
 	requireLine(t, results, `– Pod Security of namespace `+empty+`: enforces "baseline:latest"; no workload in it is injected yet`)
+	requireLine(t, results, `✓ Interception modes in namespace `+empty+`: enforces "baseline:latest": transparent mode refused here (`)
+
+	// The line's verdicts are the API server's: a pod of each mode's template, created with a
+	// server-side dry run in a namespace that enforces restricted.
+	restricted := createNamespace(t, uniqueName("psa-restricted"), map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	_, err := admin.Kube.CoreV1().ServiceAccounts(restricted).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	dryRun := func(mode string) error {
+		tmpl := modeTemplate(mode)
+		_, err := admin.Kube.CoreV1().Pods(restricted).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: mode}, Spec: tmpl.Spec},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	require.NoError(t, dryRun(modeProxy), "the API server admits the proxy-mode pod under restricted")
+	err = dryRun(modeTransparent)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `violates PodSecurity "restricted:latest"`)
+	require.Contains(t, err.Error(), `container "proxy-init" must not include "NET_ADMIN"`)
 
 	base := readAll("apps/deployments", "/configmaps", "/services", "discovery.k8s.io/endpointslices",
 		"admissionregistration.k8s.io/mutatingwebhookconfigurations", "admissionregistration.k8s.io/validatingwebhookconfigurations")

@@ -49,7 +49,11 @@ type Report struct {
 	AgentCards    []Card      `json:"agentCards,omitempty"`
 	NetworkPolicy []Policy    `json:"networkPolicies,omitempty"`
 	Build         *Build      `json:"build,omitempty"`
-	now           time.Time   // for ages in the text form
+	// Authorization is the inbound policy of the TokenExchange targeting the workload.
+	Authorization *Authorization `json:"authorization,omitempty"`
+	// Graph is who called the workload, through which chain, as its pods counted.
+	Graph *Graph    `json:"delegationGraph,omitempty"`
+	now   time.Time // for ages in the text form
 }
 
 // Workload is the described workload.
@@ -196,6 +200,9 @@ func Gather(ctx context.Context, c *kube.Clients, gvk schema.GroupVersionKind, n
 	}
 	if err := r.policies(ctx, c, namespace); err != nil {
 		return nil, err
+	}
+	if r.Injection.Injected {
+		r.Graph = delegationGraph(ctx, c, pods)
 	}
 	return r, nil
 }
@@ -409,6 +416,10 @@ func (r *Report) add(u *unstructured.Unstructured, workload string, pods []corev
 			policy = configmap.AgentPolicyName(u.GetName())
 		}
 		r.NetworkPolicy = append(r.NetworkPolicy, Policy{Name: policy})
+	case "TokenExchange":
+		if a := authorizationOf(u); a != nil {
+			r.Authorization = a
+		}
 	case "AgentBuild":
 		b := &Build{Name: u.GetName(), Phase: res.Phase, Ready: kube.FindCondition(res.Conditions, "Ready")}
 		b.Image, _, _ = unstructured.NestedString(u.Object, "status", "builtImage")

@@ -157,6 +157,7 @@ func (r *Report) WriteText(out io.Writer) error {
 		}
 		fmt.Fprintf(&b, "\n%s\n", line)
 	}
+	r.writeAuthorization(&b)
 	_, err := io.WriteString(out, b.String())
 	return err
 }

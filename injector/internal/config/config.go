@@ -113,7 +113,18 @@ type Config struct {
 	// against the app on loopback (docs/injector.md, "The agent's probes"); false leaves every
 	// probe as written. A workload opts out with kagenti.io/rewrite-app-probes: "false".
 	RewriteAppProbes bool `json:"rewriteAppProbes"`
+	// Interception is how the workloads' traffic reaches the proxies unless a workload's label
+	// kagenti.io/interception says otherwise: transparent (default; proxy-init's nftables
+	// redirects, NET_ADMIN) or proxy (HTTP_PROXY on the agent's containers, no init container and
+	// no added capability: docs/identity.md, "Interception modes").
+	Interception string `json:"interception"`
 }
+
+// Interception modes (Config.Interception, the workload label kagenti.io/interception).
+const (
+	InterceptionTransparent = "transparent"
+	InterceptionProxy       = "proxy"
+)
 
 // Images are pinned by tag or digest (":latest" and untagged images are rejected).
 type Images struct {
@@ -232,6 +243,7 @@ func Default() *Config {
 		},
 		SpireSocket:      SpireSocket{Type: SocketCSI, CSIDriver: "csi.spiffe.io", HostPath: "/run/spire/agent-sockets"},
 		RewriteAppProbes: true,
+		Interception:     InterceptionTransparent,
 		Identity: Identity{
 			// The data plane's built-in defaults (package identity): the injector writes only
 			// what differs from them into a workload's identity defaults.
@@ -295,6 +307,11 @@ func (c *Config) Validate() error {
 	case SidecarNative, SidecarClassic:
 	default:
 		add("sidecarMode: %q is not one of native, classic", c.SidecarMode)
+	}
+	switch c.Interception {
+	case InterceptionTransparent, InterceptionProxy:
+	default:
+		add("interception: %q is not one of transparent, proxy", c.Interception)
 	}
 	switch c.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

@@ -48,6 +48,11 @@ var variants = []variant{
 	{name: "no-proxies", labels: map[string]string{inject.LabelSpiffe: "enabled"}, annotations: map[string]string{
 		inject.AnnotationExcludeComponents: "auth-proxy,envoy-proxy",
 	}},
+	// Proxy mode: no proxy-init, no capability; HTTP_PROXY on the agent, a named inbound port.
+	{name: "proxy-mode", labels: map[string]string{inject.LabelInterception: config.InterceptionProxy},
+		annotations: map[string]string{inject.AnnotationNoProxy: "metadata.google.internal, .svc.cluster.local"}},
+	// Proxy mode with spiffe-helper: proxy-init only writes helper.conf, unprivileged.
+	{name: "proxy-mode-spiffe", labels: map[string]string{inject.LabelInterception: config.InterceptionProxy, inject.LabelSpiffe: "enabled"}},
 }
 
 func TestGolden(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kagenti/platform/injector/internal/config"
 	"github.com/kagenti/platform/pkg/configmap/appprobe"
 	"github.com/kagenti/platform/pkg/configmap/contract"
 )
@@ -78,6 +80,14 @@ type Status struct {
 	Kept          []string `json:"kept,omitempty"`
 	OwnTraceMount []string `json:"ownTraceMount,omitempty"`
 	OwnTraceEnv   []string `json:"ownTraceEnv,omitempty"`
+
+	// Proxy mode (v5 and later; absent in transparent mode). Interception is "proxy";
+	// ServiceTargetPort names the container port a Service must target (the authbridge
+	// container's kagenti-inbound) for its requests to reach the inbound proxy; ProxyEnv lists the
+	// user containers given the HTTP proxy variables (proxyEnvNames), which removal deletes.
+	Interception      string   `json:"interception,omitempty"`
+	ServiceTargetPort string   `json:"serviceTargetPort,omitempty"`
+	ProxyEnv          []string `json:"proxyEnv,omitempty"`
 }
 
 // ReadStatus returns the status annotation of t, nil when there is none.
@@ -120,12 +130,18 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	if err := checkProxyIdentity(t, r, old); err != nil {
 		return nil, false, err
 	}
+	if err := checkProxyEnv(t, r, old); err != nil {
+		return nil, false, err
+	}
 	if old != nil && old.Hash == r.Hash && present(t, old, r) {
 		return t, false, nil
 	}
 	out = t.DeepCopy()
 	Strip(out, old)
 	st := Status{Version: StatusVersion, Hash: r.Hash}
+	if r.Interception == config.InterceptionProxy {
+		st.Interception, st.ServiceTargetPort = r.Interception, r.ServiceTargetPort
+	}
 	spec := &out.Spec
 
 	taken := names(spec.InitContainers, spec.Containers)
@@ -173,6 +189,10 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 		if r.isComponent(c.Name) {
 			continue // an injected sidecar, or the user's own version of one (kept as written)
 		}
+		if r.UserEnv != nil {
+			c.Env = append(slices.Clip(c.Env), r.UserEnv...)
+			st.ProxyEnv = append(st.ProxyEnv, c.Name)
+		}
 		c.VolumeMounts = slices.Grow(c.VolumeMounts, len(r.UserMounts))
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {
@@ -201,6 +221,44 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	}
 	out.Annotations[AnnotationStatus] = string(b)
 	return out, true, nil
+}
+
+// ProxyEnvError is a user container that sets one of the HTTP proxy variables proxy mode sets
+// (proxyEnvNames). The webhook refuses it rather than choose: overwritten, the user's proxy would
+// silently stop being used; kept, the agent's calls would bypass the outbound proxy and leave
+// without their token exchanged. The outbound proxy does not chain to another proxy.
+type ProxyEnvError struct {
+	// Field is the variable's path in the pod template, e.g. spec.containers[0].env[2].
+	Field, Container, Name string
+}
+
+func (e *ProxyEnvError) Error() string {
+	if strings.EqualFold(e.Name, "NO_PROXY") {
+		return fmt.Sprintf("%s (%q): %s is set by the injector in proxy mode (%s: %s, the outbound proxy); remove it and list the hosts to reach directly in the annotation %s",
+			e.Field, e.Container, e.Name, LabelInterception, config.InterceptionProxy, AnnotationNoProxy)
+	}
+	return fmt.Sprintf("%s (%q): %s is set by the injector in proxy mode (%s: %s): the agent's HTTP calls go through the outbound proxy, which does not chain to another proxy; remove the variable, or use %s: %s",
+		e.Field, e.Container, e.Name, LabelInterception, config.InterceptionProxy, LabelInterception, config.InterceptionTransparent)
+}
+
+// checkProxyEnv returns a *ProxyEnvError for the first user container of spec.containers that sets
+// a variable of proxyEnvNames, when r sets them; a container whose variables an earlier injection
+// added (old's ProxyEnv) is checked after they are stripped.
+func checkProxyEnv(t *corev1.PodTemplateSpec, r *Rendered, old *Status) error {
+	if r.UserEnv == nil {
+		return nil
+	}
+	for i, c := range t.Spec.Containers {
+		if r.isComponent(c.Name) || (old != nil && slices.Contains(old.ProxyEnv, c.Name)) {
+			continue
+		}
+		for j, e := range c.Env {
+			if slices.Contains(proxyEnvNames, e.Name) {
+				return &ProxyEnvError{Field: fmt.Sprintf("spec.containers[%d].env[%d]", i, j), Container: c.Name, Name: e.Name}
+			}
+		}
+	}
+	return nil
 }
 
 // PortConflictError is a user container that declares a port an injected container listens on: both
@@ -346,6 +404,11 @@ func stripV2(t *corev1.PodTemplateSpec, s *Status) {
 		return slices.Contains(all, name) && !slices.Contains(s.Kept, name)
 	}
 	all := InjectedContainers(s.Version)
+	for i := range spec.Containers {
+		if c := &spec.Containers[i]; slices.Contains(s.ProxyEnv, c.Name) {
+			c.Env = deleteEnv(c.Env, func(e corev1.EnvVar) bool { return slices.Contains(proxyEnvNames, e.Name) })
+		}
+	}
 	drop := func(c corev1.Container) bool { return injected(c.Name, all) }
 	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, drop)
 	spec.Containers = slices.DeleteFunc(spec.Containers, drop)
@@ -441,10 +504,16 @@ func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
 			}
 		}
 	}
-	// A user container added since the last injection still lacks the trace mount: inject again.
+	// A user container added since the last injection still lacks the trace mount (or, in proxy
+	// mode, the proxy variables): inject again.
 	for _, c := range t.Spec.Containers {
 		if r.isComponent(c.Name) {
 			continue
+		}
+		for _, e := range r.UserEnv {
+			if !slices.Contains(c.Env, e) {
+				return false
+			}
 		}
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {

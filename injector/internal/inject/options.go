@@ -15,9 +15,15 @@ import (
 
 // Labels and annotations read from the workload (docs/architecture.md §4).
 const (
-	LabelInject      = "kagenti.io/inject"
-	LabelSpiffe      = "kagenti.io/spiffe"
-	AnnotationStatus = contract.InjectionStatusAnnotation
+	LabelInject = "kagenti.io/inject"
+	LabelSpiffe = "kagenti.io/spiffe"
+	// LabelInterception chooses the workload's interception mode (config.InterceptionTransparent,
+	// config.InterceptionProxy); the injector configuration's interception when absent.
+	LabelInterception = "kagenti.io/interception"
+	// AnnotationNoProxy lists hosts (comma list, NO_PROXY syntax) the agent's HTTP clients reach
+	// directly in proxy mode, after localhost, 127.0.0.1 and ::1.
+	AnnotationNoProxy = "kagenti.io/no-proxy"
+	AnnotationStatus  = contract.InjectionStatusAnnotation
 	// AnnotationIdentityDefaults carries the identity defaults to the data plane (pkg/configmap).
 	AnnotationIdentityDefaults  = contract.IdentityDefaultsAnnotation
 	AnnotationExcludeComponents = "kagenti.io/exclude-components"
@@ -70,6 +76,11 @@ type Options struct {
 	ProjectPodName bool
 	// Spiffe includes spiffe-helper and the SPIRE socket (label kagenti.io/spiffe=enabled).
 	Spiffe bool
+	// Interception is the workload's own interception mode (LabelInterception); "" for the
+	// configuration's.
+	Interception string
+	// NoProxy are the hosts of AnnotationNoProxy.
+	NoProxy []string
 	// Exclude lists the components not to inject.
 	Exclude map[string]bool
 	// OutboundPortsExclude and InboundPortsExclude are passed to proxy-init (sorted, unique).
@@ -145,6 +156,23 @@ func ParseOptions(workload string, labels, annotations map[string]string) (Optio
 		case "disabled":
 		default:
 			return o, invalid(LabelSpiffe, v, "accepted values: enabled, disabled")
+		}
+	}
+	if v, ok := labels[LabelInterception]; ok {
+		switch v {
+		case config.InterceptionTransparent, config.InterceptionProxy:
+			o.Interception = v
+		default:
+			return o, invalid(LabelInterception, v, "accepted values: %s (nftables redirects set up by proxy-init, which needs NET_ADMIN), %s (HTTP_PROXY on the agent's containers; no init container, no added capability)",
+				config.InterceptionTransparent, config.InterceptionProxy)
+		}
+	}
+	if v, ok := annotations[AnnotationNoProxy]; ok {
+		for _, h := range splitList(v) {
+			if strings.ContainsAny(h, " \t\"'=;") {
+				return o, invalid(AnnotationNoProxy, v, "%q is not a host, domain (.example.com), address or CIDR; accepted values: comma list of them", h)
+			}
+			o.NoProxy = append(o.NoProxy, h)
 		}
 	}
 	if v, ok := annotations[AnnotationExcludeComponents]; ok {

@@ -56,6 +56,15 @@ type Rendered struct {
 	Volumes    []corev1.Volume
 	// UserMounts are added to every user container (the trace configuration).
 	UserMounts []corev1.VolumeMount
+	// UserEnv is added to every user container of spec.containers in proxy mode: the HTTP proxy
+	// variables naming the outbound proxy (proxyEnv); nil in transparent mode.
+	UserEnv []corev1.EnvVar
+	// Interception is the mode rendered (config.InterceptionTransparent, config.InterceptionProxy).
+	Interception string
+	// ServiceTargetPort is, in proxy mode with the inbound proxy, the name of the authbridge
+	// container's inbound port (PortNameInbound): the port a Service must target for
+	// its requests to be authenticated ("" otherwise: transparent mode redirects any port).
+	ServiceTargetPort string
 	// IdentityDefaults is the value of the pod annotation AnnotationIdentityDefaults ("" when no
 	// kagenti-authbridge container is injected).
 	IdentityDefaults string
@@ -124,6 +133,11 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	r := &Rendered{}
 	spiffe := o.Spiffe && !o.Exclude[config.SpiffeHelper]
 	proxies := !o.Exclude[config.AuthProxy] || !o.Exclude[config.EnvoyProxy]
+	r.Interception = interceptionOf(cfg, o)
+	proxyMode := r.Interception == config.InterceptionProxy
+	// intercept: proxy-init redirects the pod's traffic (transparent mode). In proxy mode nothing
+	// is redirected: the agent's HTTP clients name the outbound proxy, the Service the inbound one.
+	intercept := proxies && !proxyMode
 	if spiffe && o.Exclude[config.ProxyInit] {
 		return nil, invalid(AnnotationExcludeComponents, o.excludeText,
 			"spiffe-helper needs proxy-init, which writes its configuration (%s) at pod start; exclude spiffe-helper too, or keep proxy-init", contract.PathHelperConf)
@@ -135,7 +149,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		case name == config.SpiffeHelper:
 			return spiffe
 		case name == config.ProxyInit:
-			return proxies || spiffe // nothing to redirect and no helper.conf to write: no init
+			return intercept || spiffe // nothing to redirect and no helper.conf to write: no init
 		}
 		return true
 	}
@@ -150,7 +164,7 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		}
 		r.Listeners = append(r.Listeners, listeners(cfg, name)...)
 		if name == config.ProxyInit {
-			if !proxies {
+			if !intercept {
 				// Only helper.conf to write: no traffic rules, no privileges.
 				c.Args = append(c.Args, "--intercept=false")
 				c.SecurityContext = restricted(cfg.Identity.ProxyUID, true)
@@ -164,6 +178,12 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 		c, err := renderAuthbridge(cfg, o, roles)
 		if err != nil {
 			return nil, err
+		}
+		if proxyMode && slices.Contains(components, config.AuthProxy) {
+			// Named, so that a Service targets the inbound proxy by name (targetPort: kagenti-inbound)
+			// whatever the configured port; the injector changes no Service of the user's.
+			c.Ports = []corev1.ContainerPort{{Name: PortNameInbound, ContainerPort: cfg.Identity.InboundPort}}
+			r.ServiceTargetPort = PortNameInbound
 		}
 		for _, name := range components {
 			r.Listeners = append(r.Listeners, listeners(cfg, name)...)
@@ -204,7 +224,13 @@ func Render(cfg *config.Config, o Options) (*Rendered, error) {
 	// bytes to every stored template.
 	// No variable names the mount: PathTrace is the contract's path and the reader's own default.
 	r.UserMounts = []corev1.VolumeMount{{Name: VolumeTrace, MountPath: PathTrace}}
-	r.appProbes = newProbeRewrite(cfg, o, on(config.ProxyInit) && proxies, r.Listeners)
+	if proxyMode && !o.Exclude[config.EnvoyProxy] {
+		r.UserEnv = proxyEnv(cfg, o)
+	}
+	// In proxy mode nothing redirects, but the agent should listen on 127.0.0.1 only (the inbound
+	// proxy cannot be bypassed then): the kubelet, on the pod IP, would never reach it. Its probes
+	// are rewritten as if every port were redirected, and the authbridge runs them on loopback.
+	r.appProbes = newProbeRewrite(cfg, o, (on(config.ProxyInit) && intercept) || proxyMode, r.Listeners)
 	if len(all) > 0 {
 		r.ProxyUID = cfg.Identity.ProxyUID
 	}
@@ -243,6 +269,10 @@ func renderHash(r *Rendered) string {
 	list(`,"Containers":`, r.Containers == nil, r.encoded.containers)
 	list(`,"Volumes":`, r.Volumes == nil, r.encoded.volumes)
 	list(`,"UserMounts":`, r.UserMounts == nil, r.encoded.userMounts)
+	if r.UserEnv != nil {
+		// Only in proxy mode: the hashes of transparent injections stay those already stored.
+		list(`,"UserEnv":`, false, encodeEach(r.UserEnv))
+	}
 	defaults, _ := json.Marshal(r.IdentityDefaults)
 	h.Write([]byte(`,"IdentityDefaults":`))
 	h.Write(defaults)
@@ -276,6 +306,46 @@ func (r *Rendered) forWorkload(cfg *config.Config, o Options) *Rendered {
 	}
 	out.Hash = renderHash(&out)
 	return &out
+}
+
+// PortNameInbound names the authbridge container's inbound port in proxy mode: a Service's
+// targetPort.
+const PortNameInbound = "kagenti-inbound"
+
+// The variables proxy mode sets on the agent's containers, both spellings: Go, Python's requests
+// and httpx, Node's undici/axios and curl read one or the other (curl only the lower-case
+// http_proxy, for fear of CGI's HTTP_PROXY header).
+var proxyEnvNames = []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"}
+
+// noProxyAlways are the hosts the agent's clients never send to the proxy: the pod itself.
+const noProxyAlways = "localhost,127.0.0.1,::1"
+
+// interceptionOf is the workload's interception mode: its label's, else the configuration's.
+func interceptionOf(cfg *config.Config, o Options) string {
+	switch {
+	case o.Interception != "":
+		return o.Interception
+	case cfg.Interception != "":
+		return cfg.Interception
+	}
+	return config.InterceptionTransparent
+}
+
+// proxyEnv returns the HTTP proxy variables of proxy mode: every http and https request of the
+// agent's clients goes to the outbound proxy on loopback (absolute form, CONNECT for https), but
+// for the pod itself and the hosts of AnnotationNoProxy.
+func proxyEnv(cfg *config.Config, o Options) []corev1.EnvVar {
+	proxy := "http://127.0.0.1:" + itoa(cfg.Identity.OutboundPort)
+	noProxy := strings.Join(append([]string{noProxyAlways}, o.NoProxy...), ",")
+	out := make([]corev1.EnvVar, 0, len(proxyEnvNames))
+	for _, name := range proxyEnvNames {
+		v := proxy
+		if strings.EqualFold(name, "NO_PROXY") {
+			v = noProxy
+		}
+		out = append(out, corev1.EnvVar{Name: name, Value: v})
+	}
+	return out
 }
 
 // renderContainer returns proxy-init (kagenti-authbridge init) or spiffe-helper (reading the

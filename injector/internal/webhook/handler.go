@@ -153,6 +153,9 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 		var opts inject.Options
 		opts, err = inject.ParseOptions(name, obj.Metadata.Labels, obj.Metadata.Annotations)
 		opts.ReadTemplate(tmpl)
+		if err == nil && opts.Interception == "" {
+			err = h.namespaceInterception(req.Namespace, &opts)
+		}
 		if err == nil {
 			if rendered, err = h.renders.Render(h.Config(), opts); err == nil {
 				out, changed, err = inject.Inject(tmpl, rendered)
@@ -168,11 +171,12 @@ func (h *Handler) handle(req admission.Request, patch *bytes.Buffer) (admission.
 		bad      *inject.InvalidError
 		conflict *inject.PortConflictError
 		identity *inject.ProxyIdentityError
+		proxyEnv *inject.ProxyEnvError
 	)
 	switch {
 	case errors.As(err, &bad):
 		return deny(req, gk.Kind, &obj, err.Error())
-	case errors.As(err, &conflict), errors.As(err, &identity):
+	case errors.As(err, &conflict), errors.As(err, &identity), errors.As(err, &proxyEnv):
 		// Both name a field of the pod template: rooted at the object here.
 		return deny(req, gk.Kind, &obj, strings.Join(path, ".")+"."+err.Error())
 	case err != nil:
@@ -305,4 +309,26 @@ func served(gk schema.GroupKind) bool {
 		}
 	}
 	return false
+}
+
+// namespaceInterception sets the interception mode of a workload without a label of its own from
+// its namespace's label kagenti.io/interception, as the injector's watch of Namespaces last saw it
+// (no API call: a namespace labelled a moment ago may still be read without it). A value other than
+// transparent or proxy is an *inject.InvalidError naming the namespace.
+func (h *Handler) namespaceInterception(namespace string, o *inject.Options) error {
+	ni, ok := h.PodSecurity.(NamespaceInterception)
+	if !ok {
+		return nil
+	}
+	mode, ok := ni.Interception(namespace)
+	if !ok {
+		return nil
+	}
+	switch mode {
+	case config.InterceptionTransparent, config.InterceptionProxy:
+		o.Interception = mode
+		return nil
+	}
+	return &inject.InvalidError{Key: fmt.Sprintf("label %s of namespace %q", inject.LabelInterception, namespace), Value: mode,
+		Reason: fmt.Sprintf("accepted values: %s, %s (or label the workload itself)", config.InterceptionTransparent, config.InterceptionProxy)}
 }

@@ -150,6 +150,18 @@ func TestHandlerBadInput(t *testing.T) {
 			d.Spec.Template.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1337)}
 			return d
 		}()), http.StatusForbidden, `spec.template.spec.containers[1].securityContext.runAsUser: invalid value 1337: container "c1" would run as the proxy UID`},
+		"bad interception label": {review(t, admissionv1.Create, deploymentGVK, func() runtime.Object {
+			d := deployment("agents", 1, 0)
+			d.Labels[inject.LabelInterception] = "explicit"
+			return d
+		}()), http.StatusForbidden, `kagenti.io/interception: invalid value "explicit": accepted values: transparent`},
+		// Proxy mode would set HTTP_PROXY: a container's own is refused, named from the root.
+		"agent sets its own proxy in proxy mode": {review(t, admissionv1.Create, deploymentGVK, func() runtime.Object {
+			d := deployment("agents", 2, 0)
+			d.Labels[inject.LabelInterception] = "proxy"
+			d.Spec.Template.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://corp-proxy:3128"}}
+			return d
+		}()), http.StatusForbidden, `spec.template.spec.containers[1].env[0] ("c1"): HTTPS_PROXY is set by the injector in proxy mode`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, resp := post(t, h, tc.body)

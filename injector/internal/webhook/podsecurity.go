@@ -11,6 +11,8 @@ import (
 	"k8s.io/pod-security-admission/api"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/kagenti/platform/injector/internal/config"
+	"github.com/kagenti/platform/injector/internal/inject"
 	"github.com/kagenti/platform/pkg/configmap/podsecurity"
 )
 
@@ -31,6 +33,25 @@ type NamespaceLevels struct {
 	mu sync.RWMutex
 	// levels holds the namespaces that enforce more than privileged.
 	levels map[string]api.LevelVersion
+	// modes holds the namespaces labelled kagenti.io/interception, with the label's value.
+	modes map[string]string
+}
+
+// NamespaceInterception says which interception mode a namespace's label kagenti.io/interception
+// chooses for its workloads without a label of their own (the value as written, unchecked); false
+// when the namespace has none (or is not known yet).
+type NamespaceInterception interface {
+	Interception(namespace string) (string, bool)
+}
+
+var _ NamespaceInterception = (*NamespaceLevels)(nil)
+
+// Interception implements NamespaceInterception.
+func (l *NamespaceLevels) Interception(namespace string) (string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	mode, ok := l.modes[namespace]
+	return mode, ok
 }
 
 var _ PodSecurityLevels = (*NamespaceLevels)(nil)
@@ -60,6 +81,7 @@ func (l *NamespaceLevels) Watch(ctx context.Context, informers cache.Informers) 
 			if ns, ok := obj.(*corev1.Namespace); ok {
 				l.mu.Lock()
 				delete(l.levels, ns.Name)
+				delete(l.modes, ns.Name)
 				l.mu.Unlock()
 			}
 		},
@@ -75,6 +97,14 @@ func (l *NamespaceLevels) set(obj any) {
 	lv, enforced := podsecurity.Enforced(ns.Labels)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if mode, ok := ns.Labels[inject.LabelInterception]; ok {
+		if l.modes == nil {
+			l.modes = map[string]string{}
+		}
+		l.modes[ns.Name] = mode
+	} else {
+		delete(l.modes, ns.Name)
+	}
 	if !enforced {
 		delete(l.levels, ns.Name)
 		return
@@ -85,8 +115,8 @@ func (l *NamespaceLevels) set(obj any) {
 	l.levels[ns.Name] = lv
 }
 
-// TrimNamespace is the cache transform for Namespaces: only the name and the Pod Security labels
-// are read, so only they are kept.
+// TrimNamespace is the cache transform for Namespaces: only the name, the Pod Security labels and
+// kagenti.io/interception are read, so only they are kept.
 func TrimNamespace(obj any) (any, error) {
 	ns, ok := obj.(*corev1.Namespace)
 	if !ok {
@@ -95,7 +125,7 @@ func TrimNamespace(obj any) (any, error) {
 	out := &corev1.Namespace{}
 	out.Name, out.ResourceVersion = ns.Name, ns.ResourceVersion
 	for k, v := range ns.Labels {
-		if k == podsecurity.EnforceLabel || k == podsecurity.EnforceVersionLabel {
+		if k == podsecurity.EnforceLabel || k == podsecurity.EnforceVersionLabel || k == inject.LabelInterception {
 			if out.Labels == nil {
 				out.Labels = map[string]string{}
 			}
@@ -123,6 +153,6 @@ func (h *Handler) podSecurityWarning(namespace, kind, name string, out *corev1.P
 	}
 	return fmt.Sprintf("kagenti-injector: namespace %q enforces Pod Security %q, which forbids what is injected into %s %q: %s; "+
 		"the %s is admitted, but the API server will refuse to create its pods. Label the namespace %s=privileged "+
-		"(the injection's proxy-init needs NET_ADMIN), or do not inject it here (docs/injector.md#pod-security)",
-		namespace, lv.String(), kind, name, strings.Join(reasons, ", "), kind, podsecurity.EnforceLabel)
+		"(the injection's proxy-init needs NET_ADMIN), label the %s %s=%s (proxy mode: no capability), or do not inject it here (docs/injector.md#pod-security)",
+		namespace, lv.String(), kind, name, strings.Join(reasons, ", "), kind, podsecurity.EnforceLabel, kind, inject.LabelInterception, config.InterceptionProxy)
 }

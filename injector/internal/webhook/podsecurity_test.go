@@ -3,11 +3,14 @@ package webhook_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/pod-security-admission/api"
 
 	"github.com/kagenti/platform/injector/internal/inject"
@@ -72,4 +75,68 @@ func TestHandlerWarnsWhenTheNamespacePodSecurityForbidsTheInjection(t *testing.T
 	_, resp = post(t, hook, review(t, admissionv1.Create, deploymentGVK, priv))
 	require.Len(t, resp.Warnings, 1)
 	require.NotContains(t, resp.Warnings[0], "host namespaces")
+}
+
+// levelsAndModes adds namespace labels kagenti.io/interception to levels.
+type levelsAndModes struct {
+	levels
+	modes map[string]string
+}
+
+func (l levelsAndModes) Interception(ns string) (string, bool) {
+	mode, ok := l.modes[ns]
+	return mode, ok
+}
+
+// TestNamespaceLabelChoosesTheInterceptionMode: a namespace labelled kagenti.io/interception
+// chooses the mode of its workloads without a label of their own; the workload's label wins; a
+// bad namespace value is refused, naming the namespace; the Pod Security warning names proxy mode.
+func TestNamespaceLabelChoosesTheInterceptionMode(t *testing.T) {
+	h := newHandler()
+	h.PodSecurity = levelsAndModes{levels{"agents": "baseline"}, map[string]string{"agents": "proxy"}}
+	hook := injectorwebhook.HTTPHandler(h)
+	modeOf := func(resp *admissionv1.AdmissionResponse) string {
+		t.Helper()
+		require.True(t, resp.Allowed, "%+v", resp.Result)
+		for _, op := range decodePatch(t, resp.Patch) {
+			if v, ok := op["value"].(map[string]any); ok {
+				if st, ok := v[inject.AnnotationStatus].(string); ok {
+					var s inject.Status
+					require.NoError(t, json.Unmarshal([]byte(st), &s))
+					return s.Interception
+				}
+			}
+			if op["path"] == "/spec/template/metadata/annotations/"+strings.ReplaceAll(inject.AnnotationStatus, "/", "~1") {
+				var s inject.Status
+				require.NoError(t, json.Unmarshal([]byte(op["value"].(string)), &s))
+				return s.Interception
+			}
+		}
+		t.Fatalf("no status annotation in the patch")
+		return ""
+	}
+	_, resp := post(t, hook, review(t, admissionv1.Create, deploymentGVK, deployment("agents", 1, 0)))
+	require.Equal(t, "proxy", modeOf(resp), "the namespace's mode")
+	require.Empty(t, resp.Warnings, "proxy mode: nothing baseline forbids")
+
+	d := deployment("agents", 1, 0)
+	d.Labels[inject.LabelInterception] = "transparent"
+	_, resp = post(t, hook, review(t, admissionv1.Create, deploymentGVK, d))
+	require.Equal(t, "", modeOf(resp), "the workload's label wins (transparent records no mode)")
+	require.Len(t, resp.Warnings, 1)
+	require.Contains(t, resp.Warnings[0], "label the Deployment kagenti.io/interception=proxy (proxy mode: no capability)")
+
+	h.PodSecurity = levelsAndModes{levels{}, map[string]string{"agents": "Proxy"}}
+	_, resp = post(t, injectorwebhook.HTTPHandler(h), review(t, admissionv1.Create, deploymentGVK, deployment("agents", 1, 0)))
+	require.False(t, resp.Allowed)
+	require.Contains(t, resp.Result.Message, `label kagenti.io/interception of namespace "agents": invalid value "Proxy": accepted values: transparent, proxy (or label the workload itself)`)
+}
+
+// TestNamespaceLevelsReadTheInterceptionLabel: the cache's transform keeps the label (and, of the
+// others, only Pod Security's), so the watch sees it.
+func TestNamespaceLevelsReadTheInterceptionLabel(t *testing.T) {
+	trimmed, err := injectorwebhook.TrimNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agents",
+		Labels: map[string]string{inject.LabelInterception: "proxy", "team": "weather"}}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{inject.LabelInterception: "proxy"}, trimmed.(*corev1.Namespace).Labels)
 }

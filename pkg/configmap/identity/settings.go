@@ -70,6 +70,23 @@ var Settings = []Setting{
 	{Path: "inbound.validation.requiredScopes", Kind: Strings, Doc: "scopes every incoming token must carry"},
 	{Path: "inbound.validation.jwksRefreshSeconds", Kind: Seconds, Env: "KAGENTI_JWKS_REFRESH_SECONDS", Implied: strconv.Itoa(JWKSRefreshSeconds),
 		Injector: "identity.jwksRefreshSeconds", Doc: "how often the signing keys are fetched again (10 to 86400 s); a token naming an unknown key fetches them at once"},
+	{Path: "inbound.authorization.rules", Kind: AuthzRules,
+		Doc: "named CEL rules (`name`, `effect` Allow or Deny, `when`) over the verified facts of a request; deny overrides allow ([authorization](authorization.md))"},
+	{Path: "inbound.authorization.default", Kind: String, Default: "`Deny` when a rule allows, else `Allow`",
+		Doc: "effect when no rule matches: `Allow` or `Deny`"},
+	{Path: "inbound.authorization.dryRun", Kind: Bool, Default: "`false`", Doc: "log what the policy would deny, admit the request"},
+	{Path: "inbound.authorization.maxChainDepth", Kind: Count, Default: "`8`",
+		Doc: "most actors (nested `act` claims) an incoming token may carry (1 to 16); a deeper chain is an invalid token"},
+	{Path: "inbound.authorization.external.address", Kind: String,
+		Doc: "external authorizer (Envoy's ext_authz gRPC, e.g. OPA), asked after the rules allow: `host:port`, `dns:///host:port` or `unix:///path`; plaintext only to loopback or a unix socket ([authorization](authorization.md#external-authorizer-ext_authz-opa))"},
+	{Path: "inbound.authorization.external.timeout", Kind: String, Default: "`200ms`",
+		Doc: "longest wait for the external authorizer's answer (10ms to 5s); no answer is no decision"},
+	{Path: "inbound.authorization.external.failOpen", Kind: Bool, Default: "`false`",
+		Doc: "allow the request when the external authorizer gives no decision (timeout, error); an explicit denial still denies"},
+	{Path: "inbound.authorization.external.tls.caBundle", Kind: String,
+		Doc: "PEM certificates the external authorizer's must chain to; setting it turns TLS on (required for a remote address)"},
+	{Path: "inbound.authorization.external.tls.serverName", Kind: String, Default: "the address's host",
+		Doc: "name the external authorizer's certificate must carry"},
 	{Path: "outbound.enabled", Kind: Bool, Env: "KAGENTI_OUTBOUND_ENABLED", Implied: "true", StartupOnly: true,
 		Doc: "outbound interception and token exchange (envoy-proxy); `false` when envoy-proxy is excluded"},
 	{Path: "outbound.trafficInterception.enabled", Kind: Bool, Default: "`true`", StartupOnly: true, Doc: "redirect of outgoing traffic to the proxy"},
@@ -83,10 +100,19 @@ var Settings = []Setting{
 	{Path: "outbound.tokenExchange.enabled", Kind: Bool, Env: "KAGENTI_TOKEN_EXCHANGE", Implied: "true",
 		Injector: "identity.tokenExchange", Doc: "RFC 8693 exchange of outgoing tokens"},
 	{Path: "outbound.tokenExchange.tokenUrl", Kind: String, Default: "the provider's token URL", Doc: "token endpoint of the exchange"},
+	{Path: "outbound.tokenExchange.delegation", Kind: String, Default: "`immediateCaller`",
+		Doc: "`chained`: the identity provider verifies an actor token and nests `act` (the outbound proxy sends its JWT SVID as `actor_token`); `immediateCaller`: no actor token, a callee knows only its immediate caller"},
 	{Path: "outbound.tokenExchange.defaultTarget.audience", Kind: String, Env: "KAGENTI_DEFAULT_AUDIENCE", BuiltIn: DefaultAudience, HasBuiltIn: true,
 		Injector: "identity.defaultAudience", Doc: "audience of exchanged tokens no rule chooses"},
 	{Path: "outbound.tokenExchange.defaultTarget.scopes", Kind: Strings, Doc: "scopes of exchanged tokens no rule chooses"},
+	{Path: "outbound.tokenExchange.defaultTarget.allowScopeEscalation", Kind: Bool, Default: "`false`",
+		Doc: "let an exchange ask for scopes the caller's token lacks (else refused: scopes only narrow along a delegation chain); a rule's target inherits it"},
 	{Path: "outbound.tokenExchange.destinationRules", Kind: Rules, Doc: "exchanged token per destination host; the first match wins"},
+	{Path: "outbound.egress.default", Kind: String, Default: "`Allow`",
+		Doc: "what a destination no egress rule allows gets: `Allow` or `Deny` (fail closed) ([egress policy](authorization.md#egress-policy))"},
+	{Path: "outbound.egress.allow", Kind: EgressRules,
+		Doc: "destinations the workload may call: each rule one of `host` (pattern, optional `:port`), `cidr` or `agent` (`name`, `namespace`), with optional `ports`"},
+	{Path: "outbound.egress.dryRun", Kind: Bool, Default: "`false`", Doc: "log what the egress policy would deny, let the traffic through"},
 }
 
 // Setting is one identity setting.
@@ -126,18 +152,21 @@ type Kind int
 
 // Kinds of values.
 const (
-	String  Kind = iota
-	Bool         // true or false
-	Port         // 1-65535
-	UID          // 0 to 2^31-1
-	Ports        // comma-separated ports
-	Strings      // a list (config.yaml only)
-	Rules        // the destination rules (config.yaml only)
-	Seconds      // a whole number of seconds, 1 to 86400
+	String      Kind = iota
+	Bool             // true or false
+	Port             // 1-65535
+	UID              // 0 to 2^31-1
+	Ports            // comma-separated ports
+	Strings          // a list (config.yaml only)
+	Rules            // the destination rules (config.yaml only)
+	Seconds          // a whole number of seconds, 1 to 86400
+	AuthzRules       // the authorization rules (config.yaml only)
+	Count            // a small whole number (config.yaml only)
+	EgressRules      // the egress allow rules (config.yaml only)
 )
 
 func (k Kind) String() string {
-	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds"}[k]
+	return [...]string{"string", "bool", "port", "uid", "ports", "list", "rules", "seconds", "authorization rules", "count", "egress rules"}[k]
 }
 
 // Merge is how config.yaml's value combines with the injector's default.

@@ -84,7 +84,7 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 func BuildBinary(t *testing.T, dir, name string) string {
 	t.Helper()
 	bin := filepath.Join(dir, name)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build := exec.Command("go", "build", "-tags", BuildTags(), "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, build.Run(), "building %s", name)
@@ -92,6 +92,16 @@ func BuildBinary(t *testing.T, dir, name string) string {
 		t.Logf("binary: %.1f MiB", float64(fi.Size())/(1<<20))
 	}
 	return bin
+}
+
+// BuildTags are the build tags every shipped binary is built with (hack/go-build-tags, read by the
+// Dockerfile, hack/images.sh and the Makefile too).
+func BuildTags() string {
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), "hack", "go-build-tags"))
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // RepoRoot is the repository's root directory (this package sits three levels below it, as every

@@ -97,7 +97,10 @@ func TestStatusReconcilerWritesVerdictsAndKeepsTheStatusOnPlainErrors(t *testing
 
 	// A deleted resource: Gone runs, no error, no Body.
 	require.NoError(t, c.Delete(ctx, g))
-	body = func(*gadget) (ctrl.Result, bool, error) { t.Fatal("Body ran for a deleted resource"); return ctrl.Result{}, false, nil }
+	body = func(*gadget) (ctrl.Result, bool, error) {
+		t.Fatal("Body ran for a deleted resource")
+		return ctrl.Result{}, false, nil
+	}
 	_, err = shell.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 	require.NoError(t, err)
 	assert.Equal(t, []types.NamespacedName{key}, gone)

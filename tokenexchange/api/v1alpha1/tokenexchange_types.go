@@ -22,6 +22,7 @@ import (
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.configuredPods`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
+// +kubebuilder:printcolumn:name="Delegation",type=string,JSONPath=`.status.delegation`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -225,6 +226,116 @@ type InboundSpec struct {
 	// Validation configures the validation of incoming tokens.
 	// +optional
 	Validation *ValidationSpec `json:"validation,omitempty"`
+
+	// Authorization decides, after a token is validated, who may call this agent, on whose behalf
+	// and how (docs/authorization.md). Without it every valid token is admitted.
+	// +optional
+	Authorization *AuthorizationSpec `json:"authorization,omitempty"`
+}
+
+// Effects of an authorization rule and of the default.
+const (
+	EffectAllow = "Allow"
+	EffectDeny  = "Deny"
+)
+
+// AuthorizationSpec is the inbound authorization policy: named CEL rules over the verified facts
+// of a request. Deny overrides allow: the request is denied when a deny rule matches, else allowed
+// when an allow rule matches, else the default applies. A rule whose evaluation fails denies.
+type AuthorizationSpec struct {
+	// Rules are evaluated deny rules first, then allow rules, each kind in order; a rule's name
+	// is what a denial, the audit log and the metrics report.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Rules []AuthorizationRule `json:"rules,omitempty"`
+
+	// Default is the effect when no rule matches: Allow or Deny. When omitted: Deny if a rule
+	// allows (the rules are an allow-list), else Allow (no rules, or deny rules only, keep every
+	// other valid token admitted).
+	// +optional
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Default string `json:"default,omitempty"`
+
+	// DryRun logs what the policy would deny and admits the request. Default false.
+	// +optional
+	DryRun *bool `json:"dryRun,omitempty"`
+
+	// MaxChainDepth bounds the delegation chain (nested act claims, RFC 8693 §4.1) of an incoming
+	// token; a deeper chain is refused as an invalid token. Default 8.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+
+	// External is an external authorizer (Envoy's ext_authz gRPC API: OPA with its envoy plugin,
+	// kagenti-opa-extauthz…) asked after the rules allow: both must allow. DryRun applies to it.
+	// +optional
+	External *ExternalAuthorizerSpec `json:"external,omitempty"`
+}
+
+// ExternalAuthorizerSpec is an ext_authz gRPC authorizer. Plaintext reaches only loopback or a
+// unix socket (the answer on the connection is the decision): a remote address needs tls.
+// +kubebuilder:validation:XValidation:rule=`has(self.tls) || self.address.matches('^((unix|unix-abstract):.+|((dns|passthrough):///)?(localhost|127\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}|\\[::1\\]):[0-9]{1,5})$')`,message="external.address: plaintext only to localhost, 127.0.0.0/8, [::1] or unix:; set external.tls for a remote authorizer",fieldPath=".address"
+type ExternalAuthorizerSpec struct {
+	// Address is a gRPC target: host:port, dns:///host:port or unix:///path.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^((unix|unix-abstract):.+|((dns|passthrough):///)?[^/\\s]+:[0-9]{1,5})$')`,message="external.address: not host:port, dns:///host:port or unix:///path"
+	Address string `json:"address"`
+
+	// Timeout bounds the wait for a decision, 10ms to 5s (a duration: 200ms, 1s). Default 200ms.
+	// No answer in time is no decision: denied, unless failOpen.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[0-9]+(\\.[0-9]+)?(ms|s)$') && duration(self) >= duration('10ms') && duration(self) <= duration('5s')`,message="external.timeout: a duration from 10ms to 5s (200ms, 1s)"
+	Timeout string `json:"timeout,omitempty"`
+
+	// FailOpen allows a request when the authorizer gives no decision (a timeout, a refused
+	// connection, an unknown answer). An explicit denial still denies. Default false.
+	// +optional
+	FailOpen *bool `json:"failOpen,omitempty"`
+
+	// TLS to the authorizer. Required for an address that is not loopback or a unix socket.
+	// +optional
+	TLS *ExternalAuthorizerTLS `json:"tls,omitempty"`
+}
+
+// ExternalAuthorizerTLS is the TLS of the connection to the external authorizer.
+type ExternalAuthorizerTLS struct {
+	// CABundle is the PEM certificates the authorizer's certificate must chain to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	CABundle string `json:"caBundle"`
+
+	// ServerName is the name the authorizer's certificate must carry (default: the address's
+	// host).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// AuthorizationRule is one named rule: when the CEL expression When is true, Effect applies.
+type AuthorizationRule struct {
+	// Name of the rule, unique in the policy: a DNS label other than "default" (which names the
+	// default in decisions).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="default is reserved: it names the policy's default in decisions"
+	Name string `json:"name"`
+
+	// Effect when the rule matches: Allow or Deny.
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Effect string `json:"effect"`
+
+	// When is a CEL expression over subject, caller, chain, scopes, audience, groups, claims,
+	// request.method, request.path and request.rpcMethod that must be a bool. It is compiled at
+	// admission (the webhook) with the environment the proxy uses.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when"`
 }
 
 // ValidationSpec configures inbound token validation.
@@ -283,6 +394,82 @@ type OutboundSpec struct {
 	// TokenExchange configures the exchange of tokens for outgoing requests.
 	// +optional
 	TokenExchange *OutboundTokenExchangeSpec `json:"tokenExchange,omitempty"`
+
+	// Egress says which destinations the workload may call at all (docs/authorization.md,
+	// "Egress policy"). Without it every destination is allowed.
+	// +optional
+	Egress *EgressSpec `json:"egress,omitempty"`
+}
+
+// EgressSpec is the workload's egress policy, enforced by the outbound proxy on what it can verify
+// of each connection: a destination an allow rule matches is reached, any other gets the default.
+type EgressSpec struct {
+	// Default is what happens to a destination no rule allows: Allow (today's behaviour) or Deny
+	// (fail closed). Default Allow.
+	// +optional
+	// +kubebuilder:validation:Enum=Allow;Deny
+	Default string `json:"default,omitempty"`
+
+	// Allow lists the destinations the workload may reach; the first match allows.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Allow []EgressRule `json:"allow,omitempty"`
+
+	// DryRun logs (audits) what the policy would deny and lets the traffic through. Default false.
+	// +optional
+	DryRun *bool `json:"dryRun,omitempty"`
+}
+
+// EgressRule allows one kind of destination: exactly one of host, cidr and agent.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.host), has(self.cidr), has(self.agent)].filter(x, x).size() == 1",message="exactly one of host, cidr and agent must be set",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.host) || !has(self.ports) || !self.host.contains(':')",message="a host with :port and ports together: name the ports in one place",fieldPath=".ports",reason="FieldValueInvalid"
+type EgressRule struct {
+	// Host of the destination, optionally with a port; * matches any run of characters
+	// (e.g. *.svc.cluster.local), as in destinationRules. It matches a name the destination
+	// address verifiably answers to (the request's Host or the TLS SNI, resolved), never an
+	// address: use cidr for those.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9*]([-A-Za-z0-9.*]*[A-Za-z0-9*])?(:[0-9]{1,5})?$`
+	Host string `json:"host,omitempty"`
+
+	// CIDR of destination addresses, e.g. 10.96.0.0/12 or 2001:db8::/32; the only rule form that
+	// matches a connection without a verifiable name (raw TCP, TLS without SNI).
+	// +optional
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	CIDR string `json:"cidr,omitempty"`
+
+	// Agent names an in-cluster agent by its Service: it allows the names name, name.namespace,
+	// name.namespace.svc and name.namespace.svc.cluster.local.
+	// +optional
+	Agent *EgressAgent `json:"agent,omitempty"`
+
+	// Ports the rule allows; all when empty.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	Ports []int32 `json:"ports,omitempty"`
+}
+
+// EgressAgent is an agent's Service.
+type EgressAgent struct {
+	// Name of the agent's Service.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Namespace of the Service; default the TokenExchange's namespace.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // TrafficInterceptionSpec configures the interception of outgoing traffic.
@@ -328,6 +515,15 @@ type OutboundTokenExchangeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an http or https URL with a host"
 	TokenURL string `json:"tokenUrl,omitempty"`
 
+	// Delegation says what the identity provider does with a delegation chain. chained: it
+	// verifies an actor token and nests the subject token's act claims (RFC 8693 §4.1) — the
+	// outbound proxy sends the workload's JWT SVID as actor_token and every hop is in the signed
+	// token; immediateCaller: it does not (or is not known to), no actor token is sent, and a
+	// callee knows only its immediate caller. Default immediateCaller.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
+
 	// DefaultTarget is used for destinations no rule matches, and fills in what a rule leaves out.
 	// Default audience downstream-service, no scopes.
 	// +optional
@@ -356,6 +552,21 @@ type ExchangeTarget struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[^\s]+$`
 	Scopes []string `json:"scopes,omitempty"`
+
+	// AllowScopeEscalation lets the exchange ask for scopes the caller's token does not carry, the
+	// identity provider deciding. Default false: the outbound proxy refuses such a request (403
+	// scope_not_delegated), so that scopes only narrow along a delegation chain. A rule's target
+	// inherits defaultTarget's.
+	// +optional
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
+}
+
+// EffectiveDelegation is spec.outbound.tokenExchange.delegation, immediateCaller when unset.
+func (s *TokenExchangeSpec) EffectiveDelegation() string {
+	if s.Outbound != nil && s.Outbound.TokenExchange != nil && s.Outbound.TokenExchange.Delegation != "" {
+		return s.Outbound.TokenExchange.Delegation
+	}
+	return "immediateCaller"
 }
 
 // DestinationRule selects the token for requests to one host.
@@ -469,6 +680,15 @@ type TokenExchangeStatus struct {
 	// Message is a human summary of the state.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// Delegation is what a callee of this workload's calls can rely on: chained (the identity
+	// provider verifies each hop and nests act, so the whole chain is in the signed token) or
+	// immediateCaller (only the immediate caller is known). It reflects
+	// spec.outbound.tokenExchange.delegation, which the administrator sets for the provider: OAuth
+	// metadata has no flag to discover it.
+	// +optional
+	// +kubebuilder:validation:Enum=chained;immediateCaller
+	Delegation string `json:"delegation,omitempty"`
 
 	// ConfigMapName is the ConfigMap holding the rendered configuration.
 	// +optional

@@ -1,12 +1,15 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
 
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -105,8 +108,79 @@ func (t *TokenExchange) Validate() field.ErrorList {
 			}
 		}
 	}
+	if in := t.Spec.Inbound; in != nil && in.Authorization != nil {
+		errs = append(errs, ValidateAuthorization(spec.Child("inbound", "authorization"), in.Authorization)...)
+	}
 	if out := t.Spec.Outbound; out != nil && out.TrafficInterception != nil && out.TrafficInterception.ProxyUID != nil {
 		errs = append(errs, field.Forbidden(spec.Child("outbound", "trafficInterception", "proxyUid"), msgProxyUID))
+	}
+	return errs
+}
+
+// ValidateAuthorization compiles the policy with authz.Compile, the function the inbound proxy
+// compiles it with, so that admission refuses exactly the policies the proxy could not run (a CEL
+// expression the CRD schema cannot check). Each error names the rule's field, e.g.
+// spec.inbound.authorization.rules[2].when.
+func ValidateAuthorization(path *field.Path, a *AuthorizationSpec) field.ErrorList {
+	var errs field.ErrorList
+	def := authz.Effect(a.Default)
+	if def != "" && def != authz.Allow && def != authz.Deny {
+		errs = append(errs, field.NotSupported(path.Child("default"), a.Default, []string{EffectAllow, EffectDeny}))
+		def = ""
+	}
+	if len(a.Rules) > authz.MaxRules {
+		return append(errs, field.TooMany(path.Child("rules"), len(a.Rules), authz.MaxRules))
+	}
+	if e := a.External; e != nil {
+		errs = append(errs, validateExternal(path.Child("external"), e)...)
+	}
+	rules := make([]authz.Rule, len(a.Rules))
+	for i, r := range a.Rules {
+		rules[i] = authz.Rule{Name: r.Name, Effect: authz.Effect(r.Effect), When: r.When}
+	}
+	_, err := authz.Compile(rules, def)
+	if err == nil {
+		return errs
+	}
+	var joined []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		joined = j.Unwrap()
+	} else {
+		joined = []error{err}
+	}
+	for _, e := range joined {
+		re, ok := e.(*authz.RuleError)
+		if !ok {
+			errs = append(errs, field.Invalid(path, "", e.Error()))
+			continue
+		}
+		value := map[string]string{"name": re.Name, "effect": string(rules[re.Index].Effect), "when": rules[re.Index].When}[re.Field]
+		errs = append(errs, field.Invalid(path.Child("rules").Index(re.Index).Child(re.Field), value, fmt.Sprintf("rule %q %s", re.Name, re.Message)))
+	}
+	return errs
+}
+
+// validateExternal checks the external authorizer as the proxy's client does (authz's checks):
+// a target it can dial, plaintext only to loopback or a unix socket, a timeout within bounds, a
+// CA bundle with a certificate.
+func validateExternal(path *field.Path, e *ExternalAuthorizerSpec) field.ErrorList {
+	var errs field.ErrorList
+	if err := authz.CheckExternalAddress(e.Address, e.TLS != nil); err != nil {
+		errs = append(errs, field.Invalid(path.Child("address"), e.Address, err.Error()))
+	}
+	if e.Timeout != "" {
+		d, err := time.ParseDuration(e.Timeout)
+		if err == nil {
+			err = authz.CheckExternalTimeout(d)
+		}
+		if err != nil {
+			errs = append(errs, field.Invalid(path.Child("timeout"), e.Timeout, err.Error()))
+		}
+	}
+	if e.TLS != nil {
+		if _, err := (authconfig.ExternalTLS{CABundle: e.TLS.CABundle}).CertPool(); err != nil {
+			errs = append(errs, field.Invalid(path.Child("tls", "caBundle"), "(PEM)", err.Error()))
+		}
 	}
 	return errs
 }

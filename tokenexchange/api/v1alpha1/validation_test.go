@@ -15,6 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
 // templateBomb is testdata/template-bomb.txt (issue 12): 116 characters of nested printf/print
@@ -279,4 +282,101 @@ func BenchmarkValidateClientNameTemplate(b *testing.B) {
 			}
 		})
 	}
+}
+
+func withPolicy(a *AuthorizationSpec) *TokenExchange {
+	return &TokenExchange{Spec: TokenExchangeSpec{Inbound: &InboundSpec{Authorization: a}}}
+}
+
+// Validate compiles the policy as the proxy does and names each bad rule's field, with the rule's
+// name and what is wrong; a policy that compiles passes.
+func TestValidateNamesTheRuleThatDoesNotCompile(t *testing.T) {
+	ok := AuthorizationRule{Name: "only-middle", Effect: EffectAllow, When: `caller == "spiffe://cluster.local/ns/a/sa/middle"`}
+	assert.Empty(t, withPolicy(&AuthorizationSpec{Rules: []AuthorizationRule{ok}, Default: EffectDeny}).Validate())
+
+	errs := withPolicy(&AuthorizationSpec{Default: "deny", Rules: []AuthorizationRule{
+		ok,
+		{Name: "read-only", Effect: EffectAllow, When: `request.rpcMethod in ["tasks/get"]`},
+		{Name: "groups", Effect: EffectAllow, When: `"finance" in group`},
+		{Name: "not-bool", Effect: EffectDeny, When: `subject`},
+		{Name: "only-middle", Effect: "Maybe", When: `true`},
+	}}).Validate()
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	assert.Equal(t, []string{
+		`spec.inbound.authorization.default: Unsupported value: "deny": supported values: "Allow", "Deny"`,
+		`spec.inbound.authorization.rules[2].when: Invalid value: "\"finance\" in group": rule "groups" does not compile: 1:14: undeclared reference to 'group' (in container '')`,
+		`spec.inbound.authorization.rules[3].when: Invalid value: "subject": rule "not-bool" does not compile: the expression is a string, not a bool`,
+		`spec.inbound.authorization.rules[4].name: Invalid value: "only-middle": rule "only-middle" repeats the name of rules[0]`,
+		`spec.inbound.authorization.rules[4].effect: Invalid value: "Maybe": rule "only-middle" has effect "Maybe", not Allow or Deny`,
+	}, got)
+}
+
+// The CRD's bounds and name pattern on the policy are the authz package's, which the webhook and
+// the proxy apply.
+func TestCRDPolicyBoundsAreTheEngines(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds", "tokenexchange", "kagenti.io_tokenexchanges.yaml"))
+	require.NoError(t, err)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.Unmarshal(data, &crd))
+	az := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["inbound"].Properties["authorization"]
+	rules := az.Properties["rules"]
+	assert.EqualValues(t, authz.MaxRules, *rules.MaxItems)
+	assert.Equal(t, "map", *rules.XListType)
+	assert.Equal(t, []string{"name"}, rules.XListMapKeys)
+	rule := rules.Items.Schema.Properties
+	assert.EqualValues(t, authz.MaxNameLength, *rule["name"].MaxLength)
+	assert.Equal(t, authz.NamePattern, rule["name"].Pattern)
+	assert.EqualValues(t, authz.MaxExpressionLength, *rule["when"].MaxLength)
+	assert.EqualValues(t, authconfig.MaxChainDepth, *az.Properties["maxChainDepth"].Maximum)
+}
+
+// The webhook and the controller refuse the external authorizers the proxy's client refuses, each
+// error naming its field.
+func TestValidateRefusesAPlaintextRemoteExternalAuthorizer(t *testing.T) {
+	ok := &ExternalAuthorizerSpec{Address: "127.0.0.1:9191", Timeout: "250ms"}
+	assert.Empty(t, withPolicy(&AuthorizationSpec{External: ok}).Validate())
+	assert.Empty(t, withPolicy(&AuthorizationSpec{External: &ExternalAuthorizerSpec{Address: "unix:///run/opa/opa.sock"}}).Validate())
+
+	errs := withPolicy(&AuthorizationSpec{External: &ExternalAuthorizerSpec{Address: "opa.policy.svc:9191", Timeout: "10s"}}).Validate()
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Field+": "+e.Detail)
+	}
+	assert.Equal(t, []string{
+		`spec.inbound.authorization.external.address: external.address: "opa.policy.svc:9191" is not loopback or a unix socket: plaintext only to localhost, 127.0.0.0/8, [::1] or unix:; set external.tls for a remote authorizer`,
+		`spec.inbound.authorization.external.timeout: external.timeout: 10s is not 10ms to 5s`,
+	}, got)
+
+	errs = withPolicy(&AuthorizationSpec{External: &ExternalAuthorizerSpec{Address: "opa.policy.svc:9191",
+		TLS: &ExternalAuthorizerTLS{CABundle: "not PEM"}}}).Validate()
+	require.Len(t, errs, 1)
+	assert.Equal(t, "spec.inbound.authorization.external.tls.caBundle", errs[0].Field)
+}
+
+// The CRD's CEL rules on the external authorizer are authz's patterns, which the webhook, the
+// data plane and the client apply: admission refuses a plaintext remote address exactly as the
+// client does.
+func TestCRDExternalAuthorizerRulesAreTheClients(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds", "tokenexchange", "kagenti.io_tokenexchanges.yaml"))
+	require.NoError(t, err)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.Unmarshal(data, &crd))
+	ext := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["inbound"].
+		Properties["authorization"].Properties["external"]
+	cel := func(pattern string) string { return "'" + strings.ReplaceAll(pattern, `\`, `\\`) + "'" }
+	require.Len(t, ext.XValidations, 1)
+	assert.Equal(t, "has(self.tls) || self.address.matches("+cel(authz.PlaintextTargetPattern)+")", ext.XValidations[0].Rule)
+	assert.Equal(t, ".address", ext.XValidations[0].FieldPath)
+	addr := ext.Properties["address"]
+	require.Len(t, addr.XValidations, 1)
+	assert.Equal(t, "self.matches("+cel(authz.ExternalTargetPattern)+")", addr.XValidations[0].Rule)
+	assert.Equal(t, []string{"address"}, ext.Required)
+	timeout := ext.Properties["timeout"].XValidations[0].Rule
+	assert.Contains(t, timeout, "duration(self) >= duration('"+authz.MinExternalTimeout.String()+"')")
+	assert.Contains(t, timeout, "duration(self) <= duration('"+authz.MaxExternalTimeout.String()+"')")
 }

@@ -73,7 +73,9 @@ func footprint(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755))
 	tb := &testbed{t: t, dir: dir}
 	tb.self = filepath.Join(dir, "kagenti-authbridge")
-	out, err := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", tb.self, ".").CombinedOutput()
+	tags, err := os.ReadFile("../../../hack/go-build-tags") // the shipped binary's build tags
+	require.NoError(t, err)
+	out, err := exec.Command("go", "build", "-tags", strings.TrimSpace(string(tags)), "-trimpath", "-ldflags", "-s -w", "-o", tb.self, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
 	// The doubles: destinations, the identity provider's JWKS, token and registration endpoints.

@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -33,6 +35,7 @@ import (
 //	cluster namespace 10.77.0.1: SPIRE server + agent, dev IdP, callee (inbound → echo agent), plain echo server
 //	caller namespace  10.77.0.2: init (rules + helper.conf), spiffe-helper, outbound (UID 1337), the agent (UID 0)
 //	pod namespace     10.77.0.3: init (rules), one `sidecar register inbound outbound` process (UID 1337), the agent
+//	proxied namespace 10.77.0.4: proxy mode: no init, no rules; `sidecar register outbound` (UID 1337), the agent with HTTP_PROXY
 //
 // The callee's and the caller's roles run as separate processes (the containers injectors before the
 // combined sidecar rendered); the third pod runs the three long-running roles in one process, as
@@ -43,6 +46,7 @@ const (
 	clusterIP    = "10.77.0.1"
 	callerIP     = "10.77.0.2"
 	podIP        = "10.77.0.3"
+	proxiedIP    = "10.77.0.4"
 	proxyUID     = 1337
 	callerID     = "spiffe://cluster.local/ns/agents/sa/caller"
 	calleeID     = "spiffe://cluster.local/ns/agents/sa/callee"
@@ -106,6 +110,8 @@ type testbed struct {
 	self   string    // kagenti-authbridge, built for this test
 	holder *exec.Cmd // the caller's namespace
 	pod    *exec.Cmd // the namespace of the pod with the combined sidecar
+	// proxied is the namespace of the pod injected in proxy mode (no redirect).
+	proxied *exec.Cmd
 	// podSidecar is its `kagenti-authbridge sidecar register inbound outbound` process.
 	podSidecar *exec.Cmd
 	// The separate role processes (for the RSS comparison).
@@ -131,7 +137,8 @@ func newTestbed(t *testing.T) *testbed {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building kagenti-authbridge: %s", out)
 	names := []string{"spire", "idp", "callee-in", "callee-agent", "echo", "outbound", "helper-health", "callee-status", "caller-status", "register-status",
-		"pod-sidecar-status", "pod-register-status", "pod-inbound-status", "pod-outbound-status"}
+		"pod-sidecar-status", "pod-register-status", "pod-inbound-status", "pod-outbound-status",
+		"proxied-sidecar-status", "proxied-register-status", "proxied-outbound-status"}
 	for i, port := range listenerPorts(t, len(names)) {
 		tb.ports[names[i]] = port
 	}
@@ -174,6 +181,7 @@ func (tb *testbed) run() {
 	tb.calleeSide()
 	tb.callerSide()
 	tb.podSide()
+	tb.proxiedSide()
 
 	user := tb.userToken()
 
@@ -236,7 +244,8 @@ func (tb *testbed) run() {
 		// The agent's token is for the registered client (the IdP exchanges only a token whose
 		// audience includes the client that asks); outbound exchanges it with the client's
 		// credentials for one the callee accepts.
-		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.clientToken(id, secret))
+		// It carries the scope the route asks for: the IdP issues no scope the subject token lacks.
+		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, tb.credentialsToken(id, secret, url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}}))
 		require.Equal(t, http.StatusOK, status, body)
 		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
 		assert.Equal(t, []any{calleeID}, c["aud"])
@@ -249,10 +258,120 @@ func (tb *testbed) run() {
 			mib(tb.calleeRegister)+mib(tb.calleeInbound)+mib(tb.callerOutbound))
 	})
 
+	t.Run("proxy mode: no redirect in the pod, HTTP_PROXY on the agent, the callee gets the exchanged token", func(t *testing.T) {
+		assert.Empty(t, tb.nftTables(tb.proxied), "proxy mode installs no nftables table")
+		assert.NotEmpty(t, tb.nftTables(tb.holder), "while the transparent caller's namespace has proxy-init's")
+
+		shared := filepath.Join(tb.dir, "proxied", "shared")
+		id, secret := readFile(t, filepath.Join(shared, "client-id.txt")), readFile(t, filepath.Join(shared, "client-secret.txt"))
+		require.NotEmpty(t, id, "register wrote no client ID")
+		// The route asks for agent:invoke, and scopes only narrow along the chain.
+		token := tb.credentialsToken(id, secret, url.Values{"grant_type": {"client_credentials"}, "scope": {"agent:invoke"}})
+		proxy := "http://127.0.0.1:" + strconv.Itoa(tb.ports["outbound"])
+		// The request line names the callee as the client was asked to (Go's client writes
+		// req.Host there when proxying); the test bed has no DNS, so by its address.
+		status, body := tb.agentCallWith(tb.proxied, []string{"HTTP_PROXY=" + proxy, "http_proxy=" + proxy}, tb.callee, tb.callee, token)
+		require.Equal(t, http.StatusOK, status, body)
+		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
+		assert.Equal(t, []any{calleeID}, c["aud"], "exchanged for the callee, as in transparent mode")
+		assert.Equal(t, map[string]any{"sub": id}, c["act"], "the registered client acts")
+
+		// What proxy mode cannot catch: a client that ignores HTTP_PROXY reaches the callee with
+		// its own token, which the callee refuses.
+		status, body = tb.agentCallWith(tb.proxied, nil, tb.callee, tb.callee, token)
+		assert.Equal(t, http.StatusUnauthorized, status, "not exchanged without the proxy: %s", body)
+	})
+
+	t.Run("a two-hop chain: user → caller → pod → callee, each hop added by the IdP", func(t *testing.T) {
+		// The caller's hop, as its outbound proxy makes it (its JWT SVID from SPIRE as client
+		// assertion and actor token), for the pod's registered client; then the pod's agent calls
+		// the callee with that token through the pod's real outbound proxy.
+		podID := readFile(t, filepath.Join(tb.dir, "pod", "shared", "client-id.txt"))
+		require.NotEmpty(t, podID)
+		hop := func(scope string) (int, map[string]any) { return tb.callerHop(user, podID, scope) }
+		code, out := hop("agent:invoke")
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		toPod := out["access_token"].(string)
+		assert.Equal(t, map[string]any{"sub": callerID}, payload(t, toPod)["act"])
+
+		status, body := tb.agentCallFrom(tb.pod, calleeHost, tb.callee, toPod)
+		require.Equal(t, http.StatusOK, status, body)
+		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
+		assert.Equal(t, "user", c["sub"], "the callee sees the user as subject")
+		assert.Equal(t, map[string]any{"sub": podID, "act": map[string]any{"sub": callerID}}, c["act"],
+			"the pod acts, for the caller, for the user")
+
+		// Scope escalation: a token without agent:invoke is not exchanged for one with it.
+		code, out = hop("")
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		status, body = tb.agentCallFrom(tb.pod, calleeHost, tb.callee, out["access_token"].(string))
+		assert.Equal(t, http.StatusForbidden, status)
+		assert.Contains(t, body, "scope_not_delegated")
+		code, out = hop("agent:invoke admin")
+		assert.Equal(t, http.StatusBadRequest, code)
+		assert.Equal(t, "invalid_scope", out["error"], "the IdP refuses a scope the user's token lacks")
+	})
+
+	t.Run("the callee's policy admits the chain only through the pod; a direct call by the caller is denied by its rule", func(t *testing.T) {
+		podID := readFile(t, filepath.Join(tb.dir, "pod", "shared", "client-id.txt"))
+		require.NotEmpty(t, podID)
+		tb.writeConfig("callee", fmt.Sprintf(`inbound:
+  authorization:
+    rules:
+    - name: only-through-the-pod
+      effect: Allow
+      when: 'chain.size() == 2 && chain[0] == "%s" && chain[1] == "%s"'
+    - name: no-direct-call-by-the-caller
+      effect: Deny
+      when: 'caller == "%s"'
+`, podID, callerID, callerID))
+		tb.waitForContent("callee-status", "callee", "config.yaml")
+		defer func() {
+			tb.writeConfig("callee", "inbound: {}\n")
+			tb.waitForContent("callee-status", "callee", "config.yaml")
+		}()
+
+		// user → caller → pod → callee: every hop exchanged, the callee's rule allows the chain.
+		code, out := tb.callerHop(user, podID, "agent:invoke")
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		status, body := tb.agentCallFrom(tb.pod, calleeHost, tb.callee, out["access_token"].(string))
+		require.Equal(t, http.StatusOK, status, body)
+		c := payload(t, strings.TrimPrefix((<-tb.seen).Get("Authorization"), "Bearer "))
+		assert.Equal(t, map[string]any{"sub": podID, "act": map[string]any{"sub": callerID}}, c["act"])
+
+		// user → caller → callee: exchanged by the caller's outbound proxy, refused by the rule.
+		status, body = tb.agentCall(calleeHost, tb.callee, user)
+		assert.Equal(t, http.StatusForbidden, status, body)
+		assert.Contains(t, body, "no-direct-call-by-the-caller", "the denial names the rule")
+	})
+
 	t.Run("a pass-through route leaves the token alone", func(t *testing.T) {
 		status, body := tb.agentCall(passthroughH, tb.echo, user)
 		require.Equal(t, http.StatusOK, status, body)
 		assert.Equal(t, "Bearer "+user, (<-tb.echoed).Get("Authorization"))
+	})
+
+	t.Run("egress default Deny: the allowed callee is reached, another destination gets 403 egress_denied", func(t *testing.T) {
+		// The callee's inbound port on the cluster address, nothing else; the exchange still
+		// works: the sidecar's own calls to the IdP (on the same address) are not redirected.
+		tb.writeCallerConfig(calleeID, fmt.Sprintf("  egress:\n    default: Deny\n    allow: [{cidr: %s/32, ports: [%d]}]\n",
+			clusterIP, tb.ports["callee-in"]))
+		tb.waitForContent("caller-status", "caller", "config.yaml")
+		t.Cleanup(func() {
+			tb.writeCallerConfig(calleeID)
+			tb.waitForContent("caller-status", "caller", "config.yaml")
+		})
+		status, body := tb.agentCall(calleeHost, tb.callee, user)
+		require.Equal(t, http.StatusOK, status, body)
+		<-tb.seen
+		status, body = tb.agentCall(passthroughH, tb.echo, user)
+		assert.Equal(t, http.StatusForbidden, status, body)
+		assert.Contains(t, body, `"error":"egress_denied"`)
+		select {
+		case h := <-tb.echoed:
+			t.Errorf("the denied destination was reached: %v", h)
+		default:
+		}
 	})
 
 	t.Run("a route's audience changed in config.yaml takes effect without a restart", func(t *testing.T) {
@@ -344,6 +463,8 @@ func (tb *testbed) network() {
 	tb.holder = tb.podNamespace("kpod", callerIP, "")
 	run(t, "ip", "link", "add", "kpod3", "link", "kbr", "type", "macvlan", "mode", "bridge")
 	tb.pod = tb.podNamespace("kpod3", podIP, net.JoinHostPort("127.0.0.1", strconv.Itoa(tb.ports["callee-agent"])))
+	run(t, "ip", "link", "add", "kpod4", "link", "kbr", "type", "macvlan", "mode", "bridge")
+	tb.proxied = tb.podNamespace("kpod4", proxiedIP, "")
 }
 
 // podNamespace starts a process in a network namespace of its own (a pod), moves the macvlan
@@ -602,6 +723,51 @@ func (tb *testbed) podSide() {
 	})
 }
 
+// proxiedSide runs the pod injected in proxy mode: no init and so no rules, one kagenti-authbridge
+// process with register and outbound as the proxy UID. Its agent reaches the outbound proxy only
+// because its HTTP_PROXY names it (agentCallWith).
+func (tb *testbed) proxiedSide() {
+	cfgDir, shared := tb.proxyPodDirs("proxied")
+	tb.writeConfig("proxied", fmt.Sprintf(`outbound:
+  tokenExchange:
+    destinationRules:
+    - match: {host: "%s:%d"}
+      target: {audience: "%s", scopes: ["agent:invoke"]}
+`, clusterIP, tb.ports["callee-in"], calleeID))
+	env := tb.env("proxied", "KAGENTI_SPIFFE_ENABLED=false", "KAGENTI_INBOUND_ENABLED=false")
+	pid := strconv.Itoa(tb.proxied.Process.Pid)
+	addr := func(port string) string { return net.JoinHostPort("", strconv.Itoa(tb.ports[port])) }
+	tb.startEnv("proxied-sidecar", env, "nsenter", "-t", pid, "-n", "--",
+		"setpriv", fmt.Sprintf("--reuid=%d", proxyUID), fmt.Sprintf("--regid=%d", proxyUID), "--clear-groups",
+		tb.self, "sidecar", "register", "outbound", "--config-dir", cfgDir, "--shared-dir", shared, "--poll-interval", "500ms",
+		"--idp-credentials-dir", filepath.Join(tb.dir, "proxied", "idp-credentials"),
+		"--status-address", addr("proxied-sidecar-status"), "--register-status-address", addr("proxied-register-status"),
+		"--outbound-status-address", addr("proxied-outbound-status"))
+	tb.eventually("the proxied pod's sidecar ready", func() error {
+		out, err := exec.Command("nsenter", "-t", pid, "-n", "curl", "-sf", fmt.Sprintf("http://127.0.0.1:%d/readyz", tb.ports["proxied-sidecar-status"])).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+}
+
+// nftTables lists the nftables tables of the network namespace holder holds, read from the kernel.
+func (tb *testbed) nftTables(holder *exec.Cmd) []string {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid))
+	require.NoError(tb.t, err)
+	defer ns.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
+	require.NoError(tb.t, err)
+	tables, err := c.ListTables()
+	require.NoError(tb.t, err)
+	var names []string
+	for _, t := range tables {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
 // podGet sends a GET to a status port of the pod, from inside its namespace.
 func (tb *testbed) podGet(statusPort, path string) (int, string, error) {
 	out, err := exec.Command("nsenter", "-t", strconv.Itoa(tb.pod.Process.Pid), "-n", "curl", "-s", "-w", "\n%{http_code}",
@@ -642,14 +808,35 @@ func (tb *testbed) credentialsToken(id, secret string, form url.Values) string {
 // writeCallerConfig names the destinations by address: the outbound proxy takes a route by a Host
 // name only when that name resolves to the connection's destination, and the test bed's names
 // (calleeHost, passthroughH, sent as Host headers) resolve to nothing on this machine.
-func (tb *testbed) writeCallerConfig(audience string) {
+func (tb *testbed) writeCallerConfig(audience string, extra ...string) {
 	tb.writeConfig("caller", fmt.Sprintf(`outbound:
   tokenExchange:
+    delegation: chained
     destinationRules:
     - match: {host: "%s:%d"}
       target: {audience: "%s", scopes: ["agent:invoke"]}
     - match: {host: "%s:%d"}
-`, clusterIP, tb.ports["callee-in"], audience, clusterIP, tb.ports["echo"]))
+`, clusterIP, tb.ports["callee-in"], audience, clusterIP, tb.ports["echo"])+strings.Join(extra, ""))
+}
+
+// callerHop is the caller's exchange of the user's token for audience, as its outbound proxy makes
+// it: its JWT SVID from SPIRE as client assertion and as actor token.
+func (tb *testbed) callerHop(user, audience, scope string) (int, map[string]any) {
+	t := tb.t
+	svid := strings.TrimSpace(readFile(t, filepath.Join(tb.dir, "caller", "shared", "jwt_svid.token")))
+	form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"},
+		"subject_token": {user}, "subject_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
+		"audience": {audience}, "client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
+		"client_assertion": {svid}, "actor_token": {svid}, "actor_token_type": {"urn:ietf:params:oauth:token-type:jwt"}}
+	if scope != "" {
+		form.Set("scope", scope)
+	}
+	resp, err := http.PostForm(tb.issuer+"/oauth/token", form)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
 }
 
 // writeConfig replaces config.yaml the way the kubelet updates a ConfigMap volume.
@@ -748,8 +935,18 @@ func (tb *testbed) agentCall(host, addr, token string) (int, string) {
 
 // agentCallFrom is agentCall from the agent of the pod whose namespace holder holds.
 func (tb *testbed) agentCallFrom(holder *exec.Cmd, host, addr, token string) (int, string) {
+	return tb.agentCallWith(holder, nil, host, addr, token)
+}
+
+// agentCallWith is agentCallFrom with the agent's environment extended by env (HTTP_PROXY), and
+// without any proxy variable of the test's own.
+func (tb *testbed) agentCallWith(holder *exec.Cmd, env []string, host, addr, token string) (int, string) {
 	cmd := exec.Command("nsenter", "-t", strconv.Itoa(holder.Process.Pid), "-n", "--", os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), testbedEnv+"=agent", "AGENT_URL=http://"+addr+"/tasks", "AGENT_HOST="+host, "AGENT_TOKEN="+token)
+	base := slices.DeleteFunc(os.Environ(), func(e string) bool {
+		name, _, _ := strings.Cut(e, "=")
+		return strings.EqualFold(name, "HTTP_PROXY") || strings.EqualFold(name, "HTTPS_PROXY") || strings.EqualFold(name, "NO_PROXY")
+	})
+	cmd.Env = append(append(base, env...), testbedEnv+"=agent", "AGENT_URL=http://"+addr+"/tasks", "AGENT_HOST="+host, "AGENT_TOKEN="+token)
 	out, err := cmd.Output()
 	require.NoError(tb.t, err, "agent call: %s", out)
 	status, body, _ := strings.Cut(string(out), "\n")

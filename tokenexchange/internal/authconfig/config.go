@@ -2,10 +2,15 @@ package authconfig
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // Identity providers.
@@ -85,11 +90,48 @@ type ClientRegistration struct {
 
 // Inbound is the resolved inbound section.
 type Inbound struct {
-	Enabled      bool       `json:"enabled"`
-	Port         int32      `json:"port"`
-	TargetPort   int32      `json:"targetPort"`
-	ExcludePorts []int32    `json:"excludePorts"`
-	Validation   Validation `json:"validation"`
+	Enabled       bool          `json:"enabled"`
+	Port          int32         `json:"port"`
+	TargetPort    int32         `json:"targetPort"`
+	ExcludePorts  []int32       `json:"excludePorts"`
+	Validation    Validation    `json:"validation"`
+	Authorization Authorization `json:"authorization"`
+}
+
+// Authorization is the resolved inbound authorization policy: Default is always Allow or Deny,
+// MaxChainDepth always set; the rules compile (authz.Compile).
+type Authorization struct {
+	Rules         []AuthorizationRule `json:"rules"`
+	Default       string              `json:"default"`
+	DryRun        bool                `json:"dryRun"`
+	MaxChainDepth int32               `json:"maxChainDepth"`
+	// External is the external authorizer; nil when there is none.
+	External *External `json:"external,omitempty"`
+}
+
+// External is the resolved external authorizer: Timeout is set and within bounds, Address is one
+// the client may dial (plaintext only to loopback or a unix socket).
+type External struct {
+	Address  string        `json:"address"`
+	Timeout  time.Duration `json:"timeout"`
+	FailOpen bool          `json:"failOpen"`
+	// TLS is nil for plaintext.
+	TLS *ExternalTLS `json:"tls,omitempty"`
+}
+
+// ExternalTLS is the TLS of the connection to the external authorizer.
+type ExternalTLS struct {
+	CABundle   string `json:"caBundle"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// AuthzRules returns the rules as the authz package compiles them.
+func (a Authorization) AuthzRules() []authz.Rule {
+	out := make([]authz.Rule, len(a.Rules))
+	for i, r := range a.Rules {
+		out[i] = authz.Rule{Name: r.Name, Effect: authz.Effect(r.Effect), When: r.When}
+	}
+	return out
 }
 
 // Validation is the resolved inbound token validation; Audience is never "self".
@@ -108,7 +150,30 @@ type Outbound struct {
 	Enabled       bool          `json:"enabled"`
 	Interception  Interception  `json:"trafficInterception"`
 	TokenExchange TokenExchange `json:"tokenExchange"`
+	Egress        Egress        `json:"egress"`
 }
+
+// Egress is the resolved egress policy: Default is always Allow or Deny, an agent rule is its
+// Service's names.
+type Egress struct {
+	Default string        `json:"default"`
+	Allow   []EgressAllow `json:"allow"`
+	DryRun  bool          `json:"dryRun"`
+}
+
+// EgressAllow is one allow rule: host patterns (one for a host rule, the four Service names of an
+// agent rule) or a CIDR, on Ports (all when empty).
+type EgressAllow struct {
+	Hosts []string `json:"hosts"`
+	CIDR  string   `json:"cidr"`
+	Ports []int32  `json:"ports"`
+}
+
+// Egress defaults.
+const (
+	EgressAllowAll = "Allow"
+	EgressDeny     = "Deny"
+)
 
 // Interception is the resolved traffic interception.
 type Interception struct {
@@ -120,16 +185,27 @@ type Interception struct {
 
 // TokenExchange is the resolved outbound token exchange.
 type TokenExchange struct {
-	Enabled       bool    `json:"enabled"`
-	TokenURL      string  `json:"tokenUrl"`
+	Enabled  bool   `json:"enabled"`
+	TokenURL string `json:"tokenUrl"`
+	// Delegation is DelegationChained or DelegationImmediateCaller.
+	Delegation    string  `json:"delegation"`
 	DefaultTarget Target  `json:"defaultTarget"`
 	Routes        []Route `json:"routes"`
 }
+
+// Delegation modes: whether the identity provider verifies an actor token and nests act claims.
+const (
+	DelegationChained         = "chained"
+	DelegationImmediateCaller = "immediateCaller"
+)
 
 // Target is the audience and scopes a token is exchanged for.
 type Target struct {
 	Audience string   `json:"audience"`
 	Scopes   []string `json:"scopes"`
+	// AllowScopeEscalation lets the exchange ask for scopes the subject token does not carry;
+	// without it the outbound proxy refuses (scopes only narrow along a delegation chain).
+	AllowScopeEscalation bool `json:"allowScopeEscalation"`
 }
 
 // Route is a destination rule with the default target filled in: the first route whose Host
@@ -201,4 +277,13 @@ func (c Config) WithStartupSettingsOf(started Config) Config {
 	c.Outbound.Interception = started.Outbound.Interception
 	c.Outbound.Interception.ExcludePorts = slices.Clone(started.Outbound.Interception.ExcludePorts)
 	return c
+}
+
+// CertPool is CABundle's certificates; an error when it holds none.
+func (t ExternalTLS) CertPool() (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(t.CABundle)) {
+		return nil, errors.New("no PEM certificate")
+	}
+	return pool, nil
 }

@@ -8,8 +8,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // Resolve merges overrides (config.yaml) over defaults (the injector's environment) for the
@@ -21,7 +24,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	notInjected := switchedOnWithoutContainer(defaults, overrides)
 	sp, cr, in, out := value(s.Spiffe), value(s.ClientRegistration), value(s.Inbound), value(s.Outbound)
 	kc, oidc := value(cr.Keycloak), value(cr.OIDC)
-	v := value(in.Validation)
+	v, az := value(in.Validation), value(in.Authorization)
 	ti, tx := value(out.TrafficInterception), value(out.TokenExchange)
 
 	c := Config{Workload: w}
@@ -73,11 +76,34 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 			// The data plane's default when neither config.yaml nor the injector sets one.
 			JWKSRefreshSeconds: valueOr(v.JWKSRefreshSeconds, identity.JWKSRefreshSeconds),
 		},
+		Authorization: Authorization{
+			Rules:         nonNil(az.Rules),
+			Default:       az.Default,
+			DryRun:        value(az.DryRun),
+			MaxChainDepth: valueOr(az.MaxChainDepth, authz.DefaultMaxChainDepth),
+		},
+	}
+	if e := az.External; e != nil {
+		c.Inbound.Authorization.External = &External{Address: e.Address, Timeout: authz.DefaultExternalTimeout, FailOpen: value(e.FailOpen)}
+		if e.Timeout != "" {
+			d, err := time.ParseDuration(e.Timeout)
+			if err != nil {
+				return Config{}, fmt.Errorf("inbound.authorization.external.timeout: %q is not a duration (200ms, 1s)", e.Timeout)
+			}
+			c.Inbound.Authorization.External.Timeout = d
+		}
+		if e.TLS != nil {
+			c.Inbound.Authorization.External.TLS = &ExternalTLS{CABundle: e.TLS.CABundle, ServerName: e.TLS.ServerName}
+		}
+	}
+	if c.Inbound.Authorization.Default == "" {
+		c.Inbound.Authorization.Default = string(authz.DefaultEffect(c.Inbound.Authorization.AuthzRules()))
 	}
 
 	def := Target{Scopes: []string{}}
 	if tx.DefaultTarget != nil {
-		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes)}
+		def = Target{Audience: tx.DefaultTarget.Audience, Scopes: nonNil(tx.DefaultTarget.Scopes),
+			AllowScopeEscalation: value(tx.DefaultTarget.AllowScopeEscalation)}
 	}
 	c.Outbound = Outbound{
 		Enabled: enabled(out.Enabled),
@@ -90,6 +116,7 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		TokenExchange: TokenExchange{
 			Enabled:       enabled(tx.Enabled),
 			TokenURL:      str(c.IdP.TokenURL, tx.TokenURL),
+			Delegation:    str(DelegationImmediateCaller, tx.Delegation),
 			DefaultTarget: def,
 			Routes:        make([]Route, 0, len(tx.DestinationRules)),
 		},
@@ -97,7 +124,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 	for _, r := range tx.DestinationRules {
 		route := Route{Host: r.Match.Host, Passthrough: r.Target == nil, Target: Target{Scopes: []string{}}}
 		if r.Target != nil {
-			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes}
+			route.Target = Target{Audience: str(def.Audience, r.Target.Audience), Scopes: def.Scopes,
+				AllowScopeEscalation: valueOr(r.Target.AllowScopeEscalation, def.AllowScopeEscalation)}
 			if len(r.Target.Scopes) > 0 {
 				route.Target.Scopes = r.Target.Scopes
 			}
@@ -105,7 +133,10 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 		c.Outbound.TokenExchange.Routes = append(c.Outbound.TokenExchange.Routes, route)
 	}
 
+	c.Outbound.Egress = resolveEgress(value(out.Egress), w.Namespace)
+
 	errs := append(c.validate(), notInjected...)
+	errs = append(errs, validateEgress(value(out.Egress))...)
 	if c.ClientRegistration.ClientNameTemplate != "" {
 		name, err := RenderClientName(c.ClientRegistration.ClientNameTemplate, w)
 		if err != nil {
@@ -186,6 +217,10 @@ func (c Config) validate() []error {
 		required("spiffe.audience", c.Spiffe.Audience)
 	}
 
+	if d := c.Outbound.TokenExchange.Delegation; d != DelegationChained && d != DelegationImmediateCaller {
+		add("outbound.tokenExchange.delegation", "%q is not chained or immediateCaller", d)
+	}
+
 	switch c.IdP.Provider {
 	case ProviderKeycloak:
 		httpURL("clientRegistration.keycloak.url", c.IdP.KeycloakURL)
@@ -228,6 +263,7 @@ func (c Config) validate() []error {
 			add("inbound.validation.jwksRefreshSeconds", "%d is not 10 to 86400 seconds (default %s)", r, envOf("inbound.validation.jwksRefreshSeconds"))
 		}
 	}
+	errs = append(errs, c.Inbound.Authorization.validate()...)
 
 	port("outbound.trafficInterception.proxyPort", c.Outbound.Interception.ProxyPort)
 	if c.Outbound.Interception.ProxyPort == c.Inbound.Port && c.Inbound.Port != 0 {
@@ -259,6 +295,45 @@ func (c Config) validate() []error {
 		scopes(fmt.Sprintf("outbound.tokenExchange.destinationRules[%d].target.scopes", i), r.Target.Scopes)
 	}
 	return errs
+}
+
+// validate compiles the policy as the inbound proxy will (authz.Compile), so that a policy the
+// proxy could not run is refused with the configuration that carries it.
+func (a Authorization) validate() []error {
+	var errs []error
+	if d := a.MaxChainDepth; d < 1 || d > MaxChainDepth {
+		errs = append(errs, fmt.Errorf("inbound.authorization.maxChainDepth: %d is not 1 to %d", d, MaxChainDepth))
+	}
+	if e := a.External; e != nil {
+		if err := authz.CheckExternalAddress(e.Address, e.TLS != nil); err != nil {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", err))
+		}
+		if err := authz.CheckExternalTimeout(e.Timeout); err != nil {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", err))
+		}
+		if e.TLS != nil {
+			if _, err := e.TLS.CertPool(); err != nil {
+				errs = append(errs, fmt.Errorf("inbound.authorization.external.tls.caBundle: %w", err))
+			}
+		}
+	}
+	if _, err := authz.Compile(a.AuthzRules(), authz.Effect(a.Default)); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("inbound.authorization.%w", e))
+		}
+	}
+	return errs
+}
+
+// MaxChainDepth is the largest inbound.authorization.maxChainDepth.
+const MaxChainDepth = 16
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // A part's enabled switch in config.yaml can switch off a container the injector put into the pod

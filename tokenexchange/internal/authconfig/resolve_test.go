@@ -3,6 +3,7 @@ package authconfig
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -69,16 +70,18 @@ func TestResolveSeedDefaults(t *testing.T) {
 			Enabled: true, Issuer: "http://keycloak.kagenti-system.svc:8080/realms/default",
 			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
 			Audience: "spiffe://cluster.local/ns/agents/sa/agent-sa", RequiredScopes: []string{}, JWKSRefreshSeconds: 600,
-		}},
+		}, Authorization: Authorization{Rules: []AuthorizationRule{}, Default: "Allow", MaxChainDepth: 8}},
 		Outbound: Outbound{
 			Enabled:      true,
 			Interception: Interception{Enabled: true, ProxyPort: 15123, ProxyUID: 1337, ExcludePorts: []int32{5432}},
 			TokenExchange: TokenExchange{
 				Enabled:       true,
 				TokenURL:      "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
+				Delegation:    DelegationImmediateCaller,
 				DefaultTarget: Target{Audience: "downstream-service", Scopes: []string{}},
 				Routes:        []Route{},
 			},
+			Egress: Egress{Default: "Allow", Allow: []EgressAllow{}},
 		},
 	}, c)
 }
@@ -316,4 +319,153 @@ func TestResolveRefusesAClientNameWithoutTheNamespaceFirst(t *testing.T) {
 
 	_, err = resolveEnv(t, seedEnv(), Spec{ClientRegistration: &ClientRegistrationSpec{Keycloak: &KeycloakSpec{ClientNameTemplate: "{{ .Namespace }}/{{.ServiceAccount}}"}}})
 	assert.NoError(t, err)
+}
+
+// The policy resolves with its default made explicit (Deny as soon as a rule allows) and the
+// chain depth filled in; a policy the proxy could not run is refused with the configuration,
+// each problem with its path in config.yaml.
+func TestResolveAuthorization(t *testing.T) {
+	parse := func(y string) Spec {
+		s, err := Parse([]byte(y))
+		require.NoError(t, err)
+		return s
+	}
+	c, err := resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {rules: [{name: only-middle, effect: Allow, when: 'caller == "m"'}]}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Authorization{Rules: []AuthorizationRule{{Name: "only-middle", Effect: "Allow", When: `caller == "m"`}}, Default: "Deny", MaxChainDepth: 8}, c.Inbound.Authorization)
+
+	c, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {rules: [{name: no-bob, effect: Deny, when: 'subject == "bob"'}], dryRun: true, maxChainDepth: 3}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Authorization{Rules: []AuthorizationRule{{Name: "no-bob", Effect: "Deny", When: `subject == "bob"`}}, Default: "Allow", DryRun: true, MaxChainDepth: 3}, c.Inbound.Authorization)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {default: allow, maxChainDepth: 17, rules: [
+  {name: a, effect: Allow, when: "true"},
+  {name: a, effect: Allow, when: "true"},
+  {name: c, effect: Allow, when: "subjekt == 'x'"}]}}`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`inbound.authorization.default: "allow" is not Allow or Deny`,
+		"inbound.authorization.maxChainDepth: 17 is not 1 to 16",
+		`inbound.authorization.rules[1].name: rule "a" repeats the name of rules[0]`,
+		`inbound.authorization.rules[2].when: rule "c" does not compile: 1:1: undeclared reference to 'subjekt'`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// TestAllowScopeEscalationIsInheritedFromTheDefaultTarget: a rule's target takes defaultTarget's
+// allowScopeEscalation unless it sets its own; it is off when nobody sets it.
+func TestAllowScopeEscalationIsInheritedFromTheDefaultTarget(t *testing.T) {
+	over, err := Parse([]byte(`
+outbound:
+  tokenExchange:
+    defaultTarget: {audience: fallback, allowScopeEscalation: true}
+    destinationRules:
+    - match: {host: inherits.example.com}
+      target: {audience: a}
+    - match: {host: narrows.example.com}
+      target: {audience: b, allowScopeEscalation: false}
+`))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	tx := c.Outbound.TokenExchange
+	assert.True(t, tx.DefaultTarget.AllowScopeEscalation)
+	assert.True(t, tx.Routes[0].Target.AllowScopeEscalation, "inherited from defaultTarget")
+	assert.False(t, tx.Routes[1].Target.AllowScopeEscalation, "the rule's own false")
+
+	c, err = resolveEnv(t, seedEnv(), Spec{})
+	require.NoError(t, err)
+	assert.False(t, c.Outbound.TokenExchange.DefaultTarget.AllowScopeEscalation, "off by default")
+}
+
+// TestDelegationIsChainedOrImmediateCaller: outbound.tokenExchange.delegation defaults to
+// immediateCaller, takes chained, and anything else is refused naming the field.
+func TestDelegationIsChainedOrImmediateCaller(t *testing.T) {
+	over, err := Parse([]byte("outbound: {tokenExchange: {delegation: chained}}\n"))
+	require.NoError(t, err)
+	c, err := resolveEnv(t, seedEnv(), over)
+	require.NoError(t, err)
+	assert.Equal(t, DelegationChained, c.Outbound.TokenExchange.Delegation)
+
+	over, err = Parse([]byte("outbound: {tokenExchange: {delegation: nested}}\n"))
+	require.NoError(t, err)
+	_, err = resolveEnv(t, seedEnv(), over)
+	assert.ErrorContains(t, err, `outbound.tokenExchange.delegation: "nested" is not chained or immediateCaller`)
+}
+
+// The egress policy resolves with its default made explicit (Allow) and an agent rule as its
+// Service's four names, in the workload's namespace unless it names another; a policy the proxy
+// could not enforce is refused, each problem with its path in config.yaml.
+func TestResolveEgress(t *testing.T) {
+	parse := func(y string) Spec {
+		s, err := Parse([]byte(y))
+		require.NoError(t, err)
+		return s
+	}
+	c, err := resolveEnv(t, seedEnv(), parse(`outbound: {egress: {default: Deny, dryRun: true, allow: [
+  {host: "API.openai.com", ports: [443]},
+  {cidr: 10.96.0.0/12},
+  {agent: {name: weather}},
+  {agent: {name: search, namespace: tools}, ports: [8080]}]}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Egress{Default: "Deny", DryRun: true, Allow: []EgressAllow{
+		{Hosts: []string{"api.openai.com"}, Ports: []int32{443}},
+		{Hosts: []string{}, CIDR: "10.96.0.0/12", Ports: []int32{}},
+		{Hosts: []string{"weather", "weather.agents", "weather.agents.svc", "weather.agents.svc.cluster.local"}, Ports: []int32{}},
+		{Hosts: []string{"search", "search.tools", "search.tools.svc", "search.tools.svc.cluster.local"}, Ports: []int32{8080}},
+	}}, c.Outbound.Egress)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`outbound: {egress: {default: deny, allow: [
+  {host: a.example.com, cidr: 10.0.0.0/8},
+  {},
+  {cidr: 10.0.0.0/33},
+  {host: "a b"},
+  {host: "a.example.com:443", ports: [443]},
+  {agent: {name: Weather, namespace: "x_y"}},
+  {cidr: 10.0.0.0/8, ports: [0, 65536]}]}}`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`outbound.egress.default: "deny" is not Allow or Deny`,
+		"outbound.egress.allow[0]: exactly one of host, cidr and agent must be set (2 are)",
+		"outbound.egress.allow[1]: exactly one of host, cidr and agent must be set (0 are)",
+		`outbound.egress.allow[2].cidr: "10.0.0.0/33" is not a CIDR`,
+		`outbound.egress.allow[3].host: "a b" is not a host pattern`,
+		`outbound.egress.allow[4].ports: a host with :port ("a.example.com:443") and ports together`,
+		`outbound.egress.allow[5].agent.name: "Weather" is not a Service name`,
+		`outbound.egress.allow[5].agent.namespace: "x_y" is not a namespace name`,
+		"outbound.egress.allow[6].ports[0]: 0 is not a port (1-65535)",
+		"outbound.egress.allow[6].ports[1]: 65536 is not a port (1-65535)",
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// inbound.authorization.external resolves with the 200ms default timeout, and the data plane
+// refuses what the client would (a plaintext remote address, a timeout out of bounds, a CA bundle
+// without a certificate), each error naming the field.
+func TestResolveExternalAuthorizer(t *testing.T) {
+	parse := func(y string) Spec {
+		s, err := Parse([]byte(y))
+		require.NoError(t, err)
+		return s
+	}
+	c, err := resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "127.0.0.1:9191"}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, &External{Address: "127.0.0.1:9191", Timeout: 200 * time.Millisecond}, c.Inbound.Authorization.External)
+
+	c, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "unix:///run/opa.sock", timeout: 1s, failOpen: true}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, &External{Address: "unix:///run/opa.sock", Timeout: time.Second, FailOpen: true}, c.Inbound.Authorization.External)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "opa.policy.svc:9191", timeout: 9s}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `inbound.authorization.external.address: "opa.policy.svc:9191" is not loopback or a unix socket`)
+	assert.Contains(t, err.Error(), `inbound.authorization.external.timeout: 9s is not 10ms to 5s`)
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "opa.policy.svc:9191", tls: {caBundle: nope}}}}`))
+	require.ErrorContains(t, err, "inbound.authorization.external.tls.caBundle: no PEM certificate")
+
+	_, err = resolveEnv(t, seedEnv(), parse(`inbound: {authorization: {external: {address: "127.0.0.1:9191", timeout: soon}}}`))
+	require.ErrorContains(t, err, `inbound.authorization.external.timeout: "soon" is not a duration`)
 }

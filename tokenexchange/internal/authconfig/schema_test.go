@@ -83,14 +83,17 @@ func TestSpecHoldsExactlyTheTablesSettings(t *testing.T) {
 	held := func(s identity.Setting) bool { return !s.NotInFile || s.Env != "" }
 	assert.Equal(t, rows(held), sortedKeys(spec))
 	goType := map[identity.Kind]reflect.Type{
-		identity.String:  reflect.TypeFor[string](),
-		identity.Bool:    reflect.TypeFor[*bool](),
-		identity.Port:    reflect.TypeFor[*int32](),
-		identity.UID:     reflect.TypeFor[*int64](),
-		identity.Ports:   reflect.TypeFor[[]int32](),
-		identity.Strings: reflect.TypeFor[[]string](),
-		identity.Rules:   reflect.TypeFor[[]authconfig.DestinationRule](),
-		identity.Seconds: reflect.TypeFor[*int32](),
+		identity.String:      reflect.TypeFor[string](),
+		identity.Bool:        reflect.TypeFor[*bool](),
+		identity.Port:        reflect.TypeFor[*int32](),
+		identity.UID:         reflect.TypeFor[*int64](),
+		identity.Ports:       reflect.TypeFor[[]int32](),
+		identity.Strings:     reflect.TypeFor[[]string](),
+		identity.Rules:       reflect.TypeFor[[]authconfig.DestinationRule](),
+		identity.Seconds:     reflect.TypeFor[*int32](),
+		identity.AuthzRules:  reflect.TypeFor[[]authconfig.AuthorizationRule](),
+		identity.Count:       reflect.TypeFor[*int32](),
+		identity.EgressRules: reflect.TypeFor[[]authconfig.EgressRule](),
 	}
 	for _, s := range identity.Settings {
 		if held(s) {

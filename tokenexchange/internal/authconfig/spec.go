@@ -72,6 +72,8 @@ type InboundSpec struct {
 	Port       *int32          `json:"port,omitempty"`
 	TargetPort *int32          `json:"targetPort,omitempty"`
 	Validation *ValidationSpec `json:"validation,omitempty"`
+	// Authorization is the policy applied to requests with a valid token.
+	Authorization *AuthorizationSpec `json:"authorization,omitempty"`
 	// ExcludePorts are inbound destination ports that are not redirected to the proxy (the
 	// workload annotation kagenti.io/inbound-ports-exclude). Only here.
 	ExcludePorts []int32 `json:"excludePorts,omitempty"`
@@ -88,11 +90,69 @@ type ValidationSpec struct {
 	JWKSRefreshSeconds *int32 `json:"jwksRefreshSeconds,omitempty"`
 }
 
+// AuthorizationSpec is the inbound authorization policy (docs/authorization.md).
+type AuthorizationSpec struct {
+	Rules []AuthorizationRule `json:"rules,omitempty"`
+	// Default is Allow or Deny; when empty, Deny if a rule allows, else Allow.
+	Default       string `json:"default,omitempty"`
+	DryRun        *bool  `json:"dryRun,omitempty"`
+	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
+	// External is an ext_authz gRPC authorizer asked after the rules allow.
+	External *ExternalAuthorizerSpec `json:"external,omitempty"`
+}
+
+// ExternalAuthorizerSpec is an external authorizer (Envoy's ext_authz gRPC API).
+type ExternalAuthorizerSpec struct {
+	Address string `json:"address,omitempty"`
+	// Timeout is a Go duration (200ms when empty).
+	Timeout  string           `json:"timeout,omitempty"`
+	FailOpen *bool            `json:"failOpen,omitempty"`
+	TLS      *ExternalTLSSpec `json:"tls,omitempty"`
+}
+
+// ExternalTLSSpec is the TLS of the connection to the external authorizer.
+type ExternalTLSSpec struct {
+	// CABundle is the PEM certificates the authorizer's certificate must chain to.
+	CABundle   string `json:"caBundle,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// AuthorizationRule is a named CEL rule with its effect, Allow or Deny.
+type AuthorizationRule struct {
+	Name   string `json:"name"`
+	Effect string `json:"effect"`
+	When   string `json:"when"`
+}
+
 // OutboundSpec configures outbound traffic (the outbound proxy, seed name envoy-proxy).
 type OutboundSpec struct {
 	Enabled             *bool                    `json:"enabled,omitempty"`
 	TrafficInterception *TrafficInterceptionSpec `json:"trafficInterception,omitempty"`
 	TokenExchange       *TokenExchangeSpec       `json:"tokenExchange,omitempty"`
+	Egress              *EgressSpec              `json:"egress,omitempty"`
+}
+
+// EgressSpec is the workload's egress policy (docs/authorization.md, "Egress policy").
+type EgressSpec struct {
+	// Default is Allow or Deny; Allow when empty.
+	Default string       `json:"default,omitempty"`
+	Allow   []EgressRule `json:"allow,omitempty"`
+	DryRun  *bool        `json:"dryRun,omitempty"`
+}
+
+// EgressRule allows destinations: exactly one of Host (a pattern as DestinationMatch's), CIDR and
+// Agent, on Ports (all when empty).
+type EgressRule struct {
+	Host  string       `json:"host,omitempty"`
+	CIDR  string       `json:"cidr,omitempty"`
+	Agent *EgressAgent `json:"agent,omitempty"`
+	Ports []int32      `json:"ports,omitempty"`
+}
+
+// EgressAgent is an agent's Service; Namespace defaults to the workload's.
+type EgressAgent struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // TrafficInterceptionSpec configures the redirect of outgoing traffic to the proxy.
@@ -110,6 +170,7 @@ type TrafficInterceptionSpec struct {
 type TokenExchangeSpec struct {
 	Enabled          *bool             `json:"enabled,omitempty"`
 	TokenURL         string            `json:"tokenUrl,omitempty"`
+	Delegation       string            `json:"delegation,omitempty"`
 	DefaultTarget    *ExchangeTarget   `json:"defaultTarget,omitempty"`
 	DestinationRules []DestinationRule `json:"destinationRules,omitempty"`
 }
@@ -118,6 +179,8 @@ type TokenExchangeSpec struct {
 type ExchangeTarget struct {
 	Audience string   `json:"audience,omitempty"`
 	Scopes   []string `json:"scopes,omitempty"`
+	// AllowScopeEscalation lets the outbound proxy ask for scopes the caller's token lacks.
+	AllowScopeEscalation *bool `json:"allowScopeEscalation,omitempty"`
 }
 
 // DestinationRule selects the token for requests to one host; without a target, matching

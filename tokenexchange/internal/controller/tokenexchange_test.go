@@ -56,6 +56,7 @@ func TestTargetNotFoundThenNotInjectedThenActive(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, condition(te, v1alpha1.ConditionTargetResolved).Status)
 	assert.Equal(t, metav1.ConditionTrue, condition(te, v1alpha1.ConditionConfigMapReady).Status)
 	assert.Equal(t, "agent-token-exchange", te.Status.ConfigMapName)
+	assert.Equal(t, "immediateCaller", te.Status.Delegation, "no delegation set: only the immediate caller is known")
 	_, err := getCM(ctx, ns, "agent-token-exchange")
 	require.NoError(t, err)
 	eventually(t, "NotInjected event", func(ctx context.Context) (bool, string) {
@@ -586,5 +587,21 @@ func waitEvent(t *testing.T, ns, name, reason string) {
 	eventually(t, "Event "+reason, func(ctx context.Context) (bool, string) {
 		reasons := eventReasons(ctx, t, ns, name)
 		return slices.Contains(reasons, reason), strings.Join(reasons, ", ")
+	})
+}
+
+// TestStatusSaysWhetherTheChainIsVerified: status.delegation reflects
+// spec.outbound.tokenExchange.delegation (chained: every hop is in the signed token), so that
+// kubectl shows what a callee of the workload can rely on.
+func TestStatusSaysWhetherTheChainIsVerified(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	te := tokenExchange(ns, "tx", "agent")
+	te.Spec.Outbound = &v1alpha1.OutboundSpec{TokenExchange: &v1alpha1.OutboundTokenExchangeSpec{Delegation: "chained"}}
+	must(t, k8s.Create(ctx, te))
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, false)))
+	eventually(t, "status.delegation chained", func(ctx context.Context) (bool, string) {
+		got := getTX(ctx, t, ns, "tx").Status.Delegation
+		return got == "chained", "status.delegation = " + got
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server
@@ -99,6 +100,53 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 		{"proxy uid", `outbound: {trafficInterception: {proxyUid: 1337}}`,
 			[]string{"spec.outbound.trafficInterception.proxyUid: Forbidden: proxyUid is not supported",
 				"the proxies run as the injector's proxy UID (its identity.proxyUID, default 1337)", "Remove this field"}},
+		// The authorization policy's shape (its CEL is compiled by the webhook).
+		{"repeated rule name", `inbound: {authorization: {rules: [{name: a, effect: Allow, when: "true"}, {name: a, effect: Deny, when: "false"}]}}`,
+			[]string{"spec.inbound.authorization.rules[1]", "Duplicate value"}},
+		{"reserved rule name", `inbound: {authorization: {rules: [{name: default, effect: Allow, when: "true"}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].name", "default is reserved"}},
+		{"rule name not a label", `inbound: {authorization: {rules: [{name: Only_Me, effect: Allow, when: "true"}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].name", "should match"}},
+		{"rule effect", `inbound: {authorization: {rules: [{name: a, effect: allow, when: "true"}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].effect", `supported values: "Allow", "Deny"`}},
+		{"rule without when", `inbound: {authorization: {rules: [{name: a, effect: Allow}]}}`,
+			[]string{"spec.inbound.authorization.rules[0].when", "Required value"}},
+		{"policy default", `inbound: {authorization: {default: deny}}`,
+			[]string{"spec.inbound.authorization.default", `supported values: "Allow", "Deny"`}},
+		{"chain depth", `inbound: {authorization: {maxChainDepth: 17}}`,
+			[]string{"spec.inbound.authorization.maxChainDepth", "less than or equal to 16"}},
+		// The egress policy's shape.
+		{"egress default", `outbound: {egress: {default: deny}}`,
+			[]string{"spec.outbound.egress.default", `supported values: "Allow", "Deny"`}},
+		{"egress rule with two forms", `outbound: {egress: {allow: [{cidr: 10.0.0.0/8}, {host: a.example.com, cidr: 10.0.0.0/8}]}}`,
+			[]string{"spec.outbound.egress.allow[1]", "exactly one of host, cidr and agent must be set"}},
+		{"egress rule with none", `outbound: {egress: {allow: [{ports: [443]}]}}`,
+			[]string{"spec.outbound.egress.allow[0]", "exactly one of host, cidr and agent must be set"}},
+		{"egress cidr", `outbound: {egress: {allow: [{cidr: 10.0.0.0/33}]}}`,
+			[]string{"spec.outbound.egress.allow[0].cidr", "must be a CIDR"}},
+		{"egress host", `outbound: {egress: {allow: [{host: "https://api.openai.com"}]}}`,
+			[]string{"spec.outbound.egress.allow[0].host", "should match"}},
+		{"egress host port and ports", `outbound: {egress: {allow: [{host: "api.openai.com:443", ports: [443]}]}}`,
+			[]string{"spec.outbound.egress.allow[0].ports", "name the ports in one place"}},
+		{"egress port", `outbound: {egress: {allow: [{cidr: 10.0.0.0/8, ports: [443, 70000]}]}}`,
+			[]string{"spec.outbound.egress.allow[0].ports[1]", "less than or equal to 65535"}},
+		{"egress agent name", `outbound: {egress: {allow: [{agent: {name: Weather_Agent}}]}}`,
+			[]string{"spec.outbound.egress.allow[0].agent.name", "should match"}},
+		{"egress agent without name", `outbound: {egress: {allow: [{agent: {namespace: tools}}]}}`,
+			[]string{"spec.outbound.egress.allow[0].agent.name", "Required value"}},
+		// The external authorizer: the same patterns as the client (authz.CheckExternalAddress).
+		{"external plaintext to a remote address", `inbound: {authorization: {external: {address: "opa.policy.svc:9191"}}}`,
+			[]string{"spec.inbound.authorization.external.address", "plaintext only to localhost, 127.0.0.0/8, [::1] or unix:; set external.tls"}},
+		{"external plaintext to a non-loopback IP", `inbound: {authorization: {external: {address: "dns:///10.0.0.7:9191"}}}`,
+			[]string{"spec.inbound.authorization.external.address", "plaintext only to localhost"}},
+		{"external address without port", `inbound: {authorization: {external: {address: "opa", tls: {caBundle: x}}}}`,
+			[]string{"spec.inbound.authorization.external.address", "not host:port, dns:///host:port or unix:///path"}},
+		{"external timeout too long", `inbound: {authorization: {external: {address: "127.0.0.1:9191", timeout: 10s}}}`,
+			[]string{"spec.inbound.authorization.external.timeout", "a duration from 10ms to 5s"}},
+		{"external timeout not a duration", `inbound: {authorization: {external: {address: "127.0.0.1:9191", timeout: soon}}}`,
+			[]string{"spec.inbound.authorization.external.timeout", "a duration from 10ms to 5s"}},
+		{"external tls without a CA bundle", `inbound: {authorization: {external: {address: "opa.policy.svc:9191", tls: {serverName: opa}}}}`,
+			[]string{"spec.inbound.authorization.external.tls.caBundle", "Required value"}},
 		{"target kind needs apiVersion", `targetRef: {kind: Widget, name: w}`, []string{"spec.targetRef", "apiVersion is required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,5 +203,44 @@ func assertRejected(t *testing.T, ns, extra string, want ...string) {
 	t.Logf("rejected: %v", err)
 	for _, w := range want {
 		assert.Contains(t, err.Error(), w)
+	}
+}
+
+// TestAPIServerAcceptsAnEgressPolicy: the example of docs/authorization.md ("Egress policy") is a
+// valid spec, with every rule form.
+func TestAPIServerAcceptsAnEgressPolicy(t *testing.T) {
+	ns := namespace(t)
+	te := tokenExchange(ns, "egress", "agent")
+	te.Labels = map[string]string{SkipWebhookLabel: "true"} // the schema alone decides
+	te.Spec.Outbound = &v1alpha1.OutboundSpec{Egress: &v1alpha1.EgressSpec{Default: "Deny", Allow: []v1alpha1.EgressRule{
+		{Agent: &v1alpha1.EgressAgent{Name: "weather-agent"}},
+		{Agent: &v1alpha1.EgressAgent{Name: "search", Namespace: "tools"}, Ports: []int32{8080}},
+		{Host: "api.openai.com", Ports: []int32{443}},
+		{Host: "*.googleapis.com:443"},
+		{CIDR: "10.96.0.10/32", Ports: []int32{53}},
+		{CIDR: "2001:db8::/32"},
+	}}}
+	require.NoError(t, k8s.Create(context.Background(), te, client.DryRunAll))
+}
+
+// The external authorizers the client accepts are accepted by the API server's CEL rules too.
+func TestAPIServerAcceptsTheExternalAuthorizersTheClientAccepts(t *testing.T) {
+	ns := namespace(t)
+	for _, ext := range []map[string]any{
+		{"address": "127.0.0.1:9191"},
+		{"address": "localhost:9191", "timeout": "250ms", "failOpen": true},
+		{"address": "[::1]:9191", "timeout": "1.5s"},
+		{"address": "dns:///localhost:9191"},
+		{"address": "unix:///run/opa/opa.sock"},
+		{"address": "dns:///opa.policy.svc:9191", "tls": map[string]any{"caBundle": "-----BEGIN CERTIFICATE-----", "serverName": "opa.policy.svc"}},
+	} {
+		require.NoError(t, authz.CheckExternalAddress(ext["address"].(string), ext["tls"] != nil))
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kagenti.io/v1alpha1", "kind": "TokenExchange",
+			"metadata": map[string]any{"generateName": "ext-", "namespace": ns, "labels": map[string]any{SkipWebhookLabel: "true"}},
+			"spec": map[string]any{"targetRef": map[string]any{"kind": "Deployment", "name": "agent"},
+				"inbound": map[string]any{"authorization": map[string]any{"external": ext}}},
+		}}
+		assert.NoError(t, k8s.Create(context.Background(), u), "%v", ext)
 	}
 }

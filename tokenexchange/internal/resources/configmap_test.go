@@ -1,13 +1,21 @@
 package resources
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,6 +107,15 @@ func TestOverridesCarryEveryField(t *testing.T) {
 	te.Spec.TargetRef = duck.TargetRef{Kind: "Deployment", Name: "w"}
 	// A client name template must name the namespace first (the filler's string would not).
 	te.Spec.ClientRegistration.Keycloak.ClientNameTemplate = "{{.Namespace}}/w"
+	// An authorization policy must compile (the filler's strings are no effects or CEL).
+	az := te.Spec.Inbound.Authorization
+	az.Default = v1alpha1.EffectDeny
+	for i := range az.Rules {
+		az.Rules[i].Effect, az.Rules[i].When = v1alpha1.EffectAllow, "true"
+	}
+	// An external authorizer needs an address, a timeout and a CA bundle the client accepts.
+	az.External.Address, az.External.Timeout = "opa.policy.svc:9191", "250ms"
+	az.External.TLS.CABundle = string(testCA(t))
 	// The fields the API rejects because they cannot take effect are not in the data plane's
 	// schema; the controller validates before it renders, so they never reach Overrides.
 	assert.ElementsMatch(t, []string{"spec.clientRegistration.keycloak.adminCredentialsSecret", "spec.outbound.trafficInterception.proxyUid",
@@ -213,4 +230,16 @@ func TestOIDCProviderReachesTheDataPlane(t *testing.T) {
 		TokenURL: "https://idp.example.com/oauth2/token", JWKSURL: "https://idp.example.com/oauth2/keys",
 		RegistrationURL: "https://idp.example.com/oauth2/register"}, c.IdP)
 	assert.Equal(t, "https://idp.example.com/oauth2/token", c.Outbound.TokenExchange.TokenURL, "the exchange uses the provider's token URL")
+}
+
+// testCA is a self-signed CA certificate, PEM-encoded.
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -37,6 +37,9 @@ type Options struct {
 	// Name is the binary, kagenti-<pillar>: the command's name and, with ".kagenti.io", the
 	// leader election lease. Short is the command's one-line description.
 	Name, Short string
+	// LeaderElectionID, when set and not empty once the flags are parsed, replaces the lease name
+	// (a mode of the binary that runs beside its main process and must not take its lease).
+	LeaderElectionID func() string
 	// LeaderElectHelp and NamespacesHelp replace the help of --leader-elect and --namespaces.
 	LeaderElectHelp, NamespacesHelp string
 	// WebhookOnly is for a binary that only serves a webhook on every replica (the injector): it
@@ -204,6 +207,9 @@ func run(o Options, c common) error {
 	if !o.WebhookOnly {
 		opts.LeaderElection = c.leaderElect
 		opts.LeaderElectionID = o.Name + ".kagenti.io"
+		if o.LeaderElectionID != nil {
+			opts.LeaderElectionID = cmp.Or(o.LeaderElectionID(), opts.LeaderElectionID)
+		}
 		opts.LeaderElectionReleaseOnCancel = true
 	}
 	var srv webhook.Server

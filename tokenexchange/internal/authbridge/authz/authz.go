@@ -22,6 +22,11 @@ type Request struct {
 	// Scopes and Audience are the token's.
 	Scopes   []string
 	Audience []string
+	// Groups is the token's groups claim (a list of strings, as Keycloak's group membership mapper
+	// issues it; a single string is one group).
+	Groups []string
+	// Claims is the whole verified payload, for the claims the fields above do not name.
+	Claims map[string]any
 	// Method and Path are the HTTP request's (Path canonical, as the agent sees it).
 	Method string
 	Path   string
@@ -61,18 +66,10 @@ func FromClaims(raw map[string]any, scopes []string, maxDepth int) (*Request, er
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxChainDepth
 	}
-	r := &Request{Scopes: scopes}
+	r := &Request{Scopes: scopes, Claims: raw}
 	r.Subject, _ = raw["sub"].(string)
-	switch aud := raw["aud"].(type) {
-	case string:
-		r.Audience = []string{aud}
-	case []any:
-		for _, a := range aud {
-			if s, ok := a.(string); ok {
-				r.Audience = append(r.Audience, s)
-			}
-		}
-	}
+	r.Audience = stringList(raw["aud"])
+	r.Groups = stringList(raw["groups"])
 	for act, depth := raw["act"], 1; act != nil; depth++ {
 		if depth > maxDepth {
 			return nil, &ChainError{Reason: fmt.Sprintf("more than %d actors (act nested deeper than the limit)", maxDepth)}
@@ -97,4 +94,22 @@ func FromClaims(raw map[string]any, scopes []string, maxDepth int) (*Request, er
 		r.Caller, _ = raw["azp"].(string)
 	}
 	return r, nil
+}
+
+// stringList reads a claim that is a string or a list of strings (aud, groups); other elements
+// are left out.
+func stringList(claim any) []string {
+	switch v := claim.(type) {
+	case string:
+		return []string{v}
+	case []any:
+		out := make([]string, 0, len(v))
+		for _, e := range v {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }

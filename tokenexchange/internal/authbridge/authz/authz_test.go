@@ -60,3 +60,15 @@ func TestFromClaimsRefusesAMalformedOrTooDeepChain(t *testing.T) {
 	_, err := FromClaims(claims(t, `{"sub":"u","act":{"sub":"a","act":{"sub":"b"}}}`), nil, 2)
 	assert.NoError(t, err, "a chain at the depth is accepted")
 }
+
+func TestFromClaimsReadsGroupsAndKeepsTheClaims(t *testing.T) {
+	raw := claims(t, `{"sub":"alice","groups":["/finance",7,"/staff"],"tenant":"acme"}`)
+	r, err := FromClaims(raw, nil, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/finance", "/staff"}, r.Groups, "non-strings are left out")
+	assert.Equal(t, "acme", r.Claims["tenant"])
+
+	r, err = FromClaims(claims(t, `{"sub":"alice","groups":"/finance"}`), nil, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/finance"}, r.Groups, "a single group as a string")
+}

@@ -1,24 +1,32 @@
 package inbound
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idptest"
 )
 
-func measure(b *testing.B, url, token string) {
+func measure(b *testing.B, url, token string) { measureBody(b, url, token, nil) }
+
+// measureBody is measure with a POST of body when body is not nil.
+func measureBody(b *testing.B, url, token string, body []byte) {
 	b.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for b.Loop() {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if body != nil {
+			req, _ = http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		start := time.Now()
 		resp, err := client.Do(req)
@@ -49,6 +57,50 @@ func BenchmarkAgentDirect(b *testing.B) {
 func BenchmarkThroughInbound(b *testing.B) {
 	f := newFixture(b)
 	measure(b, f.url+"/tasks", f.token(f.valid(nil)))
+}
+
+// tenRulePolicy is a policy of ten rules that a request through middle evaluates in full (five
+// deny rules, then five allow rules, the last of which allows); none reads the body.
+const tenRulePolicy = `inbound:
+  authorization:
+    rules:
+    - {name: no-banned-subject, effect: Deny, when: 'subject in ["mallory", "eve"]'}
+    - {name: no-deep-chain, effect: Deny, when: 'chain.size() > 4'}
+    - {name: no-foreign-caller, effect: Deny, when: '!caller.startsWith("spiffe://cluster.local/")'}
+    - {name: no-admin-path, effect: Deny, when: 'request.path.startsWith("/admin")'}
+    - {name: no-guests, effect: Deny, when: '"/guests" in groups'}
+    - {name: partner-0, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-0/sa/agent"'}
+    - {name: partner-1, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-1/sa/agent"'}
+    - {name: partner-2, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-2/sa/agent"'}
+    - {name: partner-3, effect: Allow, when: 'caller == "spiffe://cluster.local/ns/partner-3/sa/agent"'}
+    - {name: through-middle, effect: Allow, when: 'chain.size() >= 1 && chain[0] == "spiffe://cluster.local/ns/agents/sa/middle" && "agent:invoke" in scopes'}
+`
+
+// BenchmarkThroughInboundWithPolicy is BenchmarkThroughInbound with the ten-rule policy and a
+// token with a delegation chain: the policy's cost is the difference between the two.
+func BenchmarkThroughInboundWithPolicy(b *testing.B) {
+	f := newFixture(b)
+	f.withPolicy(tenRulePolicy)
+	measure(b, f.url+"/tasks", f.viaMiddle())
+}
+
+// BenchmarkThroughInboundWithRPCPolicy is an A2A JSON-RPC POST (a 1 KiB message/send) through
+// a policy that decides on request.rpcMethod, so the body is read, parsed and put back; the
+// baseline is the same POST without a policy.
+func BenchmarkThroughInboundWithRPCPolicy(b *testing.B) {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"role":"user","parts":[{"kind":"text","text":"` +
+		strings.Repeat("x", 900) + `"}]}}}`)
+	for _, policy := range []string{"inbound: {}\n", "inbound: {authorization: {rules: [{name: a2a, effect: Allow, when: 'request.rpcMethod in [\"message/send\", \"tasks/get\"]'}]}}\n"} {
+		name := "none"
+		if strings.Contains(policy, "rules") {
+			name = "rpcMethod"
+		}
+		b.Run(name, func(b *testing.B) {
+			f := newFixture(b)
+			f.withPolicy(policy)
+			measureBody(b, f.url+"/", f.viaMiddle(), body)
+		})
+	}
 }
 
 // BenchmarkValidate is the validation alone, per signature algorithm.

@@ -127,3 +127,24 @@ func FuzzTokenClaims(f *testing.F) {
 		require.Contains(t, c.Scopes, "agent:invoke")
 	})
 }
+
+// FuzzRPCMethodOf: no body makes the JSON-RPC method reader panic, and a method it returns is the
+// one encoding/json reads from the same body (what a Go agent would dispatch on).
+//
+//	go test ./internal/authbridge/inbound -run '^$' -fuzz FuzzRPCMethodOf -fuzztime 60s
+func FuzzRPCMethodOf(f *testing.F) {
+	for _, seed := range []string{`{"jsonrpc":"2.0","method":"tasks/get","id":1}`, `[{"method":"a"}]`, `{"method":"a","Method":"b"}`,
+		"\xEF\xBB\xBF{}", `{"method":1}`, `{"a":{"method":"x"}}`, `{} {}`, ``, `x`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		method, err := rpcMethodOf(body)
+		if err != nil || method == "" {
+			return
+		}
+		var req struct{ Method string }
+		if json.Unmarshal(body, &req) != nil || req.Method != method {
+			t.Fatalf("read %q, encoding/json reads %q from %q", method, req.Method, body)
+		}
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -40,6 +41,7 @@ type Proxy struct {
 type state struct {
 	validate   bool
 	validator  *Validator
+	authz      *authorization
 	targetAddr string
 }
 
@@ -75,11 +77,15 @@ func (p *Proxy) apply(c authconfig.Config) {
 	}
 	if st.validate {
 		st.validator = &Validator{
-			Keys:   p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
-			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes},
+			Keys: p.keys(v.JWKSURL, time.Duration(v.JWKSRefreshSeconds)*time.Second),
+			Policy: Policy{Issuer: v.Issuer, Audience: v.Audience, RequiredScopes: v.RequiredScopes,
+				MaxChainDepth: int(c.Inbound.Authorization.MaxChainDepth)},
 		}
+		st.authz = newAuthorization(c.Inbound.Authorization, p.log) // compiled once per configuration
 	}
-	p.state.Store(st)
+	if old := p.state.Swap(st); old != nil {
+		old.authz.release(p.log) // the previous configuration's external authorizer connection
+	}
 }
 
 // keys returns the key set of url, refreshed every refresh (inbound.validation.jwksRefreshSeconds).
@@ -137,7 +143,8 @@ func (p *Proxy) Ready() []string {
 	return nil
 }
 
-// ServeHTTP admits the request when its path is public or its bearer token is valid.
+// ServeHTTP admits the request when its path is public, or its bearer token is valid and the
+// authorization policy allows it.
 // The path is first made canonical (canonicalPath): the decision and the agent see the same one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	removeSpellings(r.Header, proxySetHeaders)
@@ -154,6 +161,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		p.log.Info("request refused", zap.String("error", ErrInvalidRequest), zap.String("reason", err.Error()))
+		telemetry.Default.Request("bad_request")
 		writeError(w, http.StatusBadRequest, ErrInvalidRequest, err.Error())
 		return
 	}
@@ -164,11 +172,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token, ok := bearer(r)
 	if !ok {
+		telemetry.Default.Request("unauthorized")
 		challenge(w, "", "")
 		writeError(w, http.StatusUnauthorized, ErrInvalidRequest, "missing bearer token (Authorization: Bearer <token>)")
 		return
 	}
-	if _, err := st.validator.Validate(r.Context(), token); err != nil {
+	claims, err := st.validator.Validate(r.Context(), token)
+	if err != nil {
 		var te *TokenError
 		if !errors.As(err, &te) {
 			te = invalid("%v", err)
@@ -178,10 +188,33 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusForbidden
 		}
 		p.log.Info("request refused", zap.String("path", r.URL.Path), zap.String("error", te.Code), zap.String("reason", te.Description))
+		if status == http.StatusForbidden {
+			telemetry.Default.Request("denied")
+		} else {
+			telemetry.Default.Request("unauthorized")
+		}
 		challenge(w, te.Code, te.Description)
 		writeError(w, status, te.Code, te.Description)
 		return
 	}
+	az := st.authz
+	for !az.acquire() { // a new configuration took over since st was loaded
+		az = p.state.Load().authz
+		if az == nil { // and validates no more: the previous configuration's policy is gone
+			p.proxy.ServeHTTP(w, r)
+			return
+		}
+	}
+	allowed := p.authorize(w, r, az, claims)
+	az.done()
+	if claims.Request != nil {
+		telemetry.Default.Call(claims.Request.Caller, claims.Request.Chain, allowed)
+	}
+	if !allowed {
+		telemetry.Default.Request("denied")
+		return
+	}
+	telemetry.Default.Request("allowed")
 	r.Header.Set(ClaimsHeader, strings.Split(token, ".")[1])
 	p.proxy.ServeHTTP(w, r)
 }

@@ -2,7 +2,9 @@ package inbound
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net"
@@ -39,6 +41,9 @@ func agent(t testing.TB) (port int32) {
 		w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
 		w.Header().Set("X-Seen-Proto", r.Proto)
 		w.Header().Set("X-Seen-URI", r.RequestURI)
+		body, _ := io.ReadAll(r.Body)
+		sum := sha256.Sum256(body)
+		w.Header().Set("X-Seen-Body-SHA256", hex.EncodeToString(sum[:]))
 		names := make([]string, 0, len(r.Header))
 		for k := range r.Header {
 			names = append(names, k)
@@ -84,13 +89,18 @@ func source(dir string, jwksURL string, targetPort int32) sidecar.Source {
 }
 
 func newFixture(t testing.TB) *fixture {
-	f := &fixture{t: t, key: idptest.NewRSAKey(t, "k1"), dir: t.TempDir()}
-	f.jwks = idptest.NewJWKSServer(t, f.key)
-	var err error
 	log := zap.NewNop()
 	if _, isTest := t.(*testing.T); isTest {
 		log = zaptest.NewLogger(t)
 	}
+	return newLoggedFixture(t, log)
+}
+
+// newLoggedFixture is newFixture logging to log.
+func newLoggedFixture(t testing.TB, log *zap.Logger) *fixture {
+	f := &fixture{t: t, key: idptest.NewRSAKey(t, "k1"), dir: t.TempDir()}
+	f.jwks = idptest.NewJWKSServer(t, f.key)
+	var err error
 	f.cfg, err = sidecar.NewConfig(source(f.dir, f.jwks.URL(), agent(t)), log)
 	require.NoError(t, err)
 	f.proxy = New(f.cfg, http.DefaultClient, log)

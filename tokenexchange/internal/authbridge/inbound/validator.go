@@ -16,6 +16,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // SignatureAlgorithms are the JWS algorithms a token may be signed with: asymmetric only. "none"
@@ -55,6 +57,9 @@ type Policy struct {
 	Issuer         string
 	Audience       string
 	RequiredScopes []string
+	// MaxChainDepth bounds the token's delegation chain (nested act claims);
+	// authz.DefaultMaxChainDepth when not positive.
+	MaxChainDepth int
 }
 
 // Validator checks bearer JWTs: signature by a key of the KeySet, issuer, expiry, audience and
@@ -119,6 +124,9 @@ type Claims struct {
 	jwt.Claims
 	Scopes []string
 	Raw    map[string]any
+	// Request is the token's part of an authorization request: subject, caller and the
+	// delegation chain read from the verified payload.
+	Request *authz.Request
 }
 
 // Validate returns the token's claims, or a *TokenError saying why it is refused.
@@ -189,6 +197,11 @@ func (v *Validator) verify(ctx context.Context, token string, now func() time.Ti
 	}
 	if len(missing) > 0 {
 		return nil, &TokenError{Code: ErrInsufficientScope, Description: "missing scope(s) " + strings.Join(missing, " ")}
+	}
+	// The act chain is inside the signed payload: only the issuer added its hops. A chain that is
+	// malformed or deeper than the limit is refused as a bad token.
+	if c.Request, err = authz.FromClaims(c.Raw, c.Scopes, v.Policy.MaxChainDepth); err != nil {
+		return nil, invalid("%v", err)
 	}
 	return &c, nil
 }

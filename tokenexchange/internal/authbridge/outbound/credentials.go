@@ -62,7 +62,16 @@ func (s *CredentialSource) Get(c authconfig.Config) (Credentials, error) {
 			return Credentials{}, fmt.Errorf("the JWT SVID in %s expired at %s (spiffe-helper renews it; is the SPIRE agent reachable?)",
 				s.svid.Path, exp.UTC().Format(time.RFC3339))
 		}
-		return Credentials{ClientID: c.SpiffeID, Assertion: string(svid)}, nil
+		// The SVID authenticates the workload and, where the identity provider chains delegation
+		// (outbound.tokenExchange.delegation: chained), is its actor token: the provider names
+		// the SPIFFE ID in act. A provider that does not verify actor tokens refuses an exchange
+		// that carries one, hence the setting. A registered client sends none: its client ID
+		// names the actor to the provider that authenticated it.
+		creds := Credentials{ClientID: c.SpiffeID, Assertion: string(svid)}
+		if c.Outbound.TokenExchange.Delegation == authconfig.DelegationChained {
+			creds.ActorToken = creds.Assertion
+		}
+		return creds, nil
 	default:
 		return Credentials{}, errors.New("token exchange needs credentials: enable clientRegistration, or spiffe with outputFormat jwt")
 	}

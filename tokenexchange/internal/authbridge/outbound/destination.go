@@ -114,6 +114,23 @@ func (c *nameCache) resolvesTo(r Resolver, name string, addr netip.Addr) bool {
 			return found
 		}
 	}
+	return slices.Contains(c.query(r, name).addrs, addr)
+}
+
+// lookup returns the addresses name resolves to (unmapped), from the cache while its answer is
+// fresh: the explicit proxy's destination, which routeName then finds in the cache.
+func (c *nameCache) lookup(r Resolver, name string) []netip.Addr {
+	c.mu.RLock()
+	e, ok := c.names[name]
+	c.mu.RUnlock()
+	if ok && c.now().Sub(e.at) < nameTTL {
+		return e.addrs
+	}
+	return c.query(r, name).addrs
+}
+
+// query looks name up and caches the answer; concurrent queries of one name share one lookup.
+func (c *nameCache) query(r Resolver, name string) resolved {
 	v, _, _ := c.group.Do(name, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), nameLookupTimeout)
 		defer cancel()
@@ -128,7 +145,7 @@ func (c *nameCache) resolvesTo(r Resolver, name string, addr netip.Addr) bool {
 		c.store(name, e)
 		return e, nil
 	})
-	return slices.Contains(v.(resolved).addrs, addr)
+	return v.(resolved)
 }
 
 // store keeps e, making room when the cache is full: first by dropping expired answers, then

@@ -18,12 +18,14 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 )
 
 // RFC 8693 and RFC 7523 identifiers.
 const (
 	GrantTokenExchange   = "urn:ietf:params:oauth:grant-type:token-exchange"
 	TokenTypeAccessToken = "urn:ietf:params:oauth:token-type:access_token"
+	TokenTypeJWT         = "urn:ietf:params:oauth:token-type:jwt"
 	AssertionTypeJWT     = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 )
 
@@ -33,11 +35,14 @@ type Credentials struct {
 	ClientID     string
 	ClientSecret string
 	Assertion    string
+	// ActorToken is the workload's JWT SVID sent as RFC 8693 actor_token, so that the identity
+	// provider names the workload in the exchanged token's act (and nests the caller's chain).
+	ActorToken string
 }
 
 // key identifies the credentials in cache keys without holding the secret.
 func (c Credentials) key() string {
-	h := sha256.Sum256([]byte(c.ClientID + "\x00" + c.ClientSecret + "\x00" + c.Assertion))
+	h := sha256.Sum256([]byte(c.ClientID + "\x00" + c.ClientSecret + "\x00" + c.Assertion + "\x00" + c.ActorToken))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -102,12 +107,15 @@ func (e *Exchanger) Exchange(ctx context.Context, r Request) (string, error) {
 	if c, ok := e.cache[key]; ok && now.Before(c.expires) {
 		e.stats.Hits++
 		e.mu.Unlock()
+		telemetry.Default.Exchange(true, 0, nil)
 		return c.token, nil
 	}
 	e.stats.Misses++
 	e.mu.Unlock()
 	v, err, _ := e.group.Do(key, func() (any, error) {
+		start := time.Now()
 		tok, lifetime, err := e.call(ctx, r)
+		telemetry.Default.Exchange(false, time.Since(start), err)
 		if err != nil {
 			return "", err
 		}
@@ -190,6 +198,10 @@ func (e *Exchanger) call(ctx context.Context, r Request) (string, time.Duration,
 	}
 	if len(r.Scopes) > 0 {
 		form.Set("scope", strings.Join(r.Scopes, " "))
+	}
+	if r.Credentials.ActorToken != "" {
+		form.Set("actor_token", r.Credentials.ActorToken)
+		form.Set("actor_token_type", TokenTypeJWT)
 	}
 	if r.Credentials.Assertion != "" {
 		form.Set("client_assertion_type", AssertionTypeJWT)

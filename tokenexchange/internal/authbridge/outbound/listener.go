@@ -131,11 +131,16 @@ func awaitFirstWord(client, upstream net.Conn) firstWord {
 	return fw
 }
 
-// redirectedConn is a client connection with its original destination and the bytes sniff read.
+// redirectedConn is a client connection with its original destination and the bytes sniff read,
+// or (explicit) a connection made to the proxy itself by a client that uses it as its HTTP proxy,
+// whose requests name their destinations (explicit.go).
 type redirectedConn struct {
 	net.Conn
-	dst    netip.AddrPort
-	prefix io.Reader
+	dst      netip.AddrPort
+	prefix   io.Reader
+	explicit bool
+	// self is the proxy's listening address, which an explicit request must not name.
+	self netip.AddrPort
 }
 
 func (c *redirectedConn) Read(p []byte) (int, error) {

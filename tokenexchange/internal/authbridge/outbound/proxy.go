@@ -1,5 +1,6 @@
 // Package outbound is the outbound role (the seed's envoy-proxy): a transparent proxy for the
-// workload's outgoing TCP connections, which proxy-init redirects to it. HTTP/1.1 and h2c
+// workload's outgoing TCP connections, which proxy-init redirects to it, and an explicit HTTP
+// proxy for clients that connect to it themselves (HTTP_PROXY; explicit.go). HTTP/1.1 and h2c
 // requests to a destination that calls for it leave with the caller's token exchanged (RFC 8693)
 // for one with the destination's audience; everything else passes untouched.
 package outbound
@@ -7,6 +8,7 @@ package outbound
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +48,8 @@ type Proxy struct {
 	DetectionTimeout time.Duration
 	// Loops, when set, tracks the accept loops of Serve for the role's liveness.
 	Loops *sidecar.Loops
+	// egress is the egress policy in effect (egress.go).
+	egress egressState
 }
 
 type ctxKey struct{}
@@ -59,6 +64,7 @@ func New(cfg *sidecar.Config, creds *CredentialSource, exchanger *Exchanger, log
 		names:            newNameCache(),
 		DetectionTimeout: 5 * time.Second,
 	}
+	p.egress.watch(cfg, ResolvConfNameServers("/etc/resolv.conf"))
 	h1 := &http.Transport{
 		Proxy:               nil, // the original destination, never an HTTP proxy from the environment
 		DialContext:         p.dialer.DialContext,
@@ -106,6 +112,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          zap.NewStdLog(p.log),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if rc := c.(*redirectedConn); rc.explicit {
+				return context.WithValue(ctx, explicitKey{}, rc.self) // each request names its destination
+			}
 			return context.WithValue(ctx, ctxKey{}, c.(*redirectedConn).dst)
 		},
 	}
@@ -141,20 +150,31 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 
 func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, httpLn *chanListener) {
 	dst, err := p.Destination(c)
-	if err != nil {
-		p.log.Warn("dropping a connection with no original destination", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
-		c.Close()
-		return
-	}
-	if dst.Port() == self.Port() && (dst.Addr().IsLoopback() || dst.Addr() == self.Addr()) {
-		p.log.Warn("dropping a connection to the proxy itself", zap.Stringer("from", c.RemoteAddr()))
-		c.Close()
+	if err != nil || isSelf(dst, self) {
+		// Not redirected: a client connected to the proxy itself, using it as its HTTP proxy
+		// (HTTP_PROXY, the injector's proxy mode). Its requests name their destinations; a
+		// request that names the proxy itself is refused there (no loop).
+		if !httpLn.push(ctx, &redirectedConn{Conn: c, explicit: true, self: self}) {
+			c.Close()
+		}
 		return
 	}
 	proto, prefix, silent, err := sniff(c, nil, p.DetectionTimeout)
 	if err != nil && len(prefix) == 0 {
 		c.Close()
 		return
+	}
+	if pol := p.egress.current(); silent && !pol.decide("", dst).allowed {
+		if !pol.dryRun {
+			// Only a name could allow this destination: wait for the client's word rather
+			// than connect to it to see whether the server speaks first. (A dry run changes
+			// no traffic: it only records.)
+			proto, prefix, silent, err = sniff(c, prefix, p.DetectionTimeout)
+		}
+		if err != nil && len(prefix) == 0 || silent && !p.silentClientAllowed(c, dst) {
+			c.Close()
+			return
+		}
 	}
 	switch {
 	case silent:
@@ -163,9 +183,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn, self netip.AddrPort, htt
 			return
 		}
 	case proto == protoOther:
-		if err := tunnel(c, prefix, dst, p.dialer); err != nil {
-			p.log.Info("tunnel failed", zap.Stringer("to", dst), zap.Error(err))
-		}
+		p.tunnelChecked(c, prefix, dst)
 		return
 	}
 	rc := &redirectedConn{Conn: c, dst: dst, prefix: bytes.NewReader(prefix)}
@@ -211,7 +229,16 @@ func (p *Proxy) lateClient(ctx context.Context, c net.Conn, dst netip.AddrPort, 
 
 // ServeHTTP forwards one request, with an exchanged token when its destination calls for one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	dst := r.Context().Value(ctxKey{}).(netip.AddrPort)
+	dst, redirected := r.Context().Value(ctxKey{}).(netip.AddrPort)
+	if !redirected {
+		var ok bool
+		if r, dst, ok = p.explicitRequest(w, r); !ok {
+			return
+		}
+	}
+	if !p.egressAllowsRequest(w, r, dst, "http") {
+		return
+	}
 	c := p.cfg.Current().Config
 	host := r.Host
 	if host == "" {
@@ -226,6 +253,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if subject, ok := bearer(r); ok {
+			if !d.Target.AllowScopeEscalation {
+				if sc, ok := undelegatedScope(subject, d.Target.Scopes); ok {
+					writeError(w, http.StatusForbidden, "scope_not_delegated", fmt.Sprintf(
+						"kagenti outbound proxy: the route for %s asks for scope %q, which the caller's token does not carry: scopes only narrow along a delegation chain (allowScopeEscalation on the route's target lets the identity provider decide)",
+						host, sc))
+					return
+				}
+			}
 			creds, err := p.creds.Get(c)
 			if err != nil {
 				writeError(w, http.StatusServiceUnavailable, "credentials_unavailable", "kagenti outbound proxy: "+err.Error())
@@ -270,6 +305,60 @@ func bearer(r *http.Request) (string, bool) {
 	}
 	token = strings.TrimSpace(token)
 	return token, token != ""
+}
+
+// undelegatedScope returns a scope of want that the subject token does not carry. The token's
+// payload is read unverified: the identity provider verifies it on the exchange, and refuses it
+// if it was altered, so a forged scope claim gains nothing. A token that is not a JWT (opaque)
+// cannot be read here: the identity provider alone decides.
+func undelegatedScope(subject string, want []string) (string, bool) {
+	if len(want) == 0 {
+		return "", false
+	}
+	held, ok := jwtScopes(subject)
+	if !ok {
+		return "", false
+	}
+	for _, sc := range want {
+		if !slices.Contains(held, sc) {
+			return sc, true
+		}
+	}
+	return "", false
+}
+
+// jwtScopes reads the scope claim of a JWT's payload (RFC 8693 §4.2: space-separated; some
+// issuers write a list, or scp); false when token is not a JWT.
+func jwtScopes(token string) ([]string, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, false
+	}
+	var c struct {
+		Scope any `json:"scope"`
+		Scp   any `json:"scp"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return nil, false
+	}
+	var out []string
+	for _, v := range []any{c.Scope, c.Scp} {
+		switch v := v.(type) {
+		case string:
+			out = append(out, strings.Fields(v)...)
+		case []any:
+			for _, e := range v {
+				if s, ok := e.(string); ok {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out, true
 }
 
 func writeError(w http.ResponseWriter, status int, code, description string) {

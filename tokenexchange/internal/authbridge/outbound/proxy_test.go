@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,7 +24,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
@@ -110,6 +113,7 @@ type fixture struct {
 	addr   string
 	dst    atomic.Pointer[netip.AddrPort] // where the "redirected" connections were going
 	dns    *fakeDNS
+	logs   *observer.ObservedLogs // the proxy's log at info level and above (audit records)
 }
 
 // fixtureDNS: the names the tests call resolve to the loopback address their servers listen on;
@@ -160,13 +164,20 @@ func newFixture(t testing.TB, configYAML string) *fixture {
 	if _, isTest := t.(*testing.T); isTest {
 		log = zaptest.NewLogger(t)
 	}
+	observed, logs := observer.New(zap.InfoLevel)
+	f.logs, log = logs, zap.New(zapcore.NewTee(log.Core(), observed))
 	var err error
 	f.cfg, err = sidecar.NewConfig(src, log)
 	require.NoError(t, err)
 	require.NoError(t, f.cfg.Err())
 	f.creds = NewCredentialSource(f.shared)
 	f.proxy = New(f.cfg, f.creds, NewExchanger(http.DefaultClient), log)
-	f.proxy.Destination = func(net.Conn) (netip.AddrPort, error) { return *f.dst.Load(), nil }
+	f.proxy.Destination = func(net.Conn) (netip.AddrPort, error) {
+		if dst := f.dst.Load(); dst != nil {
+			return *dst, nil
+		}
+		return netip.AddrPort{}, errors.New("connection was not redirected (no conntrack NAT entry)") // as OriginalDestination
+	}
 	f.dns = newFakeDNS(fixtureDNS)
 	f.proxy.Resolver = f.dns
 	f.proxy.DetectionTimeout = 200 * time.Millisecond
@@ -513,4 +524,58 @@ func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s
 func writeConfig(t *testing.T, dir, content string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte(content), 0o644))
+}
+
+// TestSVIDIsSentAsActorTokenWhenDelegationIsChained: with SPIFFE credentials and delegation
+// chained, the workload's JWT SVID is the RFC 8693 actor_token (type jwt), so that the identity
+// provider names the workload in act; with immediateCaller (the default) none is sent, nor by a
+// registered client (its client ID names it).
+func TestSVIDIsSentAsActorTokenWhenDelegationIsChained(t *testing.T) {
+	chained := strings.Replace(rules, "  tokenExchange:\n", "  tokenExchange:\n    delegation: chained\n", 1)
+	f := newFixture(t, chained+"clientRegistration: {enabled: false}\n")
+	svid := "eyJhbGciOiJFUzI1NiJ9." + b64(`{"sub":"spiffe://cluster.local/ns/agents/sa/caller","exp":`+fmt.Sprint(time.Now().Add(time.Hour).Unix())+`}`) + ".sig"
+	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.JWTSVIDFile), []byte(svid), 0o640))
+	f.creds.Refresh()
+	status, body := f.call(callee(t), "api.example.com", "user-token")
+	require.Equal(t, http.StatusOK, status, body)
+	call := f.idp.Calls()[0]
+	assert.Equal(t, svid, call.Get("actor_token"))
+	assert.Equal(t, TokenTypeJWT, call.Get("actor_token_type"))
+
+	for name, cfg := range map[string]string{
+		"immediateCaller":   rules + "clientRegistration: {enabled: false}\n",
+		"registered client": chained,
+	} {
+		g := newFixture(t, cfg)
+		require.NoError(t, os.WriteFile(filepath.Join(g.shared, authconfig.JWTSVIDFile), []byte(svid), 0o640))
+		g.creds.Refresh()
+		status, body = g.call(callee(t), "api.example.com", "user-token")
+		require.Equal(t, http.StatusOK, status, body)
+		assert.Empty(t, g.idp.Calls()[0].Get("actor_token"), "%s: no actor token", name)
+	}
+}
+
+// TestScopesOnlyNarrowAlongTheChain: the outbound proxy does not ask for a scope the caller's
+// token lacks (403 scope_not_delegated naming it, no call to the identity provider), unless the
+// route's target allows escalation.
+func TestScopesOnlyNarrowAlongTheChain(t *testing.T) {
+	f := newFixture(t, rules)
+	up := callee(t)
+	jwtWith := func(scope string) string {
+		return "eyJhbGciOiJSUzI1NiJ9." + b64(`{"sub":"user","scope":"`+scope+`"}`) + ".sig"
+	}
+	status, body := f.call(up, "api.example.com", jwtWith("read"))
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, `"error":"scope_not_delegated"`)
+	assert.Contains(t, body, `scope \"write\"`)
+	assert.Empty(t, f.idp.Calls(), "refused before the identity provider is asked")
+
+	status, body = f.call(up, "api.example.com", jwtWith("read write admin"))
+	assert.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "|read write)", "the route's scopes, fewer than the token's")
+
+	g := newFixture(t, strings.Replace(rules, "scopes: [read, write]}", "scopes: [read, write], allowScopeEscalation: true}", 1))
+	status, body = g.call(up, "api.example.com", jwtWith("read"))
+	assert.Equal(t, http.StatusOK, status, "allowScopeEscalation lets the provider decide: %s", body)
+	assert.Len(t, g.idp.Calls(), 1)
 }

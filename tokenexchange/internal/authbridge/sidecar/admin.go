@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 )
 
 // Status is what GET /status returns: which configuration a role runs and whether it is ready.
@@ -78,7 +80,8 @@ func StatusOf(role string, cfg *Config, readiness Readiness, refusal Refusals) S
 }
 
 // AdminHandler serves /healthz (alive: 200, else 503 with the reasons liveness gives, e.g. a
-// wedged accept loop), /readyz (ready: 200, else 503 with the reasons) and /status (JSON Status).
+// wedged accept loop), /readyz (ready: 200, else 503 with the reasons), /status (JSON Status) and
+// /metrics (the process's exchanges, decisions and calls: package telemetry).
 // A nil liveness, readiness or refusal reports nothing.
 func AdminHandler(role string, cfg *Config, readiness Readiness, refusal Refusals, liveness Liveness) http.Handler {
 	mux := http.NewServeMux()
@@ -107,6 +110,7 @@ func AdminHandler(role string, cfg *Config, readiness Readiness, refusal Refusal
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.Handle("GET /metrics", telemetry.Default.Handler())
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

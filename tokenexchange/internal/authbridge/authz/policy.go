@@ -1,0 +1,323 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
+)
+
+// Effect is what a rule does when it matches, and what the policy does when none matches.
+type Effect string
+
+const (
+	Allow Effect = "Allow"
+	Deny  Effect = "Deny"
+)
+
+// Rule is one named rule of a policy: when the CEL expression When is true, Effect applies.
+type Rule struct {
+	Name   string
+	Effect Effect
+	When   string
+}
+
+// DefaultRule is the Decision.Rule of a request no rule matched.
+const DefaultRule = "default"
+
+// Bounds of a policy. The API and config.yaml hold the same (MaxRules items, MaxNameLength and
+// MaxExpressionLength characters); MaxCost bounds one rule's evaluation, in cel-go's cost units
+// (about one per operation and per element a comprehension visits), so that no expression can hold
+// a request for long whatever the token carries.
+const (
+	MaxRules            = 64
+	MaxNameLength       = 63
+	MaxExpressionLength = 4096
+	MaxCost             = 100_000
+)
+
+// The CEL variables a rule can use, each a verified fact (Request's fields; README of
+// docs/authorization.md).
+const (
+	VarSubject   = "subject"
+	VarCaller    = "caller"
+	VarChain     = "chain"
+	VarScopes    = "scopes"
+	VarAudience  = "audience"
+	VarGroups    = "groups"
+	VarClaims    = "claims"
+	VarMethod    = "request.method"
+	VarPath      = "request.path"
+	VarRPCMethod = "request.rpcMethod"
+)
+
+// namePattern is what a rule's name must match: a DNS label, so that it reads well in a 403
+// body, a log and a metric label. DefaultRule is reserved.
+var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// NamePattern is namePattern's source (the CRD's marker says the same; a test compares them).
+const NamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+
+// Env is the CEL environment every rule is compiled in, by the admission webhook, the controller
+// and the inbound proxy alike: the variables above, the standard library, and the strings and
+// sets extensions (sets.contains, sets.intersects).
+var Env = sync.OnceValues(func() (*cel.Env, error) {
+	list := cel.ListType(cel.StringType)
+	return cel.NewEnv(
+		cel.Variable(VarSubject, cel.StringType),
+		cel.Variable(VarCaller, cel.StringType),
+		cel.Variable(VarChain, list),
+		cel.Variable(VarScopes, list),
+		cel.Variable(VarAudience, list),
+		cel.Variable(VarGroups, list),
+		cel.Variable(VarClaims, cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable(VarMethod, cel.StringType),
+		cel.Variable(VarPath, cel.StringType),
+		cel.Variable(VarRPCMethod, cel.StringType),
+		ext.Strings(),
+		ext.Sets(),
+		cel.ParserExpressionSizeLimit(MaxExpressionLength),
+	)
+})
+
+// RuleError is why one rule of a policy is refused: Field is name, effect or when.
+type RuleError struct {
+	Index   int
+	Name    string
+	Field   string
+	Message string
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("rules[%d].%s: rule %q %s", e.Index, e.Field, e.Name, e.Message)
+}
+
+// DefaultEffect is what applies when no rule matches and the policy sets no default: Deny as soon
+// as one rule allows (the rules are then an allow-list: whatever they do not allow is refused),
+// else Allow (deny rules carve exceptions out of today's behaviour, and no rules change nothing).
+// Istio's AuthorizationPolicy decides the same way.
+func DefaultEffect(rules []Rule) Effect {
+	for _, r := range rules {
+		if r.Effect == Allow {
+			return Deny
+		}
+	}
+	return Allow
+}
+
+// Policy is a compiled set of rules. Deny overrides allow: the first deny rule (in order) that
+// matches denies; else the first allow rule that matches allows; else the default applies. A rule
+// whose evaluation fails (a missing claim, the cost limit) denies, naming the rule: an error never
+// lets a request through.
+type Policy struct {
+	deny, allow   []compiled
+	def           Effect
+	usesRPCMethod bool
+}
+
+type compiled struct {
+	name string
+	prg  cel.Program
+}
+
+// Compile compiles rules in Env, with def as the default (DefaultEffect(rules) when empty). The
+// error joins a *RuleError for every rule that is refused (a bad name, a repeated name, an effect
+// other than Allow or Deny, an expression that does not compile or is not a bool), or says why def
+// is refused.
+func Compile(rules []Rule, def Effect) (*Policy, error) {
+	env, err := Env()
+	if err != nil {
+		return nil, fmt.Errorf("the CEL environment: %w", err)
+	}
+	if def == "" {
+		def = DefaultEffect(rules)
+	}
+	var errs []error
+	if def != Allow && def != Deny {
+		errs = append(errs, fmt.Errorf("default: %q is not Allow or Deny", def))
+	}
+	if len(rules) > MaxRules {
+		errs = append(errs, fmt.Errorf("rules: %d rules, more than %d", len(rules), MaxRules))
+	}
+	p := &Policy{def: def}
+	seen := map[string]int{}
+	for i, r := range rules {
+		bad := func(field, format string, args ...any) {
+			errs = append(errs, &RuleError{Index: i, Name: r.Name, Field: field, Message: fmt.Sprintf(format, args...)})
+		}
+		switch {
+		case len(r.Name) > MaxNameLength || !namePattern.MatchString(r.Name):
+			bad("name", "is not a name (at most %d lower-case letters, digits and '-', starting and ending with a letter or digit)", MaxNameLength)
+		case r.Name == DefaultRule:
+			bad("name", "is reserved: %q names the default in decisions", DefaultRule)
+		default:
+			if j, dup := seen[r.Name]; dup {
+				bad("name", "repeats the name of rules[%d]", j)
+			}
+			seen[r.Name] = i
+		}
+		if r.Effect != Allow && r.Effect != Deny {
+			bad("effect", "has effect %q, not Allow or Deny", r.Effect)
+		}
+		prg, usesRPC, err := compileWhen(env, r.When)
+		if err != nil {
+			bad("when", "does not compile: %v", err)
+			continue
+		}
+		p.usesRPCMethod = p.usesRPCMethod || usesRPC
+		if r.Effect == Deny {
+			p.deny = append(p.deny, compiled{name: r.Name, prg: prg})
+		} else {
+			p.allow = append(p.allow, compiled{name: r.Name, prg: prg})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return p, nil
+}
+
+// compileWhen compiles one expression and reports whether it reads request.rpcMethod.
+func compileWhen(env *cel.Env, when string) (cel.Program, bool, error) {
+	if strings.TrimSpace(when) == "" {
+		return nil, false, errors.New("the expression is empty")
+	}
+	if len(when) > MaxExpressionLength {
+		return nil, false, fmt.Errorf("the expression is longer than %d bytes", MaxExpressionLength)
+	}
+	ast, iss := env.Compile(when)
+	if iss.Err() != nil {
+		msgs := make([]string, 0, len(iss.Errors()))
+		for _, e := range iss.Errors() {
+			msgs = append(msgs, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, e.Message))
+		}
+		return nil, false, errors.New(strings.Join(msgs, "; "))
+	}
+	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+		return nil, false, fmt.Errorf("the expression is a %s, not a bool", t)
+	}
+	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, false, err
+	}
+	usesRPC := false
+	for _, ref := range ast.NativeRep().ReferenceMap() {
+		usesRPC = usesRPC || ref.Name == VarRPCMethod
+	}
+	return prg, usesRPC, nil
+}
+
+// UsesRPCMethod reports whether a rule reads request.rpcMethod: only then does the inbound proxy
+// read a request's body to find it.
+func (p *Policy) UsesRPCMethod() bool { return p.usesRPCMethod }
+
+// Default is the effect of a request no rule matches.
+func (p *Policy) Default() Effect { return p.def }
+
+// Authorize decides on r. It never returns an error: a rule that cannot be evaluated is a denial
+// naming it.
+func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
+	vars := &activation{r: r}
+	for _, c := range p.deny {
+		match, err := c.eval(vars)
+		if err != nil {
+			return Decision{Rule: c.name, Reason: err.Error()}, nil
+		}
+		if match {
+			return Decision{Rule: c.name, Reason: fmt.Sprintf("denied by rule %q", c.name)}, nil
+		}
+	}
+	for _, c := range p.allow {
+		match, err := c.eval(vars)
+		if err != nil {
+			return Decision{Rule: c.name, Reason: err.Error()}, nil
+		}
+		if match {
+			return Decision{Allowed: true, Rule: c.name, Reason: fmt.Sprintf("allowed by rule %q", c.name)}, nil
+		}
+	}
+	if p.def == Allow {
+		return Decision{Allowed: true, Rule: DefaultRule, Reason: "no rule matched; the default allows"}, nil
+	}
+	return Decision{Rule: DefaultRule, Reason: "no rule matched; the default denies"}, nil
+}
+
+func (c compiled) eval(vars *activation) (bool, error) {
+	out, _, err := c.prg.Eval(vars)
+	if err != nil {
+		return false, fmt.Errorf("rule %q could not be evaluated: %v", c.name, err)
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("rule %q could not be evaluated: it gave a %s, not a bool", c.name, out.Type().TypeName())
+	}
+	return b, nil
+}
+
+// activation gives the rules the request's facts, each converted to a CEL value once per
+// request, when a rule first reads it.
+type activation struct {
+	r    *Request
+	vals [len(variables)]ref.Val
+}
+
+// variables are the names activation resolves, in the order of its cache.
+var variables = [...]string{VarSubject, VarCaller, VarChain, VarScopes, VarAudience, VarGroups, VarClaims, VarMethod, VarPath, VarRPCMethod}
+
+func (a *activation) ResolveName(name string) (any, bool) {
+	i := slices.Index(variables[:], name)
+	if i < 0 {
+		return nil, false
+	}
+	if a.vals[i] == nil {
+		a.vals[i] = a.value(name)
+	}
+	return a.vals[i], true
+}
+
+func (a *activation) value(name string) ref.Val {
+	r, adapter := a.r, types.DefaultTypeAdapter
+	switch name {
+	case VarSubject:
+		return types.String(r.Subject)
+	case VarCaller:
+		return types.String(r.Caller)
+	case VarChain:
+		return types.NewStringList(adapter, nonNil(r.Chain))
+	case VarScopes:
+		return types.NewStringList(adapter, nonNil(r.Scopes))
+	case VarAudience:
+		return types.NewStringList(adapter, nonNil(r.Audience))
+	case VarGroups:
+		return types.NewStringList(adapter, nonNil(r.Groups))
+	case VarClaims:
+		if r.Claims == nil {
+			return types.NewStringInterfaceMap(adapter, map[string]any{})
+		}
+		return types.NewStringInterfaceMap(adapter, r.Claims)
+	case VarMethod:
+		return types.String(r.Method)
+	case VarPath:
+		return types.String(r.Path)
+	default: // VarRPCMethod
+		return types.String(r.RPCMethod)
+	}
+}
+
+func (*activation) Parent() interpreter.Activation { return nil }
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
