@@ -7,11 +7,14 @@ package hub
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -48,11 +51,22 @@ type Registration struct {
 	MaxCards   int
 	// Reason and Message say why the registration cannot be used ("" when it can).
 	Reason, Message string
+	// Seed identifies spec.trustBundle; a fetched bundle applies only while the seed it grew from
+	// is the current one, so an admin's edit of spec.trustBundle resets the member to the spec.
+	Seed string
+	// Fetched says Bundle came from the member's bundle endpoint, not from spec.trustBundle.
+	Fetched bool
+}
+
+// Seed identifies a spec.trustBundle.
+func Seed(specBundle string) string {
+	sum := sha256.Sum256([]byte(specBundle))
+	return hex.EncodeToString(sum[:])
 }
 
 // RegistrationFrom reads a FederatedCluster. An unusable one comes back with Reason set.
 func RegistrationFrom(fc *v1alpha1.FederatedCluster) Registration {
-	r := Registration{Name: fc.Name, Generation: fc.Generation, TTL: DefaultTTL, Grace: DefaultGrace, MaxCards: DefaultMaxCards}
+	r := Registration{Name: fc.Name, Generation: fc.Generation, TTL: DefaultTTL, Grace: DefaultGrace, MaxCards: DefaultMaxCards, Seed: Seed(fc.Spec.TrustBundle)}
 	if fc.Spec.TTL != nil {
 		r.TTL = fc.Spec.TTL.Duration
 	}
@@ -98,11 +112,19 @@ type Registry struct {
 	mu     sync.RWMutex
 	byName map[string]Registration
 	byTD   map[spiffeid.TrustDomain]string
+	// fetched holds the bundles members' endpoints served, by registration name; they survive
+	// Replace while their seed is the registration's.
+	fetched map[string]fetchedBundle
+}
+
+type fetchedBundle struct {
+	seed   string
+	bundle *signature.Bundle
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}, ready: make(chan struct{})}
+	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}, fetched: map[string]fetchedBundle{}, ready: make(chan struct{})}
 }
 
 // Ready is closed once the registrations were loaded.
@@ -133,9 +155,47 @@ func (g *Registry) Replace(items []v1alpha1.FederatedCluster) {
 		byName[r.Name] = r
 	}
 	g.mu.Lock()
+	for name, f := range g.fetched {
+		r, ok := byName[name]
+		if !ok || r.Seed != f.seed {
+			delete(g.fetched, name)
+			continue
+		}
+		if r.Usable() {
+			r.Bundle, r.Fetched = f.bundle, true
+			byName[name] = r
+		}
+	}
 	g.byName, g.byTD = byName, byTD
 	g.mu.Unlock()
 	g.readyOnce.Do(func() { close(g.ready) })
+}
+
+// SetFetchedBundle makes b, which the bundle endpoint of registration name served, the bundle
+// the hub trusts for that member at once: it replaces spec.trustBundle (an authority b lacks is no
+// longer trusted) until spec.trustBundle changes.
+func (g *Registry) SetFetchedBundle(name string, b *spiffebundle.Bundle) error {
+	raw, err := b.Marshal()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.byName[name]
+	if !ok || !r.Usable() {
+		return fmt.Errorf("FederatedCluster %s is not a usable registration", name)
+	}
+	if b.TrustDomain() != r.TrustDomain {
+		return fmt.Errorf("bundle of trust domain %q for FederatedCluster %s of trust domain %q", b.TrustDomain().Name(), name, r.TrustDomain.Name())
+	}
+	sb, err := signature.ParseBundle(r.TrustDomain, raw)
+	if err != nil {
+		return err
+	}
+	g.fetched[name] = fetchedBundle{seed: r.Seed, bundle: sb}
+	r.Bundle, r.Fetched = sb, true
+	g.byName[name] = r
+	return nil
 }
 
 // Get returns the registration named name.
