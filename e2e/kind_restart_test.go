@@ -15,6 +15,9 @@ import (
 	"github.com/kagenti/platform/e2e/framework"
 )
 
+// platformIdP is the kind install's IdP (hack/kind/dev-idp.yaml).
+const platformIdP = "http://kagenti-dev-idp.kagenti-system.svc:9080"
+
 // TestKindPodStartedBeforeItsConfigMapIsRestarted: a Deployment applied before its TokenExchange
 // (a GitOps sync, `kubectl apply -f dir/` in file order) gets a pod whose identity sidecars start
 // on an empty ConfigMap volume: the kubelet mounted it before the controller wrote the ConfigMap.
@@ -35,7 +38,15 @@ func TestKindPodStartedBeforeItsConfigMapIsRestarted(t *testing.T) {
 	applied := time.Now()
 	createKindTokenExchange(t, c, ns, "early-auth", map[string]any{
 		"targetRef": map[string]any{"kind": "Deployment", "name": "early"},
-		"outbound":  map[string]any{"trafficInterception": map[string]any{"excludePorts": []any{int64(5432)}}},
+		// Until the kubelet brings the ConfigMap, the pod registers as the injector's defaults say
+		// (Keycloak, which the kind install has no credentials for), and its native sidecar's
+		// startup probe holds the pod back; the TokenExchange's content (no registration, no
+		// exchange: nothing needs credentials; tokens validated against the platform's dev IdP)
+		// releases it.
+		"clientRegistration": map[string]any{"enabled": false},
+		"inbound":            map[string]any{"validation": map[string]any{"issuer": platformIdP, "jwksUrl": platformIdP + "/keys"}},
+		"outbound": map[string]any{"tokenExchange": map[string]any{"enabled": false},
+			"trafficInterception": map[string]any{"excludePorts": []any{int64(5432)}}},
 	})
 
 	var replacement string
