@@ -24,6 +24,9 @@ const (
 	ConditionCardsAccepted = "CardsAccepted"
 	// ConditionFederatedReady (Ready): the hub serves this member's cards and they are fresh.
 	ConditionFederatedReady = duck.ConditionReady
+	// ConditionTrustBundleCurrent (with spec.bundleEndpoint): the last fetch of the member's
+	// bundle succeeded.
+	ConditionTrustBundleCurrent = "TrustBundleCurrent"
 )
 
 // Reasons of a FederatedCluster's conditions: why a member, a stream or a card was refused.
@@ -60,6 +63,16 @@ const (
 	ReasonWithdrawn = "Withdrawn"
 	// ReasonNotLeader: this hub replica is not the leader; it neither accepts streams nor writes status.
 	ReasonNotLeader = "NotLeader"
+	// TrustBundleCurrent: ReasonBundleRefreshed (True); ReasonBundlePending (False: not fetched
+	// yet); ReasonEndpointUnreachable (no answer, an HTTP error, a timeout);
+	// ReasonEndpointNotAuthenticated (the endpoint's certificate is not the SPIFFE ID or host
+	// expected); ReasonBundleRejected (not a bundle of the member trust domain, no X.509
+	// authority, larger than 256 KiB). On a failure the bundle in effect stays.
+	ReasonBundleRefreshed          = "Refreshed"
+	ReasonBundlePending            = "Pending"
+	ReasonEndpointUnreachable      = "EndpointUnreachable"
+	ReasonEndpointNotAuthenticated = "EndpointNotAuthenticated"
+	ReasonBundleRejected           = "BundleRejected"
 )
 
 // Reasons a single card is refused (status.refusals[].reason), beyond the verifier's own
@@ -79,6 +92,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.agentSpiffeID) || self.agentSpiffeID.startsWith('spiffe://' + self.trustDomain + '/')",message="agentSpiffeID must be an identity of spec.trustDomain (spiffe://<trustDomain>/...)"
 // +kubebuilder:validation:XValidation:rule="!has(self.ttl) || !has(self.gracePeriod) || duration(self.gracePeriod) >= duration(self.ttl)",message="gracePeriod must be at least ttl"
+// +kubebuilder:validation:XValidation:rule="!has(self.bundleEndpoint) || !has(self.bundleEndpoint.spiffeID) || self.bundleEndpoint.spiffeID.startsWith('spiffe://' + self.trustDomain + '/')",message="bundleEndpoint.spiffeID must be an identity of spec.trustDomain (spiffe://<trustDomain>/...)"
 type FederatedClusterSpec struct {
 	// TrustDomain is the member's SPIFFE trust domain; each member has its own, and two
 	// FederatedClusters may not share one (the second is refused with UnknownCluster).
@@ -132,6 +146,55 @@ type FederatedClusterSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	MaxCards *int32 `json:"maxCards,omitempty"`
+
+	// BundleEndpoint is the member trust domain's SPIFFE bundle endpoint (SPIFFE Federation). The
+	// hub's leader fetches it every refreshInterval and trusts what it serves in place of
+	// trustBundle, which stays the bootstrap bundle: an authority the endpoint stops serving stops
+	// being trusted, so the member's CA rotates without anyone editing this object. Editing
+	// trustBundle resets the member to it. Unset: trustBundle alone, as an admin keeps it.
+	// +optional
+	BundleEndpoint *BundleEndpoint `json:"bundleEndpoint,omitempty"`
+}
+
+// Profiles of a bundle endpoint (SPIFFE Federation).
+const (
+	// BundleProfileSPIFFE: the endpoint presents an X.509-SVID of the member trust domain, checked
+	// against the bundle the hub already holds for it.
+	BundleProfileSPIFFE = "https_spiffe"
+	// BundleProfileWeb: the endpoint presents a Web PKI certificate for its host name.
+	BundleProfileWeb = "https_web"
+)
+
+// BundleEndpoint is where and how the hub fetches a member's trust bundle.
+//
+// +kubebuilder:validation:XValidation:rule="self.profile != 'https_spiffe' || has(self.spiffeID)",message="spiffeID is required with profile https_spiffe (the identity the endpoint must present)"
+// +kubebuilder:validation:XValidation:rule="self.profile != 'https_web' || !has(self.spiffeID)",message="spiffeID is for profile https_spiffe; an https_web endpoint is authenticated by its host name"
+type BundleEndpoint struct {
+	// URL of the endpoint; https only.
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') && isURL(self)",message="url must be an https:// URL"
+	URL string `json:"url"`
+
+	// Profile: https_spiffe (the default; SPIRE's bundle endpoint) or https_web.
+	// +optional
+	// +kubebuilder:default=https_spiffe
+	// +kubebuilder:validation:Enum=https_spiffe;https_web
+	Profile string `json:"profile,omitempty"`
+
+	// SPIFFEID is the identity the endpoint must present (https_spiffe), in spec.trustDomain;
+	// SPIRE's is spiffe://<trust domain>/spire/server.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	SPIFFEID string `json:"spiffeID,omitempty"`
+
+	// RefreshInterval is how often the bundle is fetched; a bundle's spiffe_refresh_hint
+	// shortens it (never below 30s). A failed fetch is retried after 30s.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s')",message="refreshInterval must be at least 30s"
+	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
 }
 
 // FederatedClusterStatus is what the hub's leader saw of the member.
@@ -165,6 +228,30 @@ type FederatedClusterStatus struct {
 	// +kubebuilder:validation:MaxItems=20
 	// +listType=atomic
 	Refusals []FederationRefusal `json:"refusals,omitempty"`
+	// TrustBundle is the bundle the hub trusts for the member when it came from
+	// spec.bundleEndpoint; absent while spec.trustBundle is in effect.
+	// +optional
+	TrustBundle *FederatedTrustBundle `json:"trustBundle,omitempty"`
+}
+
+// FederatedTrustBundle is a member bundle the hub fetched from its bundle endpoint. It is kept in
+// the status so that a hub restart or a new leader goes on trusting it, not an outdated
+// spec.trustBundle, until the next fetch.
+type FederatedTrustBundle struct {
+	// Seed is the SHA-256 of the spec.trustBundle the fetched bundle grew from: when
+	// spec.trustBundle changes, the fetched bundle is dropped.
+	// +kubebuilder:validation:MaxLength=64
+	Seed string `json:"seed"`
+	// RefreshedAt is when the bundle was fetched.
+	RefreshedAt metav1.Time `json:"refreshedAt"`
+	// SequenceNumber is the bundle's spiffe_sequence, when it has one.
+	// +optional
+	SequenceNumber *int64 `json:"sequenceNumber,omitempty"`
+	// Authorities counts its X.509 authorities.
+	Authorities int32 `json:"authorities"`
+	// Bundle is the SPIFFE JSON bundle as fetched.
+	// +kubebuilder:validation:MaxLength=262144
+	Bundle string `json:"bundle"`
 }
 
 // FederationRefusal is one card the hub refused.

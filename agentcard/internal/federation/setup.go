@@ -47,6 +47,8 @@ type Options struct {
 	MaxFrameBytes int
 	FrameRate     float64
 	FrameBurst    int
+	// BundleFetchTimeout bounds one fetch of a member's bundle endpoint (spec.bundleEndpoint).
+	BundleFetchTimeout time.Duration
 
 	// Member.
 	HubAddress, HubSpiffeID, HubBundleFile string
@@ -66,6 +68,7 @@ func (o *Options) BindFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.MaxFrameBytes, "federation-max-frame-bytes", hub.DefaultMaxFrameBytes, "hub: largest frame a member may send; a larger one closes its stream (FrameTooLarge)")
 	f.Float64Var(&o.FrameRate, "federation-frame-rate", hub.DefaultFrameRate, "hub: frames per second each member may send (RateLimited beyond)")
 	f.IntVar(&o.FrameBurst, "federation-frame-burst", hub.DefaultFrameBurst, "hub: burst of frames above --federation-frame-rate (a full resync must fit)")
+	f.DurationVar(&o.BundleFetchTimeout, "federation-bundle-fetch-timeout", hub.DefaultBundleFetchTimeout, "hub: timeout of one fetch of a member's SPIFFE bundle endpoint (FederatedCluster spec.bundleEndpoint)")
 	f.StringVar(&o.HubAddress, "federation-hub-address", "", "member: host:port of the hub's federation endpoint")
 	f.StringVar(&o.HubSpiffeID, "federation-hub-spiffe-id", "", "member: the SPIFFE ID the hub must present")
 	f.BoolVar(&o.MemberOnly, "federation-member-only", false, "member: run only the member agent (no AgentCard controller, no discovery API), as a Deployment of its own beside the agentcard controller that verifies the cards")
@@ -130,6 +133,10 @@ func setupHub(mgr ctrl.Manager, o Options, disc *discovery.Options) error {
 	h := &hub.Hub{Registry: registry, Store: store, Log: logger, MaxFrameBytes: o.MaxFrameBytes, FrameRate: o.FrameRate, FrameBurst: o.FrameBurst}
 	disc.Remote, disc.LocalCluster = store, o.ClusterName
 	if err := mgr.Add(&hub.StatusWriter{Client: mgr.GetClient(), Registry: registry, Store: store, Clock: clock.RealClock{}, Interval: time.Second, Log: logger}); err != nil {
+		return err
+	}
+	if err := mgr.Add(&hub.BundleRefresher{Registry: registry, Clock: clock.RealClock{}, Tick: time.Second,
+		Timeout: o.BundleFetchTimeout, Log: logger.WithName("bundles")}); err != nil {
 		return err
 	}
 	return mgr.Add(&hub.Server{Hub: h, Address: o.BindAddress, Identity: func(ctx context.Context) (tlsid.Sources, error) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -301,6 +302,22 @@ func TestFederatedClusterValidation(t *testing.T) {
 			f.Spec.TTL, f.Spec.GracePeriod = &metav1.Duration{Duration: time.Minute}, &metav1.Duration{Duration: 30 * time.Second}
 		}},
 		{"maxCards 0", "spec.maxCards", func(f *v1alpha1.FederatedCluster) { f.Spec.MaxCards = ptr.To[int32](0) }},
+		{"bundle endpoint over http", "spec.bundleEndpoint.url: Invalid value: \"http://spire.a.example:8443\": url must be an https:// URL", func(f *v1alpha1.FederatedCluster) {
+			f.Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: "http://spire.a.example:8443", SPIFFEID: "spiffe://a.example/spire/server"}
+		}},
+		{"https_spiffe without spiffeID", "spec.bundleEndpoint: Invalid value: spiffeID is required with profile https_spiffe", func(f *v1alpha1.FederatedCluster) {
+			f.Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: "https://spire.a.example:8443"}
+		}},
+		{"bundle endpoint of another trust domain", "bundleEndpoint.spiffeID must be an identity of spec.trustDomain", func(f *v1alpha1.FederatedCluster) {
+			f.Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: "https://spire.a.example:8443", SPIFFEID: "spiffe://b.example/spire/server"}
+		}},
+		{"refresh every 5s", "refreshInterval must be at least 30s", func(f *v1alpha1.FederatedCluster) {
+			f.Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: "https://spire.a.example:8443", SPIFFEID: "spiffe://a.example/spire/server",
+				RefreshInterval: &metav1.Duration{Duration: 5 * time.Second}}
+		}},
+		{"unknown profile", "spec.bundleEndpoint.profile", func(f *v1alpha1.FederatedCluster) {
+			f.Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: "https://spire.a.example:8443", Profile: "https_jwks"}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := valid()
@@ -310,4 +327,22 @@ func TestFederatedClusterValidation(t *testing.T) {
 			require.True(t, strings.Contains(err.Error(), tc.want), fmt.Sprintf("%v does not name %q", err, tc.want))
 		})
 	}
+
+	// The fetched bundle survives the API server (its schema would prune an unknown field), and
+	// the defaults fill in.
+	f := valid()
+	f.Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: "https://spire.a.example:8443", SPIFFEID: "spiffe://a.example/spire/server"}
+	require.NoError(t, c.Create(context.Background(), f))
+	assert.Equal(t, v1alpha1.BundleProfileSPIFFE, f.Spec.BundleEndpoint.Profile)
+	assert.Equal(t, 5*time.Minute, f.Spec.BundleEndpoint.RefreshInterval.Duration)
+	seq := int64(7)
+	f.Status.TrustBundle = &v1alpha1.FederatedTrustBundle{Seed: strings.Repeat("a", 64), RefreshedAt: metav1.NewTime(time.Now().Truncate(time.Second)),
+		SequenceNumber: &seq, Authorities: 2, Bundle: `{"keys":[]}`}
+	require.NoError(t, c.Status().Update(context.Background(), f))
+	var got v1alpha1.FederatedCluster
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(f), &got))
+	require.NotNil(t, got.Status.TrustBundle)
+	assert.Equal(t, *f.Status.TrustBundle.SequenceNumber, *got.Status.TrustBundle.SequenceNumber)
+	assert.Equal(t, f.Status.TrustBundle.Bundle, got.Status.TrustBundle.Bundle)
+	assert.Equal(t, f.Status.TrustBundle.Seed, got.Status.TrustBundle.Seed)
 }

@@ -80,4 +80,14 @@ func TestFederatedClusterLines(t *testing.T) {
 	r = federatedClusterResult(fc(map[string]any{}))
 	require.Equal(t, Fail, r.Status)
 	require.Contains(t, r.Fix, "--federation=hub")
+
+	// Served, but the member's bundle endpoint fails: its next CA rotation would not reach the hub.
+	r = federatedClusterResult(fc(map[string]any{"cards": int64(3), "conditions": []any{cond("Ready", "True", "CardsServed", ""),
+		cond("TrustBundleCurrent", "False", "EndpointNotAuthenticated", "endpoint https://spire.a:8443: unexpected ID")}}))
+	require.Equal(t, Fail, r.Status)
+	require.Contains(t, r.Detail, "trust bundle not refreshed (EndpointNotAuthenticated: endpoint https://spire.a:8443: unexpected ID)")
+	require.Contains(t, r.Fix, "spec.bundleEndpoint.spiffeID")
+	r = federatedClusterResult(fc(map[string]any{"cards": int64(3), "conditions": []any{cond("Ready", "True", "CardsServed", ""),
+		cond("TrustBundleCurrent", "True", "Refreshed", "fetched")}}))
+	require.Equal(t, Pass, r.Status)
 }

@@ -51,6 +51,16 @@ func federatedClusterResult(u *unstructured.Unstructured) Result {
 			return Result{Status: Fail, Subject: subject, Detail: "connected; " + counts + msg,
 				Fix: "kubectl get federatedcluster " + u.GetName() + " -o yaml (status.refusals names each refused card and why)"}
 		}
+		// The member is served on the bundle in effect, but its CA's next rotation will not reach
+		// the hub while its bundle endpoint fails.
+		if tb := kube.FindCondition(kube.Conditions(u), "TrustBundleCurrent"); tb != nil && tb.Status == "False" && tb.Reason != "Pending" {
+			return Result{Status: Fail, Subject: subject, Detail: fmt.Sprintf("connected; %s; trust bundle not refreshed (%s: %s)", counts, tb.Reason, tb.Message),
+				Fix: map[string]string{
+					"EndpointUnreachable":      "check spec.bundleEndpoint.url and the hub's network path to it (the hub dials it; a member's SPIRE serves it with federation.bundle_endpoint)",
+					"EndpointNotAuthenticated": "set spec.bundleEndpoint.spiffeID to the identity the endpoint presents (SPIRE: spiffe://<trust domain>/spire/server), or fix spec.trustBundle if the member's CA rotated past it",
+					"BundleRejected":           "point spec.bundleEndpoint.url at the member trust domain's own bundle endpoint",
+				}[tb.Reason]}
+		}
 		return Result{Status: Pass, Subject: subject, Detail: "connected; " + counts}
 	}
 	fix := map[string]string{

@@ -32,7 +32,13 @@ import (
 // bundle endpoint presents).
 func bundleServer(t *testing.T, member *fedtest.Domain, h http.Handler) string {
 	t.Helper()
-	svid := member.SVID(t, "/spire/server", time.Time{})
+	return bundleServerAs(t, member, "/spire/server", h)
+}
+
+// bundleServerAs is bundleServer presenting an SVID of member with path.
+func bundleServerAs(t *testing.T, member *fedtest.Domain, path string, h http.Handler) string {
+	t.Helper()
+	svid := member.SVID(t, path, time.Time{})
 	// Not httptest's StartTLS: it adds its own certificate, which wins over GetCertificate.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -163,11 +169,13 @@ func TestFetchedBundleFollowsTheMembersCARotation(t *testing.T) {
 
 	served := spiffebundle.FromX509Authorities(ca1.TD, []*x509.Certificate{ca1.CA.Cert, ca2.CA.Cert})
 	url := bundleServer(t, ca1, handler(t, ca1.TD, served))
+	regs[0].Spec.BundleEndpoint = &v1alpha1.BundleEndpoint{URL: url, Profile: v1alpha1.BundleProfileSPIFFE, SPIFFEID: "spiffe://member.example/spire/server"}
+	g.Replace(regs)
 	b, err := hub.FetchBundle(context.Background(), ca1.TD, endpoint(t, ca1, url), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.SetFetchedBundle("member", b); err != nil {
+	if err := g.SetFetchedBundle("member", b, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	g.Replace(regs) // the status writer's rebuild
@@ -187,7 +195,7 @@ func TestFetchedBundleFollowsTheMembersCARotation(t *testing.T) {
 	}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.SetFetchedBundle("member", b); err != nil {
+	if err := g.SetFetchedBundle("member", b, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if accepted(ca1) == nil {
@@ -196,12 +204,12 @@ func TestFetchedBundleFollowsTheMembersCARotation(t *testing.T) {
 	if err := accepted(ca2); err != nil {
 		t.Fatalf("SVID of CA2: %v", err)
 	}
-	if err := g.SetFetchedBundle("other", b); err == nil {
+	if err := g.SetFetchedBundle("other", b, time.Now()); err == nil {
 		t.Fatal("member.example's bundle was installed for other.example")
 	}
 
 	// The admin edits spec.trustBundle: the spec applies again.
-	edited := fedtest.Registration("member", ca1, time.Minute, time.Hour)
+	edited := *regs[0].DeepCopy()
 	edited.Spec.TrustBundle += "\n"
 	g.Replace([]v1alpha1.FederatedCluster{edited, regs[1]})
 	if err := accepted(ca1); err != nil {

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/signature"
@@ -56,7 +58,30 @@ type Registration struct {
 	Seed string
 	// Fetched says Bundle came from the member's bundle endpoint, not from spec.trustBundle.
 	Fetched bool
+	// Endpoint is spec.bundleEndpoint; nil without one.
+	Endpoint *EndpointSpec
+	// FetchedStatus describes the fetched bundle in effect (status.trustBundle); nil when
+	// spec.trustBundle is.
+	FetchedStatus *v1alpha1.FederatedTrustBundle
+	// FetchReason and FetchMessage are the last fetch's failure ("" after a success).
+	FetchReason, FetchMessage string
 }
+
+// EndpointSpec is a registration's bundle endpoint.
+type EndpointSpec struct {
+	URL string
+	// Web: profile https_web (Web PKI); otherwise https_spiffe, authenticated as ID.
+	Web      bool
+	ID       spiffeid.ID
+	Interval time.Duration
+}
+
+// DefaultRefreshInterval is spec.bundleEndpoint.refreshInterval's default, MinRefreshInterval
+// its floor (also for a bundle's spiffe_refresh_hint and the retry after a failed fetch).
+const (
+	DefaultRefreshInterval = 5 * time.Minute
+	MinRefreshInterval     = 30 * time.Second
+)
 
 // Seed identifies a spec.trustBundle.
 func Seed(specBundle string) string {
@@ -96,6 +121,20 @@ func RegistrationFrom(fc *v1alpha1.FederatedCluster) Registration {
 	}
 	if r.Bundle, err = signature.ParseBundle(td, []byte(fc.Spec.TrustBundle)); err != nil {
 		r.Reason, r.Message = ReasonInvalidTrustBundle, "spec.trustBundle: "+err.Error()
+		return r
+	}
+	if ep := fc.Spec.BundleEndpoint; ep != nil {
+		e := &EndpointSpec{URL: ep.URL, Web: ep.Profile == v1alpha1.BundleProfileWeb, Interval: DefaultRefreshInterval}
+		if ep.RefreshInterval != nil {
+			e.Interval = max(ep.RefreshInterval.Duration, MinRefreshInterval)
+		}
+		if !e.Web {
+			if e.ID, err = spiffeid.FromString(ep.SPIFFEID); err != nil || e.ID.TrustDomain() != td {
+				r.Reason, r.Message = ReasonInvalidRegistration, fmt.Sprintf("spec.bundleEndpoint.spiffeID %q is not a SPIFFE ID of trust domain %q", ep.SPIFFEID, td.Name())
+				return r
+			}
+		}
+		r.Endpoint = e
 	}
 	return r
 }
@@ -115,16 +154,24 @@ type Registry struct {
 	// fetched holds the bundles members' endpoints served, by registration name; they survive
 	// Replace while their seed is the registration's.
 	fetched map[string]fetchedBundle
+	// failures holds the last failed fetch by registration name, until the next success.
+	failures map[string]fetchFailure
 }
 
 type fetchedBundle struct {
 	seed   string
 	bundle *signature.Bundle
+	status v1alpha1.FederatedTrustBundle
+}
+
+// fetchFailure is the last failed fetch of a registration's bundle endpoint.
+type fetchFailure struct {
+	seed, reason, message string
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}, fetched: map[string]fetchedBundle{}, ready: make(chan struct{})}
+	return &Registry{byName: map[string]Registration{}, byTD: map[spiffeid.TrustDomain]string{}, fetched: map[string]fetchedBundle{}, failures: map[string]fetchFailure{}, ready: make(chan struct{})}
 }
 
 // Ready is closed once the registrations were loaded.
@@ -155,26 +202,49 @@ func (g *Registry) Replace(items []v1alpha1.FederatedCluster) {
 		byName[r.Name] = r
 	}
 	g.mu.Lock()
+	// After a restart or a failover the fetched bundles come back from the status this leader or
+	// the previous one wrote, while they grew from the current spec.trustBundle.
+	for i := range items {
+		fc := &items[i]
+		r := byName[fc.Name]
+		if _, have := g.fetched[fc.Name]; have || fc.Status.TrustBundle == nil || r.Endpoint == nil || !r.Usable() || fc.Status.TrustBundle.Seed != r.Seed {
+			continue
+		}
+		if sb, err := signature.ParseBundle(r.TrustDomain, []byte(fc.Status.TrustBundle.Bundle)); err == nil {
+			g.fetched[fc.Name] = fetchedBundle{seed: r.Seed, bundle: sb, status: *fc.Status.TrustBundle.DeepCopy()}
+		}
+	}
 	for name, f := range g.fetched {
 		r, ok := byName[name]
-		if !ok || r.Seed != f.seed {
-			delete(g.fetched, name)
+		if !ok || r.Seed != f.seed || r.Endpoint == nil {
+			delete(g.fetched, name) // gone, spec.trustBundle edited, or the endpoint removed: the spec again
 			continue
 		}
 		if r.Usable() {
 			r.Bundle, r.Fetched = f.bundle, true
+			st := f.status
+			r.FetchedStatus = &st
 			byName[name] = r
 		}
+	}
+	for name, f := range g.failures {
+		r, ok := byName[name]
+		if !ok || r.Seed != f.seed || r.Endpoint == nil {
+			delete(g.failures, name)
+			continue
+		}
+		r.FetchReason, r.FetchMessage = f.reason, f.message
+		byName[name] = r
 	}
 	g.byName, g.byTD = byName, byTD
 	g.mu.Unlock()
 	g.readyOnce.Do(func() { close(g.ready) })
 }
 
-// SetFetchedBundle makes b, which the bundle endpoint of registration name served, the bundle
-// the hub trusts for that member at once: it replaces spec.trustBundle (an authority b lacks is no
-// longer trusted) until spec.trustBundle changes.
-func (g *Registry) SetFetchedBundle(name string, b *spiffebundle.Bundle) error {
+// SetFetchedBundle makes b, which the bundle endpoint of registration name served at when, the
+// bundle the hub trusts for that member at once: it replaces spec.trustBundle (an authority b
+// lacks is no longer trusted) until spec.trustBundle changes.
+func (g *Registry) SetFetchedBundle(name string, b *spiffebundle.Bundle, when time.Time) error {
 	raw, err := b.Marshal()
 	if err != nil {
 		return err
@@ -192,10 +262,46 @@ func (g *Registry) SetFetchedBundle(name string, b *spiffebundle.Bundle) error {
 	if err != nil {
 		return err
 	}
-	g.fetched[name] = fetchedBundle{seed: r.Seed, bundle: sb}
-	r.Bundle, r.Fetched = sb, true
+	st := v1alpha1.FederatedTrustBundle{Seed: r.Seed, RefreshedAt: metav1.NewTime(when.UTC().Truncate(time.Second)),
+		Authorities: int32(len(b.X509Authorities())), Bundle: string(raw)}
+	if seq, ok := b.SequenceNumber(); ok && seq <= math.MaxInt64 {
+		n := int64(seq)
+		st.SequenceNumber = &n
+	}
+	g.fetched[name] = fetchedBundle{seed: r.Seed, bundle: sb, status: st}
+	delete(g.failures, name)
+	r.Bundle, r.Fetched, r.FetchedStatus = sb, true, &st
+	r.FetchReason, r.FetchMessage = "", ""
 	g.byName[name] = r
 	return nil
+}
+
+// SetFetchFailure records that the bundle endpoint of registration name failed (reason is a
+// TrustBundleCurrent reason); the bundle in effect stays.
+func (g *Registry) SetFetchFailure(name, reason, message string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.byName[name]
+	if !ok {
+		return
+	}
+	g.failures[name] = fetchFailure{seed: r.Seed, reason: reason, message: message}
+	r.FetchReason, r.FetchMessage = reason, message
+	g.byName[name] = r
+}
+
+// WithEndpoints returns the usable registrations that have a bundle endpoint.
+func (g *Registry) WithEndpoints() []Registration {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []Registration
+	for _, r := range g.byName {
+		if r.Endpoint != nil && r.Usable() {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Registration) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Get returns the registration named name.

@@ -48,6 +48,19 @@ func RenderStatus(reg Registration, m MemberStatus) v1alpha1.FederatedClusterSta
 	} else {
 		st.Set(v1alpha1.ConditionCardsAccepted, metav1.ConditionTrue, v1alpha1.ReasonAllCardsAccepted, fmt.Sprintf("%d cards accepted", m.Cards))
 	}
+	if reg.Endpoint != nil {
+		st.TrustBundle = reg.FetchedStatus
+		switch {
+		case reg.FetchReason != "":
+			st.Set(v1alpha1.ConditionTrustBundleCurrent, metav1.ConditionFalse, reg.FetchReason, reg.FetchMessage+"; "+bundleInEffect(reg))
+		case reg.FetchedStatus != nil:
+			st.Set(v1alpha1.ConditionTrustBundleCurrent, metav1.ConditionTrue, v1alpha1.ReasonBundleRefreshed,
+				fmt.Sprintf("fetched from %s at %s: %s", reg.Endpoint.URL, reg.FetchedStatus.RefreshedAt.UTC().Format(time.RFC3339), bundleInEffect(reg)))
+		default:
+			st.Set(v1alpha1.ConditionTrustBundleCurrent, metav1.ConditionFalse, v1alpha1.ReasonBundlePending,
+				fmt.Sprintf("not fetched from %s yet; spec.trustBundle is in effect", reg.Endpoint.URL))
+		}
+	}
 	switch {
 	case !reg.Usable():
 		st.Set(v1alpha1.ConditionFederatedReady, metav1.ConditionFalse, reg.Reason, reg.Message)
@@ -139,4 +152,16 @@ func statusChanged(have, want *v1alpha1.FederatedClusterStatus) bool {
 		w.LastSeen = h.LastSeen
 	}
 	return !equality.Semantic.DeepEqual(h, w)
+}
+
+// bundleInEffect says which bundle the hub trusts for the member.
+func bundleInEffect(reg Registration) string {
+	if f := reg.FetchedStatus; f != nil {
+		seq := ""
+		if f.SequenceNumber != nil {
+			seq = fmt.Sprintf(", sequence %d", *f.SequenceNumber)
+		}
+		return fmt.Sprintf("the fetched bundle is in effect (%d X.509 authorities%s)", f.Authorities, seq)
+	}
+	return "spec.trustBundle is in effect"
 }
