@@ -45,18 +45,40 @@ func federationInstalls(t *testing.T) map[string][]*unstructured.Unstructured {
 		"helm hub hostPath":      helmWith("agentcard.federation.mode=hub", "agentcard.federation.spiffeSocket.type=hostPath"),
 		"helm member":            helmWith(member...),
 		"helm member certSecret": helmWith(append(member, "agentcard.federation.certSecret=agentcard-federation")...),
+		"kustomize member-only":  render(t, kubectl, "kustomize", filepath.Join(repoRoot(), "deploy", "kustomize", "overlays", "agentcard-federation-member-only")),
+		"helm member-only":       helmWith(append(member, "agentcard.federation.memberDeployment=true")...),
 	}
+}
+
+// memberOnlyDeployment is the Deployment of the member agent alone, in the installs that run it
+// apart from the controller.
+const memberOnlyDeployment = "kagenti-agentcard-federation-member"
+
+// federationPod is the rendered pod that runs the federation role of install name: the
+// controller's, or the member agent's own Deployment.
+func federationPod(t *testing.T, name string, objs []*unstructured.Unstructured) (*appsv1.Deployment, []string) {
+	t.Helper()
+	if strings.Contains(name, "member-only") {
+		return deploymentPod(t, objs, memberOnlyDeployment)
+	}
+	return agentcardPod(t, objs)
 }
 
 // agentcardPod returns the rendered agentcard Deployment and its manager container's arguments with
 // $(VAR) expanded as the kubelet expands them, from the rendered ConfigMaps the env refers to.
 func agentcardPod(t *testing.T, objs []*unstructured.Unstructured) (*appsv1.Deployment, []string) {
 	t.Helper()
+	return deploymentPod(t, objs, "kagenti-agentcard")
+}
+
+// deploymentPod is agentcardPod for the Deployment named name.
+func deploymentPod(t *testing.T, objs []*unstructured.Unstructured, name string) (*appsv1.Deployment, []string) {
+	t.Helper()
 	var d *appsv1.Deployment
 	configMaps := map[string]map[string]string{}
 	for _, o := range objs {
 		switch {
-		case o.GetKind() == "Deployment" && o.GetName() == "kagenti-agentcard":
+		case o.GetKind() == "Deployment" && o.GetName() == name:
 			d = &appsv1.Deployment{}
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
 		case o.GetKind() == "ConfigMap":
@@ -65,7 +87,7 @@ func agentcardPod(t *testing.T, objs []*unstructured.Unstructured) (*appsv1.Depl
 			configMaps[cm.Name] = cm.Data
 		}
 	}
-	require.NotNil(t, d, "no Deployment kagenti-agentcard rendered")
+	require.NotNil(t, d, "no Deployment %s rendered", name)
 	c := d.Spec.Template.Spec.Containers[0]
 	vars := map[string]string{}
 	for _, e := range c.Env {
@@ -101,7 +123,15 @@ func TestFederationInstallsRenderWhatAgentcardReads(t *testing.T) {
 	bin := buildAgentcard(t)
 	for name, objs := range federationInstalls(t) {
 		t.Run(name, func(t *testing.T) {
-			d, args := agentcardPod(t, objs)
+			d, args := federationPod(t, name, objs)
+			if strings.Contains(name, "member-only") {
+				// The controller runs without federation; the member agent alone, with its rights.
+				ctl, ctlArgs := agentcardPod(t, objs)
+				assert.Empty(t, flagValue(ctlArgs, "--federation"), "the controller of a member-only install runs no federation role")
+				assert.Contains(t, args, "--federation-member-only")
+				assert.Equal(t, "kagenti-agentcard", d.Spec.Template.Spec.ServiceAccountName, "the member agent has the controller's rights")
+				assert.Equal(t, ctl.Spec.Template.Spec.Containers[0].Image, d.Spec.Template.Spec.Containers[0].Image, "the member agent is kagenti-agentcard")
+			}
 			out, err := exec.Command(bin, append(args, "--help")...).CombinedOutput()
 			require.NoError(t, err, "kagenti-agentcard refuses the rendered arguments %q: %s", args, out)
 
@@ -189,17 +219,21 @@ func TestFederationHubAndMemberConnectWithShippedRBAC(t *testing.T) {
 	}
 	hubCert, hubKey, hubCA := devPKI("hub", "hub.example", hubSpiffeID)
 	memberCert, memberKey, memberCA := devPKI("a", "a.example", memberSpiffeID)
-	bundle, err := os.ReadFile(memberCA)
-	require.NoError(t, err)
-	fc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kagenti.io/v1alpha1", "kind": "FederatedCluster", "metadata": map[string]any{"name": "a"},
-		"spec": map[string]any{"trustDomain": "a.example", "trustBundle": string(bundle)},
-	}}
-	require.NoError(t, c.Create(context.Background(), fc))
+	// Member b runs its member agent alone (the member-only installs).
+	onlyCert, onlyKey, onlyCA := devPKI("b", "b.example", "spiffe://b.example/ns/kagenti-system/sa/kagenti-agentcard")
+	for name, ca := range map[string]string{"a": memberCA, "b": onlyCA} {
+		bundle, err := os.ReadFile(ca)
+		require.NoError(t, err)
+		fc := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kagenti.io/v1alpha1", "kind": "FederatedCluster", "metadata": map[string]any{"name": name},
+			"spec": map[string]any{"trustDomain": name + ".example", "trustBundle": string(bundle)},
+		}}
+		require.NoError(t, c.Create(context.Background(), fc))
+	}
 
 	// federationArgs: the rendered federation flags, the socket swapped for certificate files.
 	federationArgs := func(install string, files ...string) []string {
-		_, rendered := agentcardPod(t, installs[install])
+		_, rendered := federationPod(t, install, installs[install])
 		var out []string
 		for _, a := range rendered {
 			if (strings.HasPrefix(a, "--federation") || strings.HasPrefix(a, "--cluster-name")) &&
@@ -219,24 +253,28 @@ func TestFederationHubAndMemberConnectWithShippedRBAC(t *testing.T) {
 		"--federation-cert-file="+hubCert, "--federation-key-file="+hubKey)...)...)
 	memberLog := start(t, bin, append(common(), federationArgs("kustomize member", "--federation-hub-address="+hubAddr,
 		"--federation-cert-file="+memberCert, "--federation-key-file="+memberKey, "--federation-hub-bundle-file="+hubCA)...)...)
+	memberOnlyLog := start(t, bin, append(common(), federationArgs("kustomize member-only", "--federation-hub-address="+hubAddr, "--cluster-name=b",
+		"--federation-cert-file="+onlyCert, "--federation-key-file="+onlyKey, "--federation-hub-bundle-file="+hubCA)...)...)
 
-	waitFor(t, hubLog, "FederatedCluster a Connected", func() bool {
-		got := &unstructured.Unstructured{}
-		got.SetAPIVersion("kagenti.io/v1alpha1")
-		got.SetKind("FederatedCluster")
-		if err := c.Get(context.Background(), client.ObjectKey{Name: "a"}, got); err != nil {
-			return false
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, cond := range conds {
-			m, _ := cond.(map[string]any)
-			if m["type"] == "Connected" && m["status"] == "True" {
-				return true
+	for _, member := range []string{"a", "b"} {
+		waitFor(t, hubLog, "FederatedCluster "+member+" Connected", func() bool {
+			got := &unstructured.Unstructured{}
+			got.SetAPIVersion("kagenti.io/v1alpha1")
+			got.SetKind("FederatedCluster")
+			if err := c.Get(context.Background(), client.ObjectKey{Name: member}, got); err != nil {
+				return false
 			}
-		}
-		return false
-	})
-	for name, log := range map[string]*syncBuffer{"hub": hubLog, "member": memberLog} {
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, cond := range conds {
+				m, _ := cond.(map[string]any)
+				if m["type"] == "Connected" && m["status"] == "True" {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	for name, log := range map[string]*syncBuffer{"hub": hubLog, "member": memberLog, "member-only": memberOnlyLog} {
 		assert.NotContains(t, log.String(), "forbidden", "the %s needed a right the shipped RBAC does not grant", name)
 		if t.Failed() {
 			t.Logf("log of the %s:\n%s", name, log.String())

@@ -1,7 +1,8 @@
 {{/*
 Shared building blocks for the pillar subcharts (Helm shares named templates between a chart and
 its subcharts). Each takes a dict: root (the subchart's context), name (kagenti-<pillar>) and, for
-the Deployment, args (list), ports (list of {name, containerPort}), and optional volumes/volumeMounts.
+the Deployment, args (list), ports (list of {name, containerPort}), and optional volumes/volumeMounts,
+serviceAccount and imageName (both default to name: a second Deployment of a pillar sets them).
 */}}
 
 {{- define "kagenti.labels" -}}
@@ -97,14 +98,14 @@ spec:
       labels:
         {{- include "kagenti.labels" . | nindent 8 }}
     spec:
-      serviceAccountName: {{ .name }}
+      serviceAccountName: {{ .serviceAccount | default .name }}
       securityContext:
         runAsNonRoot: true
         seccompProfile:
           type: RuntimeDefault
       containers:
       - name: manager
-        image: {{ include "kagenti.image" . }}
+        image: {{ include "kagenti.image" (dict "root" .root "name" (.imageName | default .name)) }}
         imagePullPolicy: {{ .root.Values.global.image.pullPolicy }}
         args:
         {{- toYaml .args | nindent 8 }}
