@@ -10,12 +10,14 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/controller"
 	"github.com/kagenti/platform/agentcard/internal/discovery"
 	"github.com/kagenti/platform/agentcard/internal/federation"
+	"github.com/kagenti/platform/agentcard/internal/federation/member"
 	"github.com/kagenti/platform/pkg/duck/kit/command"
 )
 
@@ -77,7 +79,13 @@ func options() command.Options {
 		},
 		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
 		// The pods are watched in the namespaces the manager's cache watches (controller.Setup).
-		Cache:  func(ns []string) cache.Options { return controller.CacheOptions(command.NamespaceConfigs(ns)) },
+		Cache: func(ns []string) cache.Options {
+			if fed.MemberOnly { // only the member agent reads the cache: AgentCards, trimmed to what it sends
+				return cache.Options{DefaultNamespaces: command.NamespaceConfigs(ns), DefaultTransform: cache.TransformStripManagedFields(),
+					ByObject: map[client.Object]cache.ByObject{&v1alpha1.AgentCard{}: {Transform: member.Trim}}}
+			}
+			return controller.CacheOptions(command.NamespaceConfigs(ns))
+		},
 		Client: controller.ClientOptions(),
 		Setup: func(mgr manager.Manager, rt command.Runtime) error {
 			opts.Namespaces = rt.Namespaces

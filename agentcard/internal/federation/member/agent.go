@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -253,4 +254,30 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// Trim is the AgentCard cache's transform in a member-only process: it keeps what Exported reads
+// (the export label, the Verified condition without its message, the card, the signer's SPIFFE ID
+// and what identifies the object) and drops the rest, which no one in that process reads. The
+// agentcard controller keeps its own, full view.
+func Trim(o any) (any, error) {
+	c, ok := o.(*v1alpha1.AgentCard)
+	if !ok {
+		return o, nil
+	}
+	t := &v1alpha1.AgentCard{TypeMeta: c.TypeMeta}
+	t.Name, t.Namespace, t.UID, t.ResourceVersion, t.Generation = c.Name, c.Namespace, c.UID, c.ResourceVersion, c.Generation
+	t.DeletionTimestamp = c.DeletionTimestamp
+	if v, ok := c.Labels[v1alpha1.LabelExport]; ok {
+		t.Labels = map[string]string{v1alpha1.LabelExport: v}
+	}
+	if v := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionVerified); v != nil {
+		t.Status.Conditions = []metav1.Condition{{Type: v.Type, Status: v.Status, ObservedGeneration: v.ObservedGeneration,
+			LastTransitionTime: v.LastTransitionTime, Reason: v.Reason}}
+	}
+	t.Status.Card = c.Status.Card
+	if c.Status.Signature != nil {
+		t.Status.Signature = &v1alpha1.SignatureStatus{SpiffeID: c.Status.Signature.SpiffeID}
+	}
+	return t, nil
 }
