@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -62,7 +63,7 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	shell := kit.StatusReconciler[*v1alpha1.TokenExchange]{Client: r.Client, Status: r.Status,
 		New:  func() *v1alpha1.TokenExchange { return &v1alpha1.TokenExchange{} },
-		Gone: r.Pods.Forget,
+		Gone: func(key types.NamespacedName) { r.Pods.Forget(key); r.Pods.Forget(heldKey(key)) },
 		Body: func(ctx context.Context, te *v1alpha1.TokenExchange) (ctrl.Result, bool, error) {
 			s := newStatus(te)
 			result, err := r.reconcile(ctx, te, s)
@@ -139,11 +140,14 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	prop := r.Pods.Probe(ctx, client.ObjectKeyFromObject(te), ps.pods, kit.ContentHash(desired))
 	retry := s.setPropagation(prop, desired.Name,
 		fmt.Sprintf("kubectl rollout restart %s/%s (or delete the pods)", strings.ToLower(w.Kind()), w.Name()))
-	done, err := r.restartStartedWithoutContent(ctx, te, desired.Name, ps.pods, prop)
+	done, again, err := r.restartPods(ctx, te, desired.Name, pods, ps.pods, prop, kit.ContentHash(desired))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if again := s.setRestarts(done, desired.Name); again > 0 && (retry == 0 || again < retry) {
+	if again2 := s.setRestarts(done, desired.Name); again2 > 0 && (again == 0 || again2 < again) {
+		again = again2
+	}
+	if again > 0 && (retry == 0 || again < retry) {
 		retry = again
 	}
 	if _, injected := tmpl.Annotations[contract.InjectionStatusAnnotation]; !injected {

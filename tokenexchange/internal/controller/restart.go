@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
@@ -26,8 +27,9 @@ import (
 // and their controller starts a replacement with the ConfigMap mounted, so the controller evicts
 // them (the Eviction API: PodDisruptionBudgets are honoured).
 //
-// Only pods that could not have had the content are restarted: their roles report
-// StartedWithoutContent, they started no later than the ConfigMap was created and no earlier
+// Only pods that could not have had the content are restarted, running or held back by their
+// sidecars (heldPods): their roles report StartedWithoutContent and a pending restart, they
+// started no later than the ConfigMap was created and no earlier
 // than restartWindow before the TokenExchange was (a workload running before anyone asked for
 // this identity is the user's to restart: StartupSettingsCurrent says RestartRequired), and a
 // ReplicaSet, StatefulSet or DaemonSet replaces them (a Job's pod or a bare pod is not
@@ -41,6 +43,52 @@ const DefaultRestartWindow = 2 * time.Minute
 // restartableControllers are the controllers that start a replacement for an evicted pod from
 // the same template.
 var restartableControllers = map[string]bool{"ReplicaSet": true, "StatefulSet": true, "DaemonSet": true}
+
+// heldKey is the prober's key for a TokenExchange's held pods (heldPods), apart from its running ones.
+func heldKey(key types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: key.Namespace, Name: key.Name + "\x00held"}
+}
+
+// heldPods are the pods of pods that mount ConfigMap cmName, started, with an IP, and are not
+// Running yet: their identity sidecars run, and hold the agent back (a native sidecar's startup
+// probe). A pod that started on the injector's defaults may be held for good when a startup
+// setting the ConfigMap would change is what keeps it from starting: it counts for nothing else
+// (pods, configuredPods describe running pods), but it is restarted like a running one.
+func heldPods(pods []*cachedPod, cmName string) []*cachedPod {
+	var held []*cachedPod
+	for _, p := range pods {
+		if !p.running && p.DeletionTimestamp.IsZero() && p.configMap == cmName && p.ip != "" && !p.started.IsZero() {
+			held = append(held, p)
+		}
+	}
+	return held
+}
+
+// restartPods restarts the running pods of prop and the held pods of all (asked here) that
+// started before ConfigMap cmName existed. It returns what it did and how soon to look at held
+// pods again (0: none is held).
+func (r *Reconciler) restartPods(ctx context.Context, te *v1alpha1.TokenExchange, cmName string, all, running []*cachedPod,
+	prop Propagation, want string) (restarts, time.Duration, error) {
+	done, err := r.restartStartedWithoutContent(ctx, te, cmName, running, prop)
+	if err != nil || !r.RestartStartedWithoutContent {
+		return done, 0, err
+	}
+	held := heldPods(all, cmName)
+	if len(held) == 0 {
+		r.Pods.Forget(heldKey(client.ObjectKeyFromObject(te)))
+		return done, 0, nil
+	}
+	heldDone, err := r.restartStartedWithoutContent(ctx, te, cmName, held, r.Pods.Probe(ctx, heldKey(client.ObjectKeyFromObject(te)), held, want))
+	for p, what := range heldDone.evicted {
+		done.evicted[p] = what
+	}
+	for p, why := range heldDone.blocked {
+		done.blocked[p] = why
+	}
+	// A held pod's roles may not have the content yet (the kubelet's refresh): nothing else wakes
+	// the reconciler when they get it.
+	return done, unreachableRetry, err
+}
 
 // restarts is what restartStartedWithoutContent did: pod name → what was said of it.
 type restarts struct {
@@ -72,14 +120,15 @@ func (r *Reconciler) restartStartedWithoutContent(ctx context.Context, te *v1alp
 		}
 		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}}
-		target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+		target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID}}
 		err := r.Client.SubResource("eviction").Create(ctx, target, eviction)
 		switch {
 		case err == nil:
 			what := fmt.Sprintf("%s %s starts it again with %s", pod.controller.Kind, pod.controller.Name,
 				strings.Join(prop.PendingRestart[pod.Name], ", "))
 			done.evicted[pod.Name] = what
-			r.Recorder.Eventf(te, nil, corev1.EventTypeNormal, "PodRestarted", "Evict",
+			// The pod is the Event's related object: one Event per pod, not a series of the first.
+			r.Recorder.Eventf(te, target, corev1.EventTypeNormal, "PodRestarted", "Evict",
 				"pod %s started before ConfigMap %s existed and ran the injector's defaults of its startup settings: evicted; %s",
 				pod.Name, cmName, what)
 		case apierrors.IsTooManyRequests(err):
