@@ -44,6 +44,7 @@ stage faults
 stage up
 "${ROOT}/hack/kind-up.sh"
 [[ "${KAGENTI_KIND_KEEP:-0}" == 1 ]] || trap '"${ROOT}/hack/kind-down.sh"' EXIT
+"${KIND_DIR}/faults.sh" running
 
 stage images
 "${ROOT}/hack/images.sh" "${PILLARS[@]}" "${PROGRAMS[@]}" "${UPSTREAM[@]}"
