@@ -32,6 +32,57 @@ type Authorization struct {
 	Delegation string `json:"delegation,omitempty"`
 }
 
+// Egress is the workload's egress policy: what its outbound proxy lets it call at all.
+type Egress struct {
+	TokenExchange string `json:"tokenExchange"`
+	// Default is what a destination no rule allows gets: Allow unless the spec says Deny.
+	Default string `json:"default"`
+	DryRun  bool   `json:"dryRun,omitempty"`
+	// Allow are the rules in order, each as "host h", "cidr c" or "agent name.namespace", with
+	// its ports.
+	Allow []string `json:"allow,omitempty"`
+}
+
+// egressOf reads a TokenExchange's egress policy; nil when it sets none.
+func egressOf(u *unstructured.Unstructured) *Egress {
+	spec, found, _ := unstructured.NestedMap(u.Object, "spec", "outbound", "egress")
+	if !found {
+		return nil
+	}
+	e := &Egress{TokenExchange: u.GetName(), Default: "Allow"}
+	if d, _, _ := unstructured.NestedString(spec, "default"); d != "" {
+		e.Default = d
+	}
+	e.DryRun, _, _ = unstructured.NestedBool(spec, "dryRun")
+	rules, _, _ := unstructured.NestedSlice(spec, "allow")
+	for _, r := range rules {
+		m, _ := r.(map[string]any)
+		var what string
+		switch {
+		case m["host"] != nil:
+			what = fmt.Sprintf("host %v", m["host"])
+		case m["cidr"] != nil:
+			what = fmt.Sprintf("cidr %v", m["cidr"])
+		case m["agent"] != nil:
+			a, _ := m["agent"].(map[string]any)
+			ns, _ := a["namespace"].(string)
+			if ns == "" {
+				ns = u.GetNamespace()
+			}
+			what = fmt.Sprintf("agent %v.%s", a["name"], ns)
+		}
+		if ports, _ := m["ports"].([]any); len(ports) > 0 {
+			ps := make([]string, len(ports))
+			for i, p := range ports {
+				ps[i] = fmt.Sprint(p)
+			}
+			what += " ports " + strings.Join(ps, ",")
+		}
+		e.Allow = append(e.Allow, what)
+	}
+	return e
+}
+
 // Rule is one named rule.
 type Rule struct {
 	Name   string `json:"name"`
@@ -181,6 +232,16 @@ func (r *Report) writeAuthorization(b *strings.Builder) {
 		fmt.Fprintln(b, line)
 		for _, rule := range a.Rules {
 			fmt.Fprintf(b, "  %s %s: %s\n", rule.Effect, rule.Name, rule.When)
+		}
+	}
+	if e := r.Egress; e != nil {
+		line := fmt.Sprintf("\nEgress (TokenExchange %s): default %s", e.TokenExchange, e.Default)
+		if e.DryRun {
+			line += ", dry run (denials are logged, not enforced)"
+		}
+		fmt.Fprintln(b, line)
+		for _, a := range e.Allow {
+			fmt.Fprintf(b, "  allow %s\n", a)
 		}
 	}
 	g := r.Graph

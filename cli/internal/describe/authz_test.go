@@ -50,6 +50,42 @@ func TestDescribeShowsTheEffectivePolicy(t *testing.T) {
 	assert.Nil(t, r.Authorization, "no policy: no section")
 }
 
+// TestDescribeShowsTheEgressPolicy: the outbound allow-list in order, each rule as the data plane
+// matches it (an agent by its Service, in the TokenExchange's namespace unless named), and the
+// default (Allow unless the spec says Deny).
+func TestDescribeShowsTheEgressPolicy(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"kind": "TokenExchange", "metadata": map[string]any{"name": "caller-auth", "namespace": "agents"},
+		"spec": map[string]any{"outbound": map[string]any{"egress": map[string]any{"default": "Deny",
+			"allow": []any{
+				map[string]any{"host": "api.example.com", "ports": []any{int64(443)}},
+				map[string]any{"agent": map[string]any{"name": "weather"}},
+				map[string]any{"agent": map[string]any{"name": "search", "namespace": "tools"}, "ports": []any{int64(8080), int64(8443)}},
+				map[string]any{"cidr": "10.96.0.0/12"},
+			}}}},
+	}}
+	r := &Report{now: time.Now(), Workload: Workload{Kind: "Deployment", Namespace: "agents", Name: "caller"}}
+	r.add(u, "caller", nil)
+	require.NotNil(t, r.Egress)
+	var b bytes.Buffer
+	require.NoError(t, r.WriteText(&b))
+	assert.Contains(t, b.String(), "Egress (TokenExchange caller-auth): default Deny\n"+
+		"  allow host api.example.com ports 443\n"+
+		"  allow agent weather.agents\n"+
+		"  allow agent search.tools ports 8080,8443\n"+
+		"  allow cidr 10.96.0.0/12\n")
+
+	u.Object["spec"] = map[string]any{"outbound": map[string]any{"egress": map[string]any{"dryRun": true}}}
+	r = &Report{now: time.Now()}
+	r.add(u, "caller", nil)
+	assert.Equal(t, &Egress{TokenExchange: "caller-auth", Default: "Allow", DryRun: true}, r.Egress)
+
+	u.Object["spec"] = map[string]any{}
+	r = &Report{now: time.Now()}
+	r.add(u, "caller", nil)
+	assert.Nil(t, r.Egress, "no policy: no section")
+}
+
 // TestDelegationGraphFromThePodsMetrics: the pods' kagenti_authbridge_calls_total series (the
 // authbridge's /metrics, Prometheus text format) become one edge per caller and chain, summed
 // over the pods.

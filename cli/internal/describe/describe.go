@@ -51,6 +51,8 @@ type Report struct {
 	Build         *Build      `json:"build,omitempty"`
 	// Authorization is the inbound policy of the TokenExchange targeting the workload.
 	Authorization *Authorization `json:"authorization,omitempty"`
+	// Egress is the outbound allow-list in effect (spec.outbound.egress); nil without one.
+	Egress *Egress `json:"egress,omitempty"`
 	// Graph is who called the workload, through which chain, as its pods counted.
 	Graph *Graph    `json:"delegationGraph,omitempty"`
 	now   time.Time // for ages in the text form
@@ -419,6 +421,9 @@ func (r *Report) add(u *unstructured.Unstructured, workload string, pods []corev
 	case "TokenExchange":
 		if a := authorizationOf(u); a != nil {
 			r.Authorization = a
+		}
+		if e := egressOf(u); e != nil {
+			r.Egress = e
 		}
 	case "AgentBuild":
 		b := &Build{Name: u.GetName(), Phase: res.Phase, Ready: kube.FindCondition(res.Conditions, "Ready")}
