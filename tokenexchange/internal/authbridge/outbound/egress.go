@@ -20,6 +20,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
+
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -167,6 +169,7 @@ func (p *Proxy) egressAllowsRequest(w http.ResponseWriter, r *http.Request, dst 
 	name := p.verifiedName(r.Host, dst)
 	d := pol.decide(name, dst)
 	if d.allowed && !p.log.Core().Enabled(zap.DebugLevel) {
+		telemetry.Default.Egress("allow", d.rule, protocol)
 		return true // no audit record to write: spare the allocations
 	}
 	destination := net.JoinHostPort(cmpOr(name, hostName(r.Host), dst.Addr().Unmap().String()), strconv.Itoa(int(dst.Port())))
@@ -239,6 +242,11 @@ func (p *Proxy) auditEgress(pol *egressPolicy, d egressDecision, protocol, desti
 	if !d.allowed {
 		result = "deny"
 	}
+	metric := result
+	if !d.allowed && pol.dryRun {
+		metric = "would_deny"
+	}
+	telemetry.Default.Egress(metric, d.rule, protocol)
 	fields := []zap.Field{
 		zap.String("caller", pol.caller),
 		zap.String("workload", pol.workload),

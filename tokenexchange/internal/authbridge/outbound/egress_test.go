@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 )
 
 // denyAllBut is a default-deny egress policy with the given allow rules (YAML flow sequence
@@ -375,4 +377,27 @@ func TestEgressDryRunLetsAServerFirstProtocolThrough(t *testing.T) {
 	recs := f.auditRecords("egress would be denied")
 	require.Len(t, recs, 1)
 	assert.Contains(t, recs[0]["reason"], "the client sent nothing")
+}
+
+// TestEgressDecisionsAreMetrics: each decision is counted by result, rule and protocol (the
+// authbridge's /metrics), allowed ones too, and a dry run's would-be denials apart.
+func TestEgressDecisionsAreMetrics(t *testing.T) {
+	count := func(result, rule, protocol string) float64 {
+		return telemetry.Default.Sum("kagenti_authbridge_egress_total", map[string]string{"result": result, "rule": rule, "protocol": protocol})
+	}
+	allowed, denied, wouldDeny := count("allow", "allow[0]", "http"), count("deny", "default", "http"), count("would_deny", "default", "tcp")
+
+	up := callee(t)
+	f := newFixture(t, denyAllBut(`{host: api.example.com}`))
+	status, _, body := f.get(up, "api.example.com")
+	require.Equal(t, http.StatusOK, status, body)
+	status, h, body := f.get(up, "elsewhere.example.org")
+	egressDenial(t, status, h, body)
+	assert.Equal(t, allowed+1, count("allow", "allow[0]", "http"))
+	assert.Equal(t, denied+1, count("deny", "default", "http"))
+
+	dst, _ := lineEchoServer(t, "127.0.0.1:0")
+	dry := newFixture(t, denyAllBut(`{host: api.example.com}`, "    dryRun: true\n"))
+	assert.True(t, echo(t, dry.dial(dst), "hello"))
+	assert.Equal(t, wouldDeny+1, count("would_deny", "default", "tcp"))
 }

@@ -1,5 +1,5 @@
-// Package telemetry holds the authbridge's metrics: token exchanges, authorization decisions and
-// the calls each workload receives, by caller and delegation chain (the edges of the delegation
+// Package telemetry holds the authbridge's metrics: token exchanges, authorization and egress
+// decisions, and the calls each workload receives, by caller and delegation chain (the edges of the delegation
 // graph). Every status port serves them at /metrics in the Prometheus text format. Labels carry
 // workload identities and rule names, never a token, a subject or a scope.
 package telemetry
@@ -28,6 +28,7 @@ type Metrics struct {
 	decisionSeconds prometheus.Histogram
 	requests        *prometheus.CounterVec
 	calls           *prometheus.CounterVec
+	egress          *prometheus.CounterVec
 
 	mu      sync.Mutex
 	callers map[[2]string]struct{}
@@ -66,9 +67,13 @@ func New() *Metrics {
 			Name: "kagenti_authbridge_calls_total",
 			Help: "Inbound calls with a valid token, by the immediate caller, the workloads the call came through before it (the token's delegation chain after the caller, comma-separated, the first actor last) and the result: the edges of the delegation graph.",
 		}, []string{"caller", "via", "result"}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kagenti_authbridge_egress_total",
+			Help: "Outbound connections and requests the egress policy decided, by result (allow, deny, would_deny in a dry run), rule (allow[i], dns, default) and protocol (http, connect, tls, tcp).",
+		}, []string{"result", "rule", "protocol"}),
 		callers: map[[2]string]struct{}{},
 	}
-	m.registry.MustRegister(m.exchanges, m.exchangeSeconds, m.decisions, m.decisionSeconds, m.requests, m.calls)
+	m.registry.MustRegister(m.exchanges, m.exchangeSeconds, m.decisions, m.decisionSeconds, m.requests, m.calls, m.egress)
 	return m
 }
 
@@ -97,6 +102,12 @@ func (m *Metrics) Decision(result, rule string, d time.Duration) {
 	if d > 0 {
 		m.decisionSeconds.Observe(d.Seconds())
 	}
+}
+
+// Egress records one egress decision. Its labels are bounded: the policy's own rule names (at
+// most 64 rules), a fixed result and protocol set.
+func (m *Metrics) Egress(result, rule, protocol string) {
+	m.egress.WithLabelValues(result, rule, protocol).Inc()
 }
 
 // Request records an inbound request that needed a token.
