@@ -96,4 +96,3 @@ func upstreamTransports(p *Proxy) []*http.Transport {
 	}
 	return nil
 }
-
