@@ -23,6 +23,7 @@ import (
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
 // +kubebuilder:printcolumn:name="Delegation",type=string,JSONPath=`.status.delegation`,priority=1
+// +kubebuilder:printcolumn:name="mTLS",type=string,JSONPath=`.status.mtls`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -595,6 +596,14 @@ func (s *TokenExchangeSpec) EffectiveDelegation() string {
 	return "immediateCaller"
 }
 
+// EffectiveMTLS is spec.mtls.mode, off when unset.
+func (s *TokenExchangeSpec) EffectiveMTLS() string {
+	if s.MTLS != nil && s.MTLS.Mode != "" {
+		return s.MTLS.Mode
+	}
+	return MTLSOff
+}
+
 // DestinationRule selects the token for requests to one host.
 type DestinationRule struct {
 	// Match selects the destination.
@@ -715,6 +724,13 @@ type TokenExchangeStatus struct {
 	// +optional
 	// +kubebuilder:validation:Enum=chained;immediateCaller
 	Delegation string `json:"delegation,omitempty"`
+
+	// MTLS is the mutual TLS mode between the workload's sidecars and other kagenti sidecars:
+	// off, permissive or strict (spec.mtls.mode, default off). A pod takes a change at its next
+	// start: until then it is among the pods pending a restart for mtls.mode.
+	// +optional
+	// +kubebuilder:validation:Enum=off;permissive;strict
+	MTLS string `json:"mtls,omitempty"`
 
 	// ConfigMapName is the ConfigMap holding the rendered configuration.
 	// +optional
