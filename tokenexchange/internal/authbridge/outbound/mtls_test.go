@@ -2,9 +2,12 @@ package outbound
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -91,4 +94,23 @@ func TestPublicDestinationsAreNotOriginatedMTLS(t *testing.T) {
 	for addr, want := range map[string]bool{"10.1.2.3": true, "192.168.0.1": true, "fd00::1": true, "100.64.0.1": true, "127.0.0.1": true, "8.8.8.8": false, "2001:4860::8888": false} {
 		assert.Equal(t, want, sidecarAddress(netip.MustParseAddr(addr)), addr)
 	}
+}
+
+// A request body survives the permissive fallback: the failed handshake sent none of it.
+func TestPermissiveFallbackKeepsTheRequestBody(t *testing.T) {
+	ca := svidtest.NewCA(t, "cluster.local")
+	f := mtlsCaller(t, authconfig.MTLSPermissive, ca)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "got=%s", b)
+	}))
+	t.Cleanup(srv.Close)
+	dst := netip.MustParseAddrPort(srv.Listener.Addr().String())
+	f.dst.Store(&dst)
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Post("http://"+f.addr+"/tasks", "application/json", strings.NewReader(`{"method":"message/send"}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	assert.Equal(t, `got={"method":"message/send"}`, string(b))
 }
