@@ -410,6 +410,12 @@ func renderAuthbridge(cfg *config.Config, o Options, roles []string) (corev1.Con
 	if register {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeIdPCredentials, MountPath: PathIdPCredentials}) // secret: read-only anyway
 	}
+	inbound := slices.Contains(roles, contract.AuthbridgeRoles[config.AuthProxy])
+	if o.Spiffe && !o.Exclude[config.SpiffeHelper] && (inbound || outbound) {
+		// mtls.mode permissive or strict: the proxies read their X.509 SVID and the trust
+		// domain's bundle from the SPIRE agent's Workload API (rotated in place).
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeSpireSocket, MountPath: PathSpireSocket, ReadOnly: true})
+	}
 	return c, nil
 }
 

@@ -113,6 +113,8 @@ var Settings = []Setting{
 	{Path: "outbound.egress.allow", Kind: EgressRules,
 		Doc: "destinations the workload may call: each rule one of `host` (pattern, optional `:port`), `cidr` or `agent` (`name`, `namespace`), with optional `ports`"},
 	{Path: "outbound.egress.dryRun", Kind: Bool, Default: "`false`", Doc: "log what the egress policy would deny, let the traffic through"},
+	{Path: "mtls.mode", Kind: String, Default: "`off`", StartupOnly: true,
+		Doc: "mutual TLS between sidecars with X.509 SVIDs: `off`, `permissive` (inbound accepts both, outbound falls back to plain HTTP) or `strict` (only mTLS); needs SPIFFE ([mTLS](#mutual-tls-between-sidecars))"},
 }
 
 // Setting is one identity setting.

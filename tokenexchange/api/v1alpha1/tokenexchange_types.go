@@ -23,6 +23,7 @@ import (
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigPropagated")].status`,priority=1
 // +kubebuilder:printcolumn:name="ConfigMap",type=string,JSONPath=`.status.configMapName`,priority=1
 // +kubebuilder:printcolumn:name="Delegation",type=string,JSONPath=`.status.delegation`,priority=1
+// +kubebuilder:printcolumn:name="mTLS",type=string,JSONPath=`.status.mtls`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenExchange struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -38,6 +39,7 @@ type TokenExchange struct {
 // TokenExchangeSpec is the identity configuration of one workload. Every section and field is
 // optional: what is left out keeps the injector's default (docs/tokenexchange.md lists them).
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.mtls) || !has(self.mtls.mode) || self.mtls.mode == 'off' || !has(self.spiffe) || !has(self.spiffe.enabled) || self.spiffe.enabled",message="mtls.mode permissive or strict needs SPIFFE: the sidecars present the workload's X.509 SVID; remove spiffe.enabled: false or set mtls.mode: off",fieldPath=".mtls.mode",reason="FieldValueInvalid"
 // +kubebuilder:validation:XValidation:rule="!has(self.inbound) || !has(self.outbound) || !has(self.outbound.trafficInterception) || (has(self.inbound.port) ? self.inbound.port : 8080) != (has(self.outbound.trafficInterception.proxyPort) ? self.outbound.trafficInterception.proxyPort : 15123)",message="outbound.trafficInterception.proxyPort must differ from inbound.port",fieldPath=".outbound.trafficInterception.proxyPort",reason="FieldValueInvalid"
 type TokenExchangeSpec struct {
 	// TargetRef names the workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or
@@ -60,6 +62,31 @@ type TokenExchangeSpec struct {
 	// Outbound configures interception of outgoing traffic and token exchange (envoy-proxy).
 	// +optional
 	Outbound *OutboundSpec `json:"outbound,omitempty"`
+
+	// MTLS configures mutual TLS between the workload's sidecars and other kagenti sidecars, both
+	// presenting X.509 SVIDs from the SPIRE agent (docs/identity.md, "Mutual TLS").
+	// +optional
+	MTLS *MTLSSpec `json:"mtls,omitempty"`
+}
+
+// mTLS modes.
+const (
+	// MTLSOff serves and sends plain HTTP between sidecars (the default).
+	MTLSOff = "off"
+	// MTLSPermissive accepts both mTLS and plain HTTP inbound, and originates mTLS outbound to
+	// sidecars that accept it, plain HTTP to the others.
+	MTLSPermissive = "permissive"
+	// MTLSStrict accepts only mTLS inbound and sends only mTLS to other sidecars.
+	MTLSStrict = "strict"
+)
+
+// MTLSSpec configures mutual TLS between sidecars.
+type MTLSSpec struct {
+	// Mode is off, permissive (accept both while a namespace migrates) or strict (only mTLS, a
+	// peer with an SVID of the trust domain). Default off. Needs SPIFFE (spiffe.enabled).
+	// +optional
+	// +kubebuilder:validation:Enum=off;permissive;strict
+	Mode string `json:"mode,omitempty"`
 }
 
 // SpiffeSpec configures the SPIFFE identity.
@@ -569,6 +596,14 @@ func (s *TokenExchangeSpec) EffectiveDelegation() string {
 	return "immediateCaller"
 }
 
+// EffectiveMTLS is spec.mtls.mode, off when unset.
+func (s *TokenExchangeSpec) EffectiveMTLS() string {
+	if s.MTLS != nil && s.MTLS.Mode != "" {
+		return s.MTLS.Mode
+	}
+	return MTLSOff
+}
+
 // DestinationRule selects the token for requests to one host.
 type DestinationRule struct {
 	// Match selects the destination.
@@ -692,6 +727,13 @@ type TokenExchangeStatus struct {
 	// +optional
 	// +kubebuilder:validation:Enum=chained;immediateCaller
 	Delegation string `json:"delegation,omitempty"`
+
+	// MTLS is the mutual TLS mode between the workload's sidecars and other kagenti sidecars:
+	// off, permissive or strict (spec.mtls.mode, default off). A pod takes a change at its next
+	// start: until then it is among the pods pending a restart for mtls.mode.
+	// +optional
+	// +kubebuilder:validation:Enum=off;permissive;strict
+	MTLS string `json:"mtls,omitempty"`
 
 	// ConfigMapName is the ConfigMap holding the rendered configuration.
 	// +optional

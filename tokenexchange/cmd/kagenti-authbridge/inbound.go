@@ -43,9 +43,18 @@ func (o *inboundOptions) prepare(_ *commonFlags, cfg *sidecar.Config, client *ht
 	}
 	loops := sidecar.NewLoops()
 	ln = loops.Listener("inbound proxy on "+addr, ln)
+	if c := cfg.Current().Config; c.MTLS.On() {
+		src, td, err := svidSource(c)
+		if err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		ln = inbound.MTLSListener(ln, c.MTLS.Mode, src, td, log)
+		log.Info("mutual TLS", zap.String("mode", c.MTLS.Mode), zap.String("trustDomain", td.Name()))
+	}
 	serve := func(ctx context.Context) error {
 		srv := &http.Server{Handler: p, Protocols: inbound.ServerProtocols(), ReadHeaderTimeout: 30 * time.Second,
-			IdleTimeout: 5 * time.Minute, ErrorLog: zap.NewStdLog(log)}
+			IdleTimeout: 5 * time.Minute, ErrorLog: zap.NewStdLog(log), ConnContext: inbound.ConnContext}
 		go func() {
 			<-ctx.Done()
 			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)

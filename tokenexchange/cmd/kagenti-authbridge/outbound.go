@@ -46,6 +46,14 @@ func (o *outboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, clie
 	p := outbound.New(cfg, creds, outbound.NewExchanger(client), log)
 	p.DetectionTimeout = o.detection
 	p.Loops = sidecar.NewLoops()
+	if c := cfg.Current().Config; c.MTLS.On() {
+		src, td, err := svidSource(c)
+		if err != nil {
+			return nil, err
+		}
+		p.OriginateMTLS(c.MTLS.Mode, src, td)
+		log.Info("mutual TLS to kagenti sidecars", zap.String("mode", c.MTLS.Mode), zap.String("trustDomain", td.Name()))
+	}
 	port := cfg.Current().Config.Outbound.Interception.ProxyPort
 	var listeners []net.Listener
 	for _, host := range []string{"127.0.0.1", "::1"} {

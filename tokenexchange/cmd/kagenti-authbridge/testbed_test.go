@@ -138,7 +138,8 @@ func newTestbed(t *testing.T) *testbed {
 	require.NoError(t, err, "building kagenti-authbridge: %s", out)
 	names := []string{"spire", "idp", "callee-in", "callee-agent", "echo", "outbound", "helper-health", "callee-status", "caller-status", "register-status",
 		"pod-sidecar-status", "pod-register-status", "pod-inbound-status", "pod-outbound-status",
-		"proxied-sidecar-status", "proxied-register-status", "proxied-outbound-status"}
+		"proxied-sidecar-status", "proxied-register-status", "proxied-outbound-status",
+		"strict-in", "strict-status", "permissive-in", "permissive-status"}
 	for i, port := range listenerPorts(t, len(names)) {
 		tb.ports[names[i]] = port
 	}
@@ -419,6 +420,8 @@ func (tb *testbed) run() {
 		tb.writeConfig("callee", "inbound: {validation: {audience: '"+calleeID+"-v2'}}\n")
 		tb.waitReady("callee-status")
 	})
+
+	t.Run("mutual TLS between sidecars with X.509 SVIDs from SPIRE", func(t *testing.T) { tb.mtls(t, user) })
 
 	t.Run("register: RFC 7591 registration at the IdP yields working client credentials", func(t *testing.T) {
 		shared := filepath.Join(tb.dir, "callee", "shared")

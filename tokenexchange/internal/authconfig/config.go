@@ -38,7 +38,23 @@ type Config struct {
 	ClientRegistration ClientRegistration `json:"clientRegistration"`
 	Inbound            Inbound            `json:"inbound"`
 	Outbound           Outbound           `json:"outbound"`
+	MTLS               MTLS               `json:"mtls"`
 }
+
+// mTLS modes (mtls.mode).
+const (
+	MTLSOff        = "off"
+	MTLSPermissive = "permissive"
+	MTLSStrict     = "strict"
+)
+
+// MTLS is the resolved mtls section: Mode is always off, permissive or strict.
+type MTLS struct {
+	Mode string `json:"mode"`
+}
+
+// On reports whether the sidecars speak mTLS at all (permissive or strict).
+func (m MTLS) On() bool { return m.Mode == MTLSPermissive || m.Mode == MTLSStrict }
 
 // Workload is who the sidecars work for, from the downward API and the injector.
 type Workload struct {
@@ -252,6 +268,7 @@ var StartupSettings = []StartupSetting{
 	{"outbound.trafficInterception.enabled", func(c Config) any { return c.Outbound.Interception.Enabled }},
 	{"outbound.trafficInterception.proxyPort", func(c Config) any { return c.Outbound.Interception.ProxyPort }},
 	{"outbound.trafficInterception.excludePorts", func(c Config) any { return c.Outbound.Interception.ExcludePorts }},
+	{"mtls.mode", func(c Config) any { return c.MTLS.Mode }},
 }
 
 // PendingRestart returns the paths of the startup settings whose value in next differs from the
@@ -276,6 +293,7 @@ func (c Config) WithStartupSettingsOf(started Config) Config {
 	c.Inbound.ExcludePorts = slices.Clone(started.Inbound.ExcludePorts)
 	c.Outbound.Interception = started.Outbound.Interception
 	c.Outbound.Interception.ExcludePorts = slices.Clone(started.Outbound.Interception.ExcludePorts)
+	c.MTLS = started.MTLS // the listeners and the SVID source are built at start
 	return c
 }
 

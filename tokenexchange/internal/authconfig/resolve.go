@@ -135,7 +135,13 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 
 	c.Outbound.Egress = resolveEgress(value(out.Egress), w.Namespace)
 
+	c.MTLS = MTLS{Mode: MTLSOff}
+	if m := value(s.MTLS); m.Mode != "" {
+		c.MTLS.Mode = m.Mode
+	}
+
 	errs := append(c.validate(), notInjected...)
+	errs = append(errs, c.validateMTLS()...)
 	errs = append(errs, validateEgress(value(out.Egress))...)
 	if c.ClientRegistration.ClientNameTemplate != "" {
 		name, err := RenderClientName(c.ClientRegistration.ClientNameTemplate, w)

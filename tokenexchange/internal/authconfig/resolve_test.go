@@ -83,6 +83,7 @@ func TestResolveSeedDefaults(t *testing.T) {
 			},
 			Egress: Egress{Default: "Allow", Allow: []EgressAllow{}},
 		},
+		MTLS: MTLS{Mode: MTLSOff},
 	}, c)
 }
 

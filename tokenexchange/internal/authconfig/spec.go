@@ -24,6 +24,12 @@ type Spec struct {
 	ClientRegistration *ClientRegistrationSpec `json:"clientRegistration,omitempty"`
 	Inbound            *InboundSpec            `json:"inbound,omitempty"`
 	Outbound           *OutboundSpec           `json:"outbound,omitempty"`
+	MTLS               *MTLSSpec               `json:"mtls,omitempty"`
+}
+
+// MTLSSpec configures mutual TLS between sidecars: Mode is off, permissive or strict.
+type MTLSSpec struct {
+	Mode string `json:"mode,omitempty"`
 }
 
 // SpiffeSpec configures the workload's SPIFFE identity (spiffe-helper).

@@ -117,6 +117,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace()})
 	s.ConfigMapName = desired.Name
 	s.Delegation = te.Spec.EffectiveDelegation()
+	s.MTLS = te.Spec.EffectiveMTLS()
 	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
 	res, err := r.Applier.Apply(ctx, desired, te)
 	if notOwned := (*kit.NotOwnedError)(nil); errors.As(err, &notOwned) {

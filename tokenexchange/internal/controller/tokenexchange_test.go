@@ -605,3 +605,23 @@ func TestStatusSaysWhetherTheChainIsVerified(t *testing.T) {
 		return got == "chained", "status.delegation = " + got
 	})
 }
+
+// TestStatusSaysTheMTLSMode: status.mtls is spec.mtls.mode, off when unset, so that kubectl shows
+// which workloads require mutual TLS.
+func TestStatusSaysTheMTLSMode(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	plain := tokenExchange(ns, "plain", "agent")
+	must(t, k8s.Create(ctx, plain))
+	strict := tokenExchange(ns, "strict", "other")
+	strict.Spec.MTLS = &v1alpha1.MTLSSpec{Mode: v1alpha1.MTLSStrict}
+	must(t, k8s.Create(ctx, strict))
+	must(t, k8s.Create(ctx, deployment(ns, "agent", 1, false)))
+	must(t, k8s.Create(ctx, deployment(ns, "other", 1, false)))
+	for name, want := range map[string]string{"plain": "off", "strict": "strict"} {
+		eventually(t, "status.mtls "+want, func(ctx context.Context) (bool, string) {
+			got := getTX(ctx, t, ns, name).Status.MTLS
+			return got == want, "status.mtls = " + got
+		})
+	}
+}

@@ -115,6 +115,11 @@ func TestAPIServerRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.inbound.authorization.default", `supported values: "Allow", "Deny"`}},
 		{"chain depth", `inbound: {authorization: {maxChainDepth: 17}}`,
 			[]string{"spec.inbound.authorization.maxChainDepth", "less than or equal to 16"}},
+		// Mutual TLS between sidecars.
+		{"mtls mode", `mtls: {mode: STRICT}`,
+			[]string{"spec.mtls.mode", `supported values: "off", "permissive", "strict"`}},
+		{"mtls without spiffe", `{spiffe: {enabled: false}, mtls: {mode: strict}}`,
+			[]string{"spec.mtls.mode", "mtls.mode permissive or strict needs SPIFFE"}},
 		// The egress policy's shape.
 		{"egress default", `outbound: {egress: {default: deny}}`,
 			[]string{"spec.outbound.egress.default", `supported values: "Allow", "Deny"`}},
@@ -242,5 +247,16 @@ func TestAPIServerAcceptsTheExternalAuthorizersTheClientAccepts(t *testing.T) {
 				"inbound": map[string]any{"authorization": map[string]any{"external": ext}}},
 		}}
 		assert.NoError(t, k8s.Create(context.Background(), u), "%v", ext)
+	}
+}
+
+// TestAPIServerAcceptsTheMTLSModes: every mode is a valid spec, SPIFFE left to the injector.
+func TestAPIServerAcceptsTheMTLSModes(t *testing.T) {
+	ns := namespace(t)
+	for _, mode := range []string{v1alpha1.MTLSOff, v1alpha1.MTLSPermissive, v1alpha1.MTLSStrict} {
+		te := tokenExchange(ns, "mtls-"+mode, "agent")
+		te.Labels = map[string]string{SkipWebhookLabel: "true"} // the schema alone decides
+		te.Spec.MTLS = &v1alpha1.MTLSSpec{Mode: mode}
+		require.NoError(t, k8s.Create(context.Background(), te, client.DryRunAll), mode)
 	}
 }

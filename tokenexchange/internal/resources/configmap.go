@@ -66,7 +66,8 @@ func Overrides(te *v1alpha1.TokenExchange) authconfig.Spec {
 		ClientRegistration *v1alpha1.ClientRegistrationSpec `json:"clientRegistration,omitempty"`
 		Inbound            *v1alpha1.InboundSpec            `json:"inbound,omitempty"`
 		Outbound           *v1alpha1.OutboundSpec           `json:"outbound,omitempty"`
-	}{s.Spiffe, s.ClientRegistration, s.Inbound, s.Outbound})
+		MTLS               *v1alpha1.MTLSSpec               `json:"mtls,omitempty"`
+	}{s.Spiffe, s.ClientRegistration, s.Inbound, s.Outbound, s.MTLS})
 	if err != nil {
 		panic(fmt.Sprintf("marshalling TokenExchange spec: %v", err)) // plain structs: cannot fail
 	}

@@ -33,6 +33,9 @@ type Request struct {
 	// RPCMethod is the JSON-RPC method of an A2A request (message/send, tasks/get…), empty for a
 	// request that is not JSON-RPC.
 	RPCMethod string
+	// Peer is the SPIFFE ID of the X.509 SVID the peer presented on an mTLS connection (mtls.mode
+	// permissive or strict), verified against the trust domain's bundle; empty on plain HTTP.
+	Peer string
 }
 
 // Decision is an authorizer's answer.

@@ -58,6 +58,7 @@ const (
 	VarMethod    = "request.method"
 	VarPath      = "request.path"
 	VarRPCMethod = "request.rpcMethod"
+	VarPeer      = "peer"
 )
 
 // namePattern is what a rule's name must match: a DNS label, so that it reads well in a 403
@@ -83,6 +84,7 @@ var Env = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable(VarMethod, cel.StringType),
 		cel.Variable(VarPath, cel.StringType),
 		cel.Variable(VarRPCMethod, cel.StringType),
+		cel.Variable(VarPeer, cel.StringType),
 		ext.Strings(),
 		ext.Sets(),
 		cel.ParserExpressionSizeLimit(MaxExpressionLength),
@@ -271,7 +273,7 @@ type activation struct {
 }
 
 // variables are the names activation resolves, in the order of its cache.
-var variables = [...]string{VarSubject, VarCaller, VarChain, VarScopes, VarAudience, VarGroups, VarClaims, VarMethod, VarPath, VarRPCMethod}
+var variables = [...]string{VarSubject, VarCaller, VarChain, VarScopes, VarAudience, VarGroups, VarClaims, VarMethod, VarPath, VarRPCMethod, VarPeer}
 
 func (a *activation) ResolveName(name string) (any, bool) {
 	i := slices.Index(variables[:], name)
@@ -308,6 +310,8 @@ func (a *activation) value(name string) ref.Val {
 		return types.String(r.Method)
 	case VarPath:
 		return types.String(r.Path)
+	case VarPeer:
+		return types.String(r.Peer)
 	default: // VarRPCMethod
 		return types.String(r.RPCMethod)
 	}

@@ -114,7 +114,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 	shared := *claims.Request
 	req := &shared
 	var err error
-	req.Method, req.Path = r.Method, r.URL.Path
+	req.Method, req.Path, req.Peer = r.Method, r.URL.Path, PeerID(r)
 	if az.rpcMethod {
 		req.RPCMethod, err = readRPCMethod(r)
 		if err != nil {
@@ -191,6 +191,7 @@ func auditFields(r *authz.Request, rule, result string, dryRun bool, reason stri
 		zap.String("method", r.Method),
 		zap.String("path", r.Path),
 		zap.String("rpcMethod", r.RPCMethod),
+		zap.String("peer", r.Peer),
 		zap.String("rule", rule),
 		zap.String("result", result),
 		zap.Bool("dryRun", dryRun),

@@ -123,7 +123,7 @@ func TestDenialIsAnAuditRecord(t *testing.T) {
 	fields := denied[0].ContextMap()
 	assert.Equal(t, map[string]any{
 		"subject": "user-1", "caller": caller, "chain": []any{}, "audience": []any{audience},
-		"method": "GET", "path": "/tasks/1", "rpcMethod": "", "rule": "default", "result": "deny", "dryRun": false,
+		"method": "GET", "path": "/tasks/1", "rpcMethod": "", "peer": "", "rule": "default", "result": "deny", "dryRun": false,
 		"reason": "no rule matched; the default denies",
 	}, fields)
 	assert.Equal(t, zapcore.InfoLevel, denied[0].Level)

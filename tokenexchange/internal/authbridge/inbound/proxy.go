@@ -197,6 +197,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, te.Code, te.Description)
 		return
 	}
+	if !peerBound(w, r, claims, p.log) {
+		return
+	}
 	az := st.authz
 	for !az.acquire() { // a new configuration took over since st was loaded
 		az = p.state.Load().authz

@@ -1,0 +1,154 @@
+package outbound
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
+	"go.uber.org/zap"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/inbound"
+	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
+)
+
+// PlaintextTTL is how long a permissive caller remembers that a destination did not answer mTLS
+// (it sends plain HTTP there meanwhile) before it tries mTLS again.
+const PlaintextTTL = 5 * time.Minute
+
+// ErrMTLSUnavailable is the error code of a request a strict caller did not send: its destination
+// did not complete mTLS with an SVID of the trust domain.
+const ErrMTLSUnavailable = "mtls_unavailable"
+
+// mtlsError is a failed mTLS origination: the connection was made, the handshake failed (no TLS,
+// no kagenti sidecar, an SVID the trust domain does not vouch for). No request byte was sent.
+type mtlsError struct {
+	dst netip.AddrPort
+	err error
+}
+
+func (e *mtlsError) Error() string {
+	return fmt.Sprintf("mTLS to %s failed: %v", e.dst, e.err)
+}
+
+func (e *mtlsError) Unwrap() error { return e.err }
+
+// OriginateMTLS makes the proxy originate mutual TLS (mtls.mode permissive or strict) to the
+// destinations in private address space (pod and Service networks: where kagenti sidecars are),
+// presenting the workload's SVID from src and requiring the destination's to be of td, with ALPN
+// kagenti-mtls/1, which only a kagenti inbound proxy accepts. HTTP/1.1 and h2c travel inside
+// unchanged. Strict: a destination that does not complete mTLS gets no request; the caller is
+// answered 503 mtls_unavailable. Permissive: the request goes in plain HTTP, and the destination
+// is remembered as plaintext for PlaintextTTL. Public destinations are left as they were (no
+// kagenti sidecar serves there).
+func (p *Proxy) OriginateMTLS(mode string, src inbound.SVIDSource, td spiffeid.TrustDomain) {
+	cfg := tlsconfig.MTLSClientConfig(src, src, tlsconfig.AuthorizeMemberOf(td))
+	cfg.NextProtos = []string{inbound.ALPN}
+	cfg.MinVersion = tls.VersionTLS12
+	plain := p.rp.Transport.(protocolTransport)
+	m := &mtlsTransport{strict: mode == authconfig.MTLSStrict, plain: plain, tls: cfg, dialer: p.dialer,
+		plaintext: map[netip.AddrPort]time.Time{}, log: p.log, now: time.Now}
+	h1 := plain.h1.(*http.Transport).Clone()
+	h1.DialContext = m.dial
+	h2 := plain.h2.(*http.Transport).Clone()
+	h2.DialContext = m.dial
+	m.secure = protocolTransport{h1: h1, h2: h2}
+	p.rp.Transport = m
+	fallback := p.rp.ErrorHandler
+	p.rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		var me *mtlsError
+		if errors.As(err, &me) {
+			p.log.Info("request not sent", zap.String("error", ErrMTLSUnavailable), zap.String("host", r.Host), zap.Stringer("to", me.dst), zap.Error(me.err))
+			writeError(w, http.StatusServiceUnavailable, ErrMTLSUnavailable, fmt.Sprintf(
+				"kagenti outbound proxy: mtls.mode is strict and %s (%s) did not complete mutual TLS with an SVID of the trust domain %s: %v",
+				r.Host, me.dst, td.Name(), me.err))
+			return
+		}
+		fallback(w, r, err)
+	}
+}
+
+// mtlsTransport sends each request over mTLS or in plain HTTP, as OriginateMTLS says.
+type mtlsTransport struct {
+	strict        bool
+	plain, secure protocolTransport
+	tls           *tls.Config
+	dialer        *net.Dialer
+	log           *zap.Logger
+	now           func() time.Time
+
+	mu        sync.Mutex
+	plaintext map[netip.AddrPort]time.Time // permissive: destinations that did not answer mTLS, until when
+}
+
+func (t *mtlsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	dst, _ := r.Context().Value(ctxKey{}).(netip.AddrPort)
+	if !dst.IsValid() || !sidecarAddress(dst.Addr()) || t.knownPlaintext(dst) {
+		return t.plain.RoundTrip(r)
+	}
+	try := r
+	if !t.strict && r.Body != nil && r.Body != http.NoBody {
+		// The transport closes the body of a request it fails; the plain retry needs it open
+		// (and unread: the handshake fails before the request is written).
+		try = r.Clone(r.Context())
+		try.Body = io.NopCloser(r.Body)
+	}
+	resp, err := t.secure.RoundTrip(try)
+	var me *mtlsError
+	if err == nil || t.strict || !errors.As(err, &me) {
+		return resp, err
+	}
+	// Permissive: the handshake failed before any byte of the request was sent.
+	t.mu.Lock()
+	t.plaintext[dst] = t.now().Add(PlaintextTTL)
+	t.mu.Unlock()
+	t.log.Info("destination does not answer mTLS: plain HTTP (mtls.mode permissive)", zap.Stringer("to", dst), zap.Duration("for", PlaintextTTL), zap.Error(me.err))
+	return t.plain.RoundTrip(r)
+}
+
+func (t *mtlsTransport) knownPlaintext(dst netip.AddrPort) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	until, ok := t.plaintext[dst]
+	if ok && t.now().After(until) {
+		delete(t.plaintext, dst)
+		return false
+	}
+	return ok
+}
+
+// dial connects to the destination and completes the mTLS handshake: the destination's SVID of
+// the trust domain and ALPN kagenti-mtls/1 (a kagenti inbound proxy). The HTTP transport sees a
+// plain connection and speaks HTTP/1.1 or h2c inside.
+func (t *mtlsTransport) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := t.dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	dst, _ := netip.ParseAddrPort(addr)
+	tc := tls.Client(c, t.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, &mtlsError{dst: dst, err: err}
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != inbound.ALPN {
+		_ = c.Close()
+		return nil, &mtlsError{dst: dst, err: fmt.Errorf("the destination's TLS server is not a kagenti sidecar (ALPN %q, not %s)", p, inbound.ALPN)}
+	}
+	return struct{ net.Conn }{tc}, nil
+}
+
+// sidecarAddress: a pod or Service address, where kagenti sidecars serve (private, unique local
+// or carrier-grade NAT space; loopback for tests and explicit-proxy peers on the node).
+func sidecarAddress(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsPrivate() || a.IsLoopback() || netip.MustParsePrefix("100.64.0.0/10").Contains(a)
+}
