@@ -105,33 +105,44 @@ func newNameCache() *nameCache {
 
 // resolvesTo reports whether name resolves to addr (an unmapped address).
 func (c *nameCache) resolvesTo(r Resolver, name string, addr netip.Addr) bool {
+	now := c.now()
 	c.mu.RLock()
 	e, ok := c.names[name]
 	c.mu.RUnlock()
 	if ok {
-		age := c.now().Sub(e.at)
+		age := now.Sub(e.at)
 		if found := slices.Contains(e.addrs, addr); age < nameTTL && (found || age < nameRetry) {
 			return found
 		}
 	}
-	return slices.Contains(c.query(r, name).addrs, addr)
+	return slices.Contains(c.query(r, name, now).addrs, addr)
 }
 
 // lookup returns the addresses name resolves to (unmapped), from the cache while its answer is
 // fresh: the explicit proxy's destination, which routeName then finds in the cache.
 func (c *nameCache) lookup(r Resolver, name string) []netip.Addr {
+	now := c.now()
 	c.mu.RLock()
 	e, ok := c.names[name]
 	c.mu.RUnlock()
-	if ok && c.now().Sub(e.at) < nameTTL {
+	if ok && now.Sub(e.at) < nameTTL {
 		return e.addrs
 	}
-	return c.query(r, name).addrs
+	return c.query(r, name, now).addrs
 }
 
-// query looks name up and caches the answer; concurrent queries of one name share one lookup.
-func (c *nameCache) query(r Resolver, name string) resolved {
+// query looks name up and caches the answer; concurrent queries of one name share one lookup. A
+// caller that found no usable answer at missedAt takes one stored since: a lookup that finished
+// between its look at the cache and its query is the newest answer there is (without this, a
+// request arriving just as a shared lookup ends made a second one).
+func (c *nameCache) query(r Resolver, name string, missedAt time.Time) resolved {
 	v, _, _ := c.group.Do(name, func() (any, error) {
+		c.mu.RLock()
+		cached, ok := c.names[name]
+		c.mu.RUnlock()
+		if ok && !cached.at.Before(missedAt) {
+			return cached, nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), nameLookupTimeout)
 		defer cancel()
 		addrs, err := r.LookupNetIP(ctx, "ip", name)
