@@ -32,7 +32,11 @@ const (
 type delegationIdP struct {
 	url     string
 	svidKey *ecdsa.PrivateKey
+	s       *storage
 }
+
+// registrarID is the SPIFFE ID the in-process IdP lets register clients.
+const registrarID = "spiffe://example.org/ns/kagenti-system/sa/kagenti-tokenexchange"
 
 func newDelegationIdP(t *testing.T, mayAct map[string]string) *delegationIdP {
 	t.Helper()
@@ -72,7 +76,7 @@ func newDelegationIdP(t *testing.T, mayAct map[string]string) *delegationIdP {
 		c.name, c.grants, c.mayAct = c.id, allGrants, mayAct[c.id]
 		s.addClient(c)
 	}
-	h, err := newHandler(issuer, s, bundle, td.String(), "")
+	h, err := newHandler(issuer, s, bundle, td.String(), "", []string{registrarID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +85,7 @@ func newDelegationIdP(t *testing.T, mayAct map[string]string) *delegationIdP {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &delegationIdP{url: issuer, svidKey: key}
+	return &delegationIdP{url: issuer, svidKey: key, s: s}
 }
 
 // svid signs a JWT SVID for id with key (the bundle's authority, or another).

@@ -33,7 +33,7 @@ func main() {
 		addr, issuer, bundle, trustDomain, initialToken string
 		lifetime                                        time.Duration
 		requireAudience                                 bool
-		clients, mayAct                                 clientFlags
+		clients, mayAct, registrars                     clientFlags
 	)
 	flag.StringVar(&addr, "addr", "127.0.0.1:9080", "listen address (loopback: this is a development tool)")
 	flag.StringVar(&issuer, "issuer", "", "issuer URL (default http://<addr>)")
@@ -44,13 +44,14 @@ func main() {
 	flag.DurationVar(&lifetime, "token-lifetime", 5*time.Minute, "lifetime of issued access tokens")
 	flag.BoolVar(&requireAudience, "require-client-in-audience", true, "token exchange requires the requesting client among the subject token's audiences (as Keycloak's standard token exchange)")
 	flag.Var(&mayAct, "may-act", "client=actor (repeatable): the client's client-credentials tokens carry may_act {sub: actor} (RFC 8693 §4.4), and only that actor may exchange them")
+	flag.Var(&registrars, "registrar", "a SPIFFE ID allowed to register clients (repeatable): RFC 7591 registration then needs a JWT SVID of one of them as Bearer (needs --spiffe-bundle), instead of --initial-access-token")
 	flag.Parse()
-	if err := run(addr, issuer, bundle, trustDomain, initialToken, lifetime, requireAudience, clients, mayAct); err != nil {
+	if err := run(addr, issuer, bundle, trustDomain, initialToken, lifetime, requireAudience, clients, mayAct, registrars); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.Duration, requireAudience bool, clients, mayAct []string) error {
+func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.Duration, requireAudience bool, clients, mayAct, registrars []string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -81,7 +82,7 @@ func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.D
 		}
 		c.mayAct = actor
 	}
-	handler, err := newHandler(issuer, s, bundle, trustDomain, initialToken)
+	handler, err := newHandler(issuer, s, bundle, trustDomain, initialToken, registrars)
 	if err != nil {
 		return err
 	}
@@ -101,25 +102,27 @@ func run(addr, issuer, bundle, trustDomain, initialToken string, lifetime time.D
 
 // newHandler serves the provider for issuer from s: discovery, token, JWKS, registration, and,
 // with a SPIFFE bundle, JWT SVIDs as client assertions and as actor tokens.
-func newHandler(issuer string, s *storage, bundle, trustDomain, initialToken string) (http.Handler, error) {
+func newHandler(issuer string, s *storage, bundle, trustDomain, initialToken string, registrars []string) (http.Handler, error) {
 	key := sha256.Sum256([]byte(s.svidSecret)) // access tokens are JWTs; the AES key only guards opaque ones
 	provider, err := op.NewOpenIDProvider(issuer, &op.Config{CryptoKey: key}, s, op.WithAllowInsecure())
 	if err != nil {
 		return nil, err
 	}
 	var handler http.Handler = provider
+	var verifySVID func(string) (string, error)
 	if bundle != "" {
 		td, err := spiffeid.TrustDomainFromString(trustDomain)
 		if err != nil {
 			return nil, fmt.Errorf("--spiffe-trust-domain: %w", err)
 		}
 		tokenURL := issuer + provider.TokenEndpoint().Relative()
-		a := &svidAuthenticator{bundleFile: bundle, trustDomain: td, audiences: []string{issuer, tokenURL}, secret: s.svidSecret}
+		a := &svidAuthenticator{bundleFile: bundle, trustDomain: td, audiences: []string{issuer, tokenURL}, secret: s.svidSecret, s: s}
+		verifySVID = a.verify
 		s.verifyActor = a.verify
 		handler = a.wrap(provider.TokenEndpoint().Relative(), handler)
 	}
 	mux := http.NewServeMux()
-	reg := &registrationHandler{s: s, issuer: issuer, initialToken: initialToken}
+	reg := &registrationHandler{s: s, issuer: issuer, initialToken: initialToken, registrars: registrars, verifySVID: verifySVID}
 	mux.Handle("/register", reg)
 	mux.Handle("/register/", reg)
 	mux.Handle("/", handler)

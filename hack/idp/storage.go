@@ -33,6 +33,12 @@ type client struct {
 	// mayAct, when set, goes into its client-credentials tokens as may_act (RFC 8693 §4.4): only
 	// that party may act for the client in a token exchange.
 	mayAct string
+	// spiffeID, when set, binds the client to a workload: it authenticates only with a JWT SVID
+	// client assertion whose subject is this ID (RFC 7591 token_endpoint_auth_method
+	// private_key_jwt, metadata member spiffe_id); its secret is internal and never disclosed.
+	spiffeID string
+	// assertions counts the token requests it authenticated with a client assertion.
+	assertions int
 }
 
 func (c *client) GetID() string                        { return c.id }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,6 +25,7 @@ type svidAuthenticator struct {
 	trustDomain spiffeid.TrustDomain
 	audiences   []string // the issuer and the token endpoint URL
 	secret      string
+	s           *storage
 }
 
 func (a *svidAuthenticator) wrap(tokenPath string, next http.Handler) http.Handler {
@@ -32,38 +34,87 @@ func (a *svidAuthenticator) wrap(tokenPath string, next http.Handler) http.Handl
 			next.ServeHTTP(w, r)
 			return
 		}
-		if err := r.ParseForm(); err != nil || r.PostForm.Get("client_assertion_type") != assertionTypeJWT {
+		if err := r.ParseForm(); err != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		cid := r.PostForm.Get("client_id")
+		if user, _, ok := r.BasicAuth(); ok && cid == "" {
+			cid, _ = url.QueryUnescape(user)
+		}
+		bound := a.boundClient(cid)
+		if r.PostForm.Get("client_assertion_type") != assertionTypeJWT {
+			if bound != nil {
+				refuse(w, "client "+cid+" authenticates only with a JWT SVID client assertion (token_endpoint_auth_method private_key_jwt)")
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
 		id, err := a.verify(r.PostForm.Get("client_assertion"))
 		if err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintf(w, `{"error":"invalid_client","error_description":%q}`, "JWT SVID client assertion: "+err.Error())
+			refuse(w, "JWT SVID client assertion: "+err.Error())
 			return
 		}
-		if cid := r.PostForm.Get("client_id"); cid != "" && cid != id {
+		if bound != nil {
+			if id != bound.spiffeID {
+				refuse(w, "client "+cid+" is bound to "+bound.spiffeID+", not to the JWT SVID's subject "+id)
+				return
+			}
+			a.s.mu.Lock()
+			bound.assertions++
+			secret := bound.secret
+			a.s.mu.Unlock()
+			log.Printf("client %s authenticated with a JWT SVID client assertion of %s", cid, id)
+			passOn(w, r, cid, secret, next)
+			return
+		}
+		if cid != "" && cid != id {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			fmt.Fprintf(w, `{"error":"invalid_client","error_description":%q}`, "client_id does not match the JWT SVID's subject "+id)
 			return
 		}
-		form := url.Values{}
-		for k, v := range r.PostForm {
-			if k != "client_assertion" && k != "client_assertion_type" && k != "client_id" {
-				form[k] = v
-			}
-		}
-		body := form.Encode()
-		r2 := r.Clone(r.Context())
-		r2.Body = readCloser{strings.NewReader(body)}
-		r2.ContentLength = int64(len(body))
-		r2.Header.Set("Content-Length", strconv.Itoa(len(body)))
-		r2.Form, r2.PostForm = nil, nil
-		r2.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(a.secret))
-		next.ServeHTTP(w, r2)
+		passOn(w, r, id, a.secret, next)
 	})
+}
+
+// boundClient is the registered client id when it is bound to a SPIFFE ID (private_key_jwt).
+func (a *svidAuthenticator) boundClient(id string) *client {
+	if id == "" || a.s == nil {
+		return nil
+	}
+	a.s.mu.Lock()
+	defer a.s.mu.Unlock()
+	if c, ok := a.s.clients[id]; ok && c.spiffeID != "" {
+		return c
+	}
+	return nil
+}
+
+func refuse(w http.ResponseWriter, reason string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	fmt.Fprintf(w, `{"error":"invalid_client","error_description":%q}`, reason)
+}
+
+// passOn hands r to next as client id with secret, without the assertion members.
+func passOn(w http.ResponseWriter, r *http.Request, id, secret string, next http.Handler) {
+	form := url.Values{}
+	for k, v := range r.PostForm {
+		if k != "client_assertion" && k != "client_assertion_type" && k != "client_id" && k != "client_secret" {
+			form[k] = v
+		}
+	}
+	body := form.Encode()
+	r2 := r.Clone(r.Context())
+	r2.Body = readCloser{strings.NewReader(body)}
+	r2.ContentLength = int64(len(body))
+	r2.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	r2.Header.Del("Authorization")
+	r2.Form, r2.PostForm = nil, nil
+	r2.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+	next.ServeHTTP(w, r2)
 }
 
 // verify checks the SVID's signature against the bundle (re-read each time: SPIRE rotates its
