@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"log"
 	"net/http"
 	"slices"
 	"strings"
@@ -88,6 +89,7 @@ func (h *registrationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 		}
 		c := &client{id: "dyn-" + randomID(8), secret: randomID(24), name: m.ClientName, grants: grants, regToken: randomID(24), owner: m.Owner, spiffeID: m.SPIFFEID}
 		h.s.addClient(c)
+		log.Printf("registered client %s (%q, owner %q, spiffe_id %q)", c.id, c.name, c.owner, c.spiffeID)
 		w.WriteHeader(http.StatusCreated)
 		h.answer(w, c, true)
 	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/register/"):

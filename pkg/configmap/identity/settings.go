@@ -51,6 +51,10 @@ var Settings = []Setting{
 		Doc: "RFC 7591 registration endpoint of an `oidc` provider"},
 	{Path: "clientRegistration.enabled", Kind: Bool, Env: "KAGENTI_CLIENT_REGISTRATION_ENABLED", Implied: "true",
 		Doc: "registration with the identity provider; `false` when client-registration is excluded"},
+	{Path: "clientRegistration.clientAuthentication", Kind: String, Default: "`clientSecret`",
+		Doc: "how the client authenticates: `clientSecret` (client-registration in the pod registers it and keeps the secret) or `jwtSVID` (kagenti-tokenexchange registers it with its own SVID, bound to the workload's SPIFFE ID; the JWT SVID is the client assertion; no secret exists) ([secret-free registration](#registration-without-a-client-secret))"},
+	{Path: "clientRegistration.clientId", Kind: String, CRD: Absent,
+		Doc: "the client kagenti-tokenexchange registered (`jwtSVID`), written by it into `config.yaml`"},
 	{Path: "clientRegistration.keycloak.clientNameTemplate", Kind: String, Env: "KAGENTI_CLIENT_NAME_TEMPLATE", BuiltIn: ClientNameTemplate, HasBuiltIn: true,
 		Injector: "identity.clientNameTemplate", Doc: "name of the registered client (every provider); must start with `{{.Namespace}}`"},
 	{Path: "clientRegistration.keycloak.tokenExchangeEnabled", Kind: Bool, Env: "KAGENTI_TOKEN_EXCHANGE", Implied: "true",
@@ -190,7 +194,7 @@ const (
 	// Rejected: a field of TokenExchangeSpec that admission refuses, so that a manifest setting
 	// it is told why rather than pruned.
 	Rejected
-	// Absent: not in the API (only the injector sets it).
+	// Absent: not in the API (the injector, or kagenti-tokenexchange from what it learnt, sets it).
 	Absent
 )
 

@@ -40,6 +40,7 @@ type TokenExchange struct {
 // optional: what is left out keeps the injector's default (docs/tokenexchange.md lists them).
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.mtls) || !has(self.mtls.mode) || self.mtls.mode == 'off' || !has(self.spiffe) || !has(self.spiffe.enabled) || self.spiffe.enabled",message="mtls.mode permissive or strict needs SPIFFE: the sidecars present the workload's X.509 SVID; remove spiffe.enabled: false or set mtls.mode: off",fieldPath=".mtls.mode",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.clientRegistration) || !has(self.clientRegistration.clientAuthentication) || self.clientRegistration.clientAuthentication != 'jwtSVID' || !has(self.spiffe) || !has(self.spiffe.enabled) || self.spiffe.enabled",message="clientRegistration.clientAuthentication jwtSVID needs SPIFFE: the workload authenticates with its JWT SVID; remove spiffe.enabled: false or use clientSecret",fieldPath=".clientRegistration.clientAuthentication",reason="FieldValueInvalid"
 // +kubebuilder:validation:XValidation:rule="!has(self.inbound) || !has(self.outbound) || !has(self.outbound.trafficInterception) || (has(self.inbound.port) ? self.inbound.port : 8080) != (has(self.outbound.trafficInterception.proxyPort) ? self.outbound.trafficInterception.proxyPort : 15123)",message="outbound.trafficInterception.proxyPort must differ from inbound.port",fieldPath=".outbound.trafficInterception.proxyPort",reason="FieldValueInvalid"
 type TokenExchangeSpec struct {
 	// TargetRef names the workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or
@@ -133,8 +134,21 @@ const (
 	ProviderOIDC = "oidc"
 )
 
+// How a registered client authenticates to the identity provider (clientAuthentication).
+const (
+	// ClientAuthClientSecret: the provider issues a client secret, which client-registration in the
+	// pod obtains with the credentials of the Secret the injector mounts.
+	ClientAuthClientSecret = "clientSecret"
+	// ClientAuthJWTSVID: no secret exists. kagenti-tokenexchange registers the client,
+	// authenticating with its own JWT SVID, bound to the workload's SPIFFE ID; the workload
+	// authenticates with its JWT SVID as the client assertion (RFC 7523).
+	ClientAuthJWTSVID = "jwtSVID"
+)
+
 // ClientRegistrationSpec configures the registration with the identity provider.
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.clientAuthentication) || self.clientAuthentication != 'jwtSVID' || (has(self.provider) && self.provider == 'oidc' && has(self.oidc) && has(self.oidc.issuer) && has(self.oidc.registrationUrl))",message="clientAuthentication jwtSVID needs provider oidc with oidc.issuer and oidc.registrationUrl set in this TokenExchange: kagenti-tokenexchange registers the client there with RFC 7591, authenticated by its own JWT SVID (Keycloak's admin API needs admin credentials, which this mode does away with)",fieldPath=".clientAuthentication",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.clientAuthentication) || self.clientAuthentication != 'jwtSVID' || !has(self.enabled) || self.enabled",message="clientAuthentication jwtSVID registers the client: it needs enabled (or leave enabled out)",fieldPath=".clientAuthentication",reason="FieldValueInvalid"
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'keycloak' || (has(self.keycloak) && has(self.keycloak.url) && has(self.keycloak.realm))",message="provider keycloak requires keycloak.url and keycloak.realm",fieldPath=".keycloak",reason="FieldValueRequired"
 // +kubebuilder:validation:XValidation:rule="!has(self.keycloak) || !has(self.provider) || self.provider == 'keycloak'",message="keycloak is only valid with provider keycloak (or provider omitted)",fieldPath=".keycloak",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.oidc) || (has(self.provider) && self.provider == 'oidc')",message="oidc is only valid with provider oidc",fieldPath=".oidc",reason="FieldValueForbidden"
@@ -158,6 +172,18 @@ type ClientRegistrationSpec struct {
 	// (identity.oidc of the injector configuration).
 	// +optional
 	OIDC *OIDCSpec `json:"oidc,omitempty"`
+
+	// ClientAuthentication is how the workload's client authenticates to the identity provider:
+	// clientSecret (client-registration in the pod registers it with the credentials of the
+	// Secret the injector mounts and keeps the issued secret on the pod's shared volume) or
+	// jwtSVID (no client secret exists anywhere: kagenti-tokenexchange registers the client with
+	// RFC 7591, authenticated by its own JWT SVID, for private_key_jwt authentication bound to the
+	// workload's SPIFFE ID, and the outbound proxy presents the workload's JWT SVID as its client
+	// assertion). jwtSVID needs provider oidc with oidc.issuer and oidc.registrationUrl set here,
+	// SPIFFE, and kagenti-tokenexchange run with --registrar-spiffe-socket. Default clientSecret.
+	// +optional
+	// +kubebuilder:validation:Enum=clientSecret;jwtSVID
+	ClientAuthentication string `json:"clientAuthentication,omitempty"`
 }
 
 // OIDCSpec locates an OpenID provider registered with through RFC 7591.
@@ -604,6 +630,13 @@ func (s *TokenExchangeSpec) EffectiveMTLS() string {
 	return MTLSOff
 }
 
+// RegistersWithSVID reports whether kagenti-tokenexchange registers the workload's client
+// (clientRegistration.clientAuthentication jwtSVID, registration not turned off).
+func (s *TokenExchangeSpec) RegistersWithSVID() bool {
+	cr := s.ClientRegistration
+	return cr != nil && cr.ClientAuthentication == ClientAuthJWTSVID && (cr.Enabled == nil || *cr.Enabled)
+}
+
 // DestinationRule selects the token for requests to one host.
 type DestinationRule struct {
 	// Match selects the destination.
@@ -651,6 +684,9 @@ const (
 	// only when a pod starts (ports, outbound.trafficInterception, spiffe-helper's). False
 	// (RestartRequired) names the pods to restart.
 	ConditionStartupSettingsCurrent = "StartupSettingsCurrent"
+	// ConditionClientRegistered: kagenti-tokenexchange registered the workload's client
+	// (clientAuthentication jwtSVID only).
+	ConditionClientRegistered = "ClientRegistered"
 )
 
 // Reasons of the Ready condition, and of Reconciling or Stalled next to it. A Ready=False reason is
@@ -701,6 +737,19 @@ const (
 	// ReasonRestarting (StartupSettingsCurrent): pods that started before their ConfigMap existed
 	// are being restarted by the controller (evicted, for their controller to start again).
 	ReasonRestarting = "Restarting"
+	// ReasonRegistered (ClientRegistered=True): the provider accepted the registration.
+	ReasonRegistered = "Registered"
+	// ReasonRegistrarUnavailable (ClientRegistered=False, and Ready=False Stalled):
+	// kagenti-tokenexchange has no SPIFFE identity to register with (started without
+	// --registrar-spiffe-socket), or cannot get its JWT SVID from the SPIRE agent (retried).
+	ReasonRegistrarUnavailable = "RegistrarUnavailable"
+	// ReasonRegistrationFailed (ClientRegistered=False, and Ready=False Reconciling): the provider
+	// was unreachable or answered with an error; retried with backoff.
+	ReasonRegistrationFailed = "RegistrationFailed"
+	// ReasonRegistrationRefused (ClientRegistered=False, and Ready=False Reconciling): the
+	// provider refused the registration or answered with something the controller does not use
+	// (a client secret, another workload's owner marker or SPIFFE ID); retried with backoff.
+	ReasonRegistrationRefused = "RegistrationRefused"
 )
 
 // TokenExchangeStatus is the observed state.
@@ -759,6 +808,44 @@ type TokenExchangeStatus struct {
 	// the ConfigMap.
 	// +optional
 	IdentityStatus *IdentityStatus `json:"identityStatus,omitempty"`
+
+	// ClientRegistration is the client kagenti-tokenexchange registered for the workload
+	// (clientRegistration.clientAuthentication jwtSVID); absent otherwise.
+	// +optional
+	ClientRegistration *RegisteredClient `json:"clientRegistration,omitempty"`
+}
+
+// RegisteredClient is a client kagenti-tokenexchange registered with the identity provider. It
+// holds no credential: the client authenticates with the workload's JWT SVID, and the RFC 7592
+// registration access token the provider returns is not kept (whoever holds it may rebind the
+// client), so the controller never updates or deletes a client it registered: a change of what
+// is registered registers a new client, and the old one stays at the provider until removed there.
+type RegisteredClient struct {
+	// ClientID the provider assigned.
+	// +kubebuilder:validation:MaxLength=512
+	ClientID string `json:"clientId"`
+	// ClientName it was registered under.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ClientName string `json:"clientName,omitempty"`
+	// SpiffeID the client is bound to: only a JWT SVID of this ID authenticates it.
+	// +kubebuilder:validation:MaxLength=2048
+	SpiffeID string `json:"spiffeId"`
+	// RegistrationURL is the RFC 7591 endpoint it was registered at.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	RegistrationURL string `json:"registrationUrl,omitempty"`
+	// Registrar is the SPIFFE ID kagenti-tokenexchange authenticated the registration with.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Registrar string `json:"registrar,omitempty"`
+	// MetadataHash identifies what was registered (endpoint, name, owner, SPIFFE ID, grants): the
+	// controller registers again only when it changes.
+	// +kubebuilder:validation:MaxLength=64
+	MetadataHash string `json:"metadataHash"`
+	// RegisteredAt is when the provider accepted the registration.
+	// +optional
+	RegisteredAt *metav1.Time `json:"registeredAt,omitempty"`
 }
 
 // IdentityStatus is true for a component when its sidecar is ready in every configured pod (and

@@ -29,6 +29,8 @@ func options() command.Options {
 			f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "number of TokenExchanges reconciled in parallel")
 			f.BoolVar(&opts.RestartStartedWithoutContent, "restart-pods-started-before-config", true,
 				"evict the pods of a workload that started before its TokenExchange's ConfigMap existed (applied together), so that their controller starts them with its startup settings")
+			f.StringVar(&opts.RegistrarSocket, "registrar-spiffe-socket", "",
+				"SPIRE agent's Workload API (unix:///path): register the clients of clientAuthentication jwtSVID with the controller's own JWT SVID; empty: such TokenExchanges are not served")
 		},
 		Scheme: command.SchemeWith(v1alpha1.AddToScheme),
 		Cache: func([]string) cache.Options {

@@ -95,9 +95,22 @@ type IdP struct {
 	RegistrationURL string `json:"registrationUrl,omitempty"`
 }
 
+// Client authentication methods (clientRegistration.clientAuthentication).
+const (
+	// ClientAuthClientSecret: client-registration registers the client and writes its secret.
+	ClientAuthClientSecret = "clientSecret"
+	// ClientAuthJWTSVID: kagenti-tokenexchange registers the client (ClientID); the outbound proxy
+	// authenticates with the JWT SVID as client assertion.
+	ClientAuthJWTSVID = "jwtSVID"
+)
+
 // ClientRegistration is the resolved registration section.
 type ClientRegistration struct {
-	Enabled            bool   `json:"enabled"`
+	Enabled bool `json:"enabled"`
+	// ClientAuthentication is ClientAuthClientSecret or ClientAuthJWTSVID.
+	ClientAuthentication string `json:"clientAuthentication"`
+	// ClientID is, for ClientAuthJWTSVID, the client the controller registered ("" until it has).
+	ClientID           string `json:"clientId,omitempty"`
 	ClientNameTemplate string `json:"clientNameTemplate"`
 	// ClientName is ClientNameTemplate rendered for this pod.
 	ClientName           string `json:"clientName"`

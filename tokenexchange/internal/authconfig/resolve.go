@@ -54,6 +54,8 @@ func Resolve(defaults, overrides Spec, w Workload) (Config, error) {
 
 	c.ClientRegistration = ClientRegistration{
 		Enabled:              enabled(cr.Enabled),
+		ClientAuthentication: str(ClientAuthClientSecret, cr.ClientAuthentication),
+		ClientID:             cr.ClientID,
 		ClientNameTemplate:   kc.ClientNameTemplate,
 		TokenExchangeEnabled: enabled(kc.TokenExchangeEnabled),
 	}
@@ -240,6 +242,18 @@ func (c Config) validate() []error {
 		}
 	default:
 		add("clientRegistration.provider", "%q is not one of keycloak, oidc", c.IdP.Provider)
+	}
+	switch c.ClientRegistration.ClientAuthentication {
+	case ClientAuthClientSecret:
+	case ClientAuthJWTSVID:
+		if c.ClientRegistration.Enabled && !c.Spiffe.Enabled {
+			add("clientRegistration.clientAuthentication", "jwtSVID needs SPIFFE (label the workload kagenti.io/spiffe=enabled): the client authenticates with the workload's JWT SVID")
+		}
+		if c.ClientRegistration.Enabled && c.IdP.Provider != ProviderOIDC {
+			add("clientRegistration.clientAuthentication", "jwtSVID needs provider oidc (RFC 7591 registration by kagenti-tokenexchange), not %q", c.IdP.Provider)
+		}
+	default:
+		add("clientRegistration.clientAuthentication", "%q is not clientSecret or jwtSVID", c.ClientRegistration.ClientAuthentication)
 	}
 	if c.ClientRegistration.Enabled {
 		if c.Workload.Name == "" {

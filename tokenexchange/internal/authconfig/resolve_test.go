@@ -65,7 +65,7 @@ func TestResolveSeedDefaults(t *testing.T) {
 			TokenURL: "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/token",
 			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
 		},
-		ClientRegistration: ClientRegistration{Enabled: true, ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}", ClientName: "agents/weather-agent", TokenExchangeEnabled: true},
+		ClientRegistration: ClientRegistration{Enabled: true, ClientAuthentication: ClientAuthClientSecret, ClientNameTemplate: "{{.Namespace}}/{{.WorkloadName}}", ClientName: "agents/weather-agent", TokenExchangeEnabled: true},
 		Inbound: Inbound{Enabled: true, Port: 8080, TargetPort: 8081, ExcludePorts: []int32{}, Validation: Validation{
 			Enabled: true, Issuer: "http://keycloak.kagenti-system.svc:8080/realms/default",
 			JWKSURL:  "http://keycloak.kagenti-system.svc:8080/realms/default/protocol/openid-connect/certs",
@@ -133,6 +133,28 @@ func TestResolveOIDCProvider(t *testing.T) {
 		JWKSURL: "http://127.0.0.1:9000/keys", RegistrationURL: "http://127.0.0.1:9000/register"}, c.IdP)
 	assert.Equal(t, "http://127.0.0.1:9000", c.Inbound.Validation.Issuer)
 	assert.Equal(t, "http://127.0.0.1:9000/oauth/token", c.Outbound.TokenExchange.TokenURL)
+}
+
+// clientAuthentication jwtSVID resolves with the controller's client ID, and is refused, with
+// the field's path, where it cannot work: without SPIFFE, with Keycloak, or misspelt.
+func TestResolveClientAuthentication(t *testing.T) {
+	env := seedEnv()
+	env["KAGENTI_IDP_PROVIDER"] = "oidc"
+	env["KAGENTI_OIDC_ISSUER"] = "http://127.0.0.1:9000"
+	env["KAGENTI_OIDC_TOKEN_URL"] = "http://127.0.0.1:9000/oauth/token"
+	env["KAGENTI_OIDC_JWKS_URL"] = "http://127.0.0.1:9000/keys"
+	env["KAGENTI_OIDC_REGISTRATION_URL"] = "http://127.0.0.1:9000/register"
+	c, err := resolveEnv(t, env, Spec{ClientRegistration: &ClientRegistrationSpec{ClientAuthentication: ClientAuthJWTSVID, ClientID: "dyn-1"}})
+	require.NoError(t, err)
+	assert.Equal(t, ClientAuthJWTSVID, c.ClientRegistration.ClientAuthentication)
+	assert.Equal(t, "dyn-1", c.ClientRegistration.ClientID)
+
+	_, err = resolveEnv(t, env, Spec{Spiffe: &SpiffeSpec{Enabled: ptr.To(false)}, ClientRegistration: &ClientRegistrationSpec{ClientAuthentication: ClientAuthJWTSVID}})
+	assert.ErrorContains(t, err, "clientRegistration.clientAuthentication: jwtSVID needs SPIFFE")
+	_, err = resolveEnv(t, seedEnv(), Spec{ClientRegistration: &ClientRegistrationSpec{ClientAuthentication: ClientAuthJWTSVID}})
+	assert.ErrorContains(t, err, `clientRegistration.clientAuthentication: jwtSVID needs provider oidc (RFC 7591 registration by kagenti-tokenexchange), not "keycloak"`)
+	_, err = resolveEnv(t, env, Spec{ClientRegistration: &ClientRegistrationSpec{ClientAuthentication: "mtls"}})
+	assert.ErrorContains(t, err, `clientRegistration.clientAuthentication: "mtls" is not clientSecret or jwtSVID`)
 }
 
 func TestResolveReportsEveryProblemWithItsPath(t *testing.T) {

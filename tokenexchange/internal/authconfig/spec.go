@@ -52,7 +52,11 @@ type ClientRegistrationSpec struct {
 	Keycloak *KeycloakSpec `json:"keycloak,omitempty"`
 	// OIDC configures a provider other than Keycloak, registered with through RFC 7591
 	// dynamic client registration.
-	OIDC *OIDCSpec `json:"oidc,omitempty"`
+	OIDC                 *OIDCSpec `json:"oidc,omitempty"`
+	ClientAuthentication string    `json:"clientAuthentication,omitempty"`
+	// ClientID is the client kagenti-tokenexchange registered (ClientAuthentication jwtSVID): not
+	// in the API, written by the controller into config.yaml.
+	ClientID string `json:"clientId,omitempty"`
 }
 
 // KeycloakSpec configures Keycloak, registered with through its admin REST API.

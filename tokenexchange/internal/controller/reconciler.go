@@ -17,6 +17,7 @@ import (
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/registrar"
 	"github.com/kagenti/platform/tokenexchange/internal/resources"
 )
 
@@ -47,6 +48,9 @@ type Reconciler struct {
 	// (restart.go), within RestartWindow (0: DefaultRestartWindow) of the TokenExchange's creation.
 	RestartStartedWithoutContent bool
 	RestartWindow                time.Duration
+	// Registrar registers the clients of clientAuthentication jwtSVID (registration.go); nil when
+	// the controller runs without a SPIFFE identity.
+	Registrar *Registrar
 }
 
 // +kubebuilder:rbac:groups=kagenti.io,resources=tokenexchanges,verbs=get;list;watch
@@ -62,8 +66,12 @@ type Reconciler struct {
 // (with the workload's pods) through the shared model (kit.StatusReconciler).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	shell := kit.StatusReconciler[*v1alpha1.TokenExchange]{Client: r.Client, Status: r.Status,
-		New:  func() *v1alpha1.TokenExchange { return &v1alpha1.TokenExchange{} },
-		Gone: func(key types.NamespacedName) { r.Pods.Forget(key); r.Pods.Forget(heldKey(key)) },
+		New: func() *v1alpha1.TokenExchange { return &v1alpha1.TokenExchange{} },
+		Gone: func(key types.NamespacedName) {
+			r.Pods.Forget(key)
+			r.Pods.Forget(heldKey(key))
+			r.Registrar.Forget(key)
+		},
 		Body: func(ctx context.Context, te *v1alpha1.TokenExchange) (ctrl.Result, bool, error) {
 			s := newStatus(te)
 			result, err := r.reconcile(ctx, te, s)
@@ -112,9 +120,11 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		return ctrl.Result{}, nil
 	}
 
+	clientID, regErr := r.registerClient(ctx, te, w.Name(), tmpl, s)
+
 	// The ConfigMap is written whether or not the workload is injected yet: it is inert until the
 	// injector mounts it, and then takes effect without another reconcile.
-	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace()})
+	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace(), ClientID: clientID})
 	s.ConfigMapName = desired.Name
 	s.Delegation = te.Spec.EffectiveDelegation()
 	s.MTLS = te.Spec.EffectiveMTLS()
@@ -131,6 +141,18 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		r.Recorder.Eventf(te, nil, corev1.EventTypeNormal, "ConfigMap"+string(res), "Apply", "ConfigMap %s %s", desired.Name, strings.ToLower(string(res)))
 	}
 	s.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
+	if regErr != nil {
+		// The pods wait for their client (the sidecars say so): Stalled while the controller has
+		// no identity to register with (nothing changes until it is restarted with one),
+		// Reconciling while the provider or the SPIRE agent fails (retried with backoff).
+		msg := "the workload's client is not registered: " + regErr.Error()
+		if r.Registrar == nil {
+			s.stalled(v1alpha1.PhaseError, v1alpha1.ReasonRegistrarUnavailable, msg)
+			return ctrl.Result{}, nil
+		}
+		s.reconciling(v1alpha1.PhasePending, registrar.KindOf(regErr), msg)
+		return ctrl.Result{}, regErr
+	}
 
 	pods, err := r.pods(te.Namespace, selector, desired.Name)
 	if err != nil {

@@ -4,8 +4,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,12 +17,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/kit"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
+	"github.com/kagenti/platform/tokenexchange/internal/registrar"
 	"github.com/kagenti/platform/tokenexchange/internal/webhook"
 )
 
@@ -44,6 +50,12 @@ type Options struct {
 	RestartStartedWithoutContent bool
 	// RestartWindow: 0 is DefaultRestartWindow.
 	RestartWindow time.Duration
+	// RegistrarSocket is the SPIRE agent's Workload API (unix:///…) the controller gets its own
+	// JWT SVIDs from, to register the clients of clientAuthentication jwtSVID; "" turns that off
+	// (the --registrar-spiffe-socket flag).
+	RegistrarSocket string
+	// Registrar replaces the one RegistrarSocket would build (tests).
+	Registrar *Registrar
 }
 
 // podTokenExchangeIndex indexes pods by the ConfigMap behind their token-exchange volume.
@@ -78,13 +90,26 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Applier:  &kit.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), ManagedBy: Name},
 		Status: &duck.StatusApplier{Client: mgr.GetClient(), FieldOwner: Name, Recorder: events, RequireCurrent: true,
 			Conditions: []string{v1alpha1.ConditionTargetResolved, v1alpha1.ConditionConfigMapReady,
-				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent}},
+				v1alpha1.ConditionConfigPropagated, v1alpha1.ConditionStartupSettingsCurrent, v1alpha1.ConditionClientRegistered}},
 		Recorder: events,
 		Pods:     NewPodStatusProber(opts.PodStatusClient),
 		PodCache: pods,
 
 		RestartStartedWithoutContent: opts.RestartStartedWithoutContent,
 		RestartWindow:                opts.RestartWindow,
+		Registrar:                    opts.Registrar,
+	}
+	if r.Registrar == nil && opts.RegistrarSocket != "" {
+		// The Workload API client connects on first use: a controller whose SPIRE agent is not up
+		// yet starts anyway, and its jwtSVID TokenExchanges say why they wait.
+		wl, err := workloadapi.New(ctx, workloadapi.WithAddr(opts.RegistrarSocket))
+		if err != nil {
+			return fmt.Errorf("--registrar-spiffe-socket %s: %w", opts.RegistrarSocket, err)
+		}
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return wl.Close() })); err != nil {
+			return err
+		}
+		r.Registrar = &Registrar{Registrar: &registrar.Registrar{SVIDs: wl, HTTP: idpclient.New()}}
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4

@@ -36,7 +36,9 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/controller"
+	"github.com/kagenti/platform/tokenexchange/internal/registrar"
 	txwebhook "github.com/kagenti/platform/tokenexchange/internal/webhook"
 )
 
@@ -48,6 +50,8 @@ var (
 	k8s     client.WithWatch // direct (uncached) client for the tests
 	scheme  = k8sruntime.NewScheme()
 	testCfg *rest.Config // the API server's, for tests that run a manager of their own
+	// suiteSVIDs is the suite controller's Workload API (registration_test.go).
+	suiteSVIDs *testSVIDs
 )
 
 func TestMain(m *testing.M) {
@@ -112,8 +116,19 @@ func run(m *testing.M) int {
 	}
 	statusClient := controller.NewPodStatusClient()
 	statusClient.Transport.(*http.Transport).DialContext = podNetwork.dial
+	svidDir, err := os.MkdirTemp("", "tokenexchange-svids-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(svidDir)
+	if suiteSVIDs, err = newTestSVIDs(svidDir); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the test trust domain: %v\n", err)
+		return 1
+	}
 	if err := controller.Setup(mgr, controller.Options{Webhook: &txwebhook.Options{CertDir: wo.LocalServingCertDir}, PodStatusClient: statusClient,
-		RestartStartedWithoutContent: true}); err != nil {
+		RestartStartedWithoutContent: true,
+		Registrar:                    &controller.Registrar{Registrar: &registrar.Registrar{SVIDs: suiteSVIDs, HTTP: idpclient.New()}}}); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
 	}

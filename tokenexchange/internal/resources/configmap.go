@@ -31,6 +31,9 @@ type Target struct {
 	Kind      string
 	Name      string
 	Namespace string
+	// ClientID is the client the controller registered for the workload (clientAuthentication
+	// jwtSVID), "" for none (yet).
+	ClientID string
 }
 
 // ConfigMapName is the name of the ConfigMap for workload, shared with the injector.
@@ -51,9 +54,27 @@ func MakeConfigMap(te *v1alpha1.TokenExchange, t Target) *corev1.ConfigMap {
 		},
 		Data: map[string]string{
 			ConfigKey: fmt.Sprintf("# Rendered by kagenti-tokenexchange from TokenExchange %s/%s: what it sets over the injector's defaults. Do not edit: changes are overwritten.\n",
-				te.Namespace, te.Name) + string(authconfig.Marshal(Overrides(te))),
+				te.Namespace, te.Name) + string(authconfig.Marshal(withRegistration(Overrides(te), te, t.ClientID))),
 		},
 	}
+}
+
+// withRegistration adds what the controller's registration gives the data plane
+// (clientAuthentication jwtSVID): the registered client's ID and, unless the spec sets one, the
+// provider's issuer as the JWT SVID's audience, since the SVID is the client assertion and RFC
+// 7523 §3 wants the authorization server among its audiences.
+func withRegistration(s authconfig.Spec, te *v1alpha1.TokenExchange, clientID string) authconfig.Spec {
+	if !te.Spec.RegistersWithSVID() {
+		return s
+	}
+	s.ClientRegistration.ClientID = clientID
+	if s.Spiffe == nil {
+		s.Spiffe = &authconfig.SpiffeSpec{}
+	}
+	if s.Spiffe.Audience == "" && s.ClientRegistration.OIDC != nil {
+		s.Spiffe.Audience = s.ClientRegistration.OIDC.Issuer
+	}
+	return s
 }
 
 // Overrides is te's spec in the data plane's schema. The two share their JSON shape (targetRef

@@ -579,3 +579,28 @@ func TestScopesOnlyNarrowAlongTheChain(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status, "allowScopeEscalation lets the provider decide: %s", body)
 	assert.Len(t, g.idp.Calls(), 1)
 }
+
+// clientAuthentication jwtSVID: the client kagenti-tokenexchange registered (its ID in
+// config.yaml) authenticates with the workload's JWT SVID; the secret on the shared volume, if
+// any, is never sent. Until the controller has written the ID, the proxy says what it waits for.
+func TestRegisteredClientAuthenticatesWithItsJWTSVID(t *testing.T) {
+	f := newFixture(t, rules+"clientRegistration: {clientAuthentication: jwtSVID}\n")
+	svid := "eyJhbGciOiJFUzI1NiJ9." + b64(`{"sub":"spiffe://cluster.local/ns/agents/sa/caller","exp":`+fmt.Sprint(time.Now().Add(time.Hour).Unix())+`}`) + ".sig"
+	require.NoError(t, os.WriteFile(filepath.Join(f.shared, authconfig.JWTSVIDFile), []byte(svid), 0o640))
+	f.creds.Refresh()
+
+	status, body := f.call(callee(t), "api.example.com", "user-token")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, "kagenti-tokenexchange registers it")
+	assert.Empty(t, f.idp.Calls())
+
+	writeConfig(t, f.dir, rules+"clientRegistration: {clientAuthentication: jwtSVID, clientId: dyn-42}\n")
+	f.cfg.Reload()
+	status, body = f.call(callee(t), "api.example.com", "user-token")
+	require.Equal(t, http.StatusOK, status, body)
+	call := f.idp.Calls()[0]
+	assert.Equal(t, AssertionTypeJWT, call.Get("client_assertion_type"))
+	assert.Equal(t, svid, call.Get("client_assertion"))
+	assert.Equal(t, "dyn-42", call.Get("client_id"))
+	assert.Empty(t, call.Get("basic_id"), "no client secret is sent")
+}

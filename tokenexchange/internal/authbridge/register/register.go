@@ -158,7 +158,8 @@ func (r *Runner) Run(ctx context.Context) {
 // pass registers when the configuration changed since the last success, or always when force.
 func (r *Runner) pass(ctx context.Context, force bool) error {
 	c := r.cfg.Current().Config
-	if !c.ClientRegistration.Enabled {
+	if !c.ClientRegistration.Enabled || c.ClientRegistration.ClientAuthentication == authconfig.ClientAuthJWTSVID {
+		// jwtSVID: kagenti-tokenexchange registers the client; nothing is written here.
 		r.set("", nil)
 		return nil
 	}
@@ -223,6 +224,12 @@ func (r *Runner) write(c Credentials) error {
 func (r *Runner) Ready() []string {
 	c := r.cfg.Current().Config
 	if !c.ClientRegistration.Enabled {
+		return nil
+	}
+	if c.ClientRegistration.ClientAuthentication == authconfig.ClientAuthJWTSVID {
+		if c.ClientRegistration.ClientID == "" {
+			return []string{"waiting for kagenti-tokenexchange to register the client (clientAuthentication jwtSVID; see the TokenExchange's ClientRegistered condition)"}
+		}
 		return nil
 	}
 	k := key(c, r.admin)

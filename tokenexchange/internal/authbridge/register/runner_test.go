@@ -280,3 +280,36 @@ func TestRunnerReportsAClientOwnedElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "agents/weather", string(b))
 }
+
+// clientAuthentication jwtSVID: registration is kagenti-tokenexchange's, so the role never calls
+// the provider and writes no credentials; it is ready once the controller's client ID is in
+// config.yaml, and says what it waits for until then.
+func TestRunnerLeavesJWTSVIDClientsToTheController(t *testing.T) {
+	d := newDCR(t)
+	cfg, dir := runnerConfig(t, d.URL+"/register")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte("clientRegistration: {clientAuthentication: jwtSVID}\n"), 0o644))
+	cfg.Reload()
+	require.NoError(t, cfg.Err())
+	shared := t.TempDir()
+	r := NewRunner(cfg, AdminCredentials{Dir: t.TempDir()}, shared, http.DefaultClient, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	eventually(t, "waiting for the controller", func() bool {
+		ready := r.Ready()
+		return len(ready) == 1 && strings.Contains(ready[0], "waiting for kagenti-tokenexchange to register the client")
+	})
+	require.NoError(t, os.WriteFile(filepath.Join(dir, authconfig.ConfigFile), []byte("clientRegistration: {clientAuthentication: jwtSVID, clientId: dyn-1}\n"), 0o644))
+	cfg.Reload()
+	eventually(t, "ready with the controller's client", func() bool { return len(r.Ready()) == 0 })
+	r.Kick()
+	cancel()
+	<-done
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	assert.Empty(t, d.clients, "the role registered nothing")
+	entries, err := os.ReadDir(shared)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "no credentials written")
+}
