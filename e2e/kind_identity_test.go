@@ -137,19 +137,7 @@ func TestKindIdentityFlow(t *testing.T) {
 
 	user := clientCredentialsToken(t, "http://"+framework.PortForward(t, ns, podOf(t, c, ns, "idp"), 9080), "user", "user-secret")
 	callerInbound := "http://" + framework.PortForward(t, ns, caller.Name, inboundPort)
-	call := func(t *testing.T) agent.CallResult {
-		t.Helper()
-		u := callerInbound + "/call?" + url.Values{"url": {"http://" + calleeHost + ":" + strconv.Itoa(inboundPort) + "/tasks"}}.Encode()
-		status, body := httpGet(t, u, "", user)
-		if status != http.StatusOK {
-			t.Fatalf("calling the caller's agent through its inbound proxy: %d %s", status, body)
-		}
-		var res agent.CallResult
-		if err := json.Unmarshal([]byte(body), &res); err != nil {
-			t.Fatalf("the caller's agent answered %q: %v", body, err)
-		}
-		return res
-	}
+	call := func(t *testing.T) agent.CallResult { return kindCall(t, callerInbound, calleeHost, user) }
 
 	var summary []string // what make run-kind prints
 	t.Run("caller → callee through the Service: exchanged for the callee's audience", func(t *testing.T) {
@@ -275,6 +263,28 @@ func exchangeRoute(host, audience string) []any {
 		"target": map[string]any{"audience": audience, "scopes": []any{"agent:invoke"}}}}
 }
 
+// kindCall asks the caller's agent, through its inbound proxy at callerInbound (a port-forward),
+// with the user's token, to call http://<calleeHost>:8080/tasks, and returns what the agent got.
+// The callee's Service may be new: until kube-proxy on the caller's node has programmed its
+// ClusterIP, the outbound proxy's dial fails (502 upstream_unavailable), which is retried for a
+// minute; anything else is the answer.
+func kindCall(t *testing.T, callerInbound, calleeHost, user string) agent.CallResult {
+	t.Helper()
+	u := callerInbound + "/call?" + url.Values{"url": {"http://" + calleeHost + ":" + strconv.Itoa(inboundPort) + "/tasks"}}.Encode()
+	var res agent.CallResult
+	framework.Eventually(t, time.Minute, "the caller's call reaching the callee's Service", func(context.Context) (bool, string, error) {
+		status, body := httpGet(t, u, "", user)
+		if status != http.StatusOK {
+			return false, "", fmt.Errorf("calling the caller's agent through its inbound proxy: %d %s", status, body)
+		}
+		if err := json.Unmarshal([]byte(body), &res); err != nil {
+			return false, "", fmt.Errorf("the caller's agent answered %q: %v", body, err)
+		}
+		return !(res.Status == http.StatusBadGateway && strings.Contains(res.Body, "upstream_unavailable")), res.Body, nil
+	})
+	return res
+}
+
 // kindIdP is how a test's dev IdP runs.
 type kindIdP struct {
 	issuer  string
@@ -285,6 +295,8 @@ type kindIdP struct {
 	// Without it the caller authenticates with the client it registered, whose ID is the IdP's
 	// choice, unknown to the test: the IdP does not require it among the audiences.
 	spiffeBundle bool
+	// args are more flags (e.g. --registrar).
+	args []string
 }
 
 // createKindIdP runs the dev IdP as a Deployment with a Service idp:9080 in ns.
@@ -303,6 +315,7 @@ func createKindIdP(t *testing.T, c client.Client, ns string, idp kindIdP) {
 	} else {
 		args = append(args, "--require-client-in-audience=false")
 	}
+	args = append(args, idp.args...)
 	labels := map[string]string{"app": "idp"}
 	framework.Create(t, c, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "idp", Namespace: ns},

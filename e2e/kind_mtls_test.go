@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/kagenti/platform/e2e/framework"
-	"github.com/kagenti/platform/e2e/framework/agent"
 )
 
 // TestKindMTLSBetweenSidecars: mutual TLS between the sidecars of two real pods on kind, both
@@ -68,16 +64,7 @@ func TestKindMTLSBetweenSidecars(t *testing.T) {
 
 	user := clientCredentialsToken(t, "http://"+framework.PortForward(t, ns, podOf(t, c, ns, "idp"), 9080), "user", "user-secret")
 	t.Run("caller → callee over mTLS: the callee's policy saw the caller's SVID as the peer", func(t *testing.T) {
-		u := "http://" + framework.PortForward(t, ns, caller.Name, inboundPort) + "/call?" +
-			url.Values{"url": {"http://" + calleeHost + ":" + strconv.Itoa(inboundPort) + "/tasks"}}.Encode()
-		status, body := httpGet(t, u, "", user)
-		if status != http.StatusOK {
-			t.Fatalf("calling the caller's agent: %d %s", status, body)
-		}
-		var res agent.CallResult
-		if err := json.Unmarshal([]byte(body), &res); err != nil {
-			t.Fatalf("the caller's agent answered %q: %v", body, err)
-		}
+		res := kindCall(t, "http://"+framework.PortForward(t, ns, caller.Name, inboundPort), calleeHost, user)
 		got := decodeReport(t, res)
 		if got.Pod != callee.Name {
 			t.Fatalf("answered by %q (status %d), want the callee's agent %s: the callee's inbound refused the call (no mTLS peer, or another one)", got.Pod, res.Status, callee.Name)

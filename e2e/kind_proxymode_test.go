@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kagenti/platform/e2e/framework"
-	"github.com/kagenti/platform/e2e/framework/agent"
 )
 
 // outboundPort is where the authbridge's outbound proxy listens, the proxy that HTTP_PROXY names
@@ -153,20 +151,7 @@ func TestKindProxyModeIdentityFlow(t *testing.T) {
 
 	t.Run("caller → callee through the explicit proxy: exchanged for the callee's audience", func(t *testing.T) {
 		callerInbound := "http://" + framework.PortForward(t, ns, caller.Name, int(namedPort(t, caller, proxyModeAgent.target.StrVal)))
-		u := callerInbound + "/call?" + url.Values{"url": {"http://" + calleeHost + ":" + strconv.Itoa(inboundPort) + "/tasks"}}.Encode()
-		var res agent.CallResult
-		// The Service is new: until kube-proxy on the caller's node has programmed its ClusterIP,
-		// the outbound proxy's dial times out (502 upstream_unavailable). Anything else is final.
-		framework.Eventually(t, time.Minute, "the caller's call reaching the callee's Service", func(context.Context) (bool, string, error) {
-			status, body := httpGet(t, u, "", user)
-			if status != http.StatusOK {
-				return false, "", fmt.Errorf("calling the caller's agent through its inbound proxy: %d %s", status, body)
-			}
-			if err := json.Unmarshal([]byte(body), &res); err != nil {
-				return false, "", fmt.Errorf("the caller's agent answered %q: %v", body, err)
-			}
-			return !(res.Status == http.StatusBadGateway && strings.Contains(res.Body, "upstream_unavailable")), res.Body, nil
-		})
+		res := kindCall(t, callerInbound, calleeHost, user)
 		got := decodeReport(t, res)
 		if got.Pod != callee.Name {
 			t.Fatalf("answered by %q, want the callee's agent %s", got.Pod, callee.Name)

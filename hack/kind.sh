@@ -74,7 +74,8 @@ helm)
     --set netpol.enabled=true \
     --set injector.config.spireSocket.type=hostPath --set injector.config.spireSocket.hostPath=/run/spire/agent-sockets \
     --set "injector.config.images.spiffeHelper=${SPIFFE_HELPER_IMAGE}" \
-    --set injector.config.identity.idpURL=http://kagenti-dev-idp.kagenti-system.svc:9080 >/dev/null
+    --set injector.config.identity.idpURL=http://kagenti-dev-idp.kagenti-system.svc:9080 \
+    --set tokenexchange.registrar.enabled=true --set tokenexchange.registrar.spiffeSocket.type=hostPath >/dev/null
   ;;
 kustomize)
   for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -k "${d}" >/dev/null; done
