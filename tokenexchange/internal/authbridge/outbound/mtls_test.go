@@ -114,3 +114,30 @@ func TestPermissiveFallbackKeepsTheRequestBody(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	assert.Equal(t, `got={"method":"message/send"}`, string(b))
 }
+
+// A token exchanged for a SPIFFE ID goes, over mTLS, only to a destination presenting that SVID:
+// a sidecar of another workload of the trust domain at the address (a stale Service endpoint, a
+// reused pod IP) is refused before the request is written, in strict and in permissive mode (no
+// plain-HTTP fallback: it is a kagenti sidecar, just not the callee).
+func TestExchangedTokenGoesOnlyToTheSVIDItIsFor(t *testing.T) {
+	ca := svidtest.NewCA(t, "cluster.local")
+	route := "outbound:\n  tokenExchange:\n    defaultTarget: {audience: fallback}\n    destinationRules:\n" +
+		"    - match: {host: \"callee.agents.svc\"}\n      target: {audience: \"" + calleeSVID + "\"}\n"
+	for _, mode := range []string{authconfig.MTLSStrict, authconfig.MTLSPermissive} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t, route)
+			f.proxy.Resolver = newFakeDNS(map[string]string{"callee.agents.svc": "127.0.0.1"})
+			f.proxy.OriginateMTLS(mode, svidtest.NewSource(ca.SVID(t, callerSVID), ca), ca.TD)
+
+			status, body := f.call(sidecarCallee(t, authconfig.MTLSStrict, ca, calleeSVID, ca), "callee.agents.svc:8080", "user-token")
+			require.Equal(t, http.StatusOK, status, body)
+			assert.Contains(t, body, "peer="+callerSVID+" auth=Bearer ", "the callee got the exchanged token over mTLS")
+
+			impostor := sidecarCallee(t, authconfig.MTLSStrict, ca, "spiffe://cluster.local/ns/agents/sa/impostor", ca)
+			status, body = f.call(impostor, "callee.agents.svc:8080", "user-token")
+			assert.Equal(t, http.StatusServiceUnavailable, status)
+			assert.Contains(t, body, `"error":"`+ErrPeerMismatch+`"`)
+			assert.Contains(t, body, "presented spiffe://cluster.local/ns/agents/sa/impostor, and the exchanged token is for "+calleeSVID)
+		})
+	}
+}

@@ -281,6 +281,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			r.Header.Set("Authorization", "Bearer "+tok)
+			r = withExpectedPeer(r, d.Target.Audience)
 		}
 	}
 	p.rp.ServeHTTP(w, r)
