@@ -16,6 +16,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"go.uber.org/zap"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/inbound"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -51,7 +52,7 @@ func (e *mtlsError) Unwrap() error { return e.err }
 // kagenti sidecar serves there).
 func (p *Proxy) OriginateMTLS(mode string, src inbound.SVIDSource, td spiffeid.TrustDomain) {
 	cfg := tlsconfig.MTLSClientConfig(src, src, tlsconfig.AuthorizeMemberOf(td))
-	cfg.NextProtos = []string{inbound.ALPN}
+	cfg.NextProtos = []string{contract.MTLSALPN}
 	cfg.MinVersion = tls.VersionTLS12
 	plain := p.rp.Transport.(protocolTransport)
 	m := &mtlsTransport{strict: mode == authconfig.MTLSStrict, plain: plain, tls: cfg, dialer: p.dialer,
@@ -139,9 +140,9 @@ func (t *mtlsTransport) dial(ctx context.Context, network, addr string) (net.Con
 		_ = c.Close()
 		return nil, &mtlsError{dst: dst, err: err}
 	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != inbound.ALPN {
+	if p := tc.ConnectionState().NegotiatedProtocol; p != contract.MTLSALPN {
 		_ = c.Close()
-		return nil, &mtlsError{dst: dst, err: fmt.Errorf("the destination's TLS server is not a kagenti sidecar (ALPN %q, not %s)", p, inbound.ALPN)}
+		return nil, &mtlsError{dst: dst, err: fmt.Errorf("the destination's TLS server is not a kagenti sidecar (ALPN %q, not %s)", p, contract.MTLSALPN)}
 	}
 	return struct{ net.Conn }{tc}, nil
 }
