@@ -44,7 +44,7 @@ func options() command.Options {
 			f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
 			f.BoolVar(&opts.AutoCreate, "auto-create", true, "create an AgentCard for every workload labelled kagenti.io/type=agent")
 			f.StringSliceVar(&opts.CrossNamespaceIdentities, "cross-namespace-identities", nil, "comma-separated SPIFFE ID patterns (path.Match: * stays within one path segment) that spec.identityBinding.spiffeID of an AgentCard in any namespace may name; by default an AgentCard binds only identities of its own namespace (spiffe://<trust domain>/ns/<namespace>/...)")
-			f.StringVar(&opts.FetchSPIFFESocket, "fetch-spiffe-socket", "", "SPIFFE Workload API socket (unix:///...) of the controller's own X.509-SVID: https cards are then fetched over mutual TLS, the pod proving the identity its card is bound to")
+			f.StringVar(&opts.FetchSPIFFESocket, "fetch-spiffe-socket", "", "SPIFFE Workload API socket (unix:///...) of the controller's own X.509-SVID: https cards, and http ones a pod answers 426 for TLS (a strict authbridge inbound), are then fetched over mutual TLS, the pod proving the identity its card is bound to")
 			f.StringVar(&opts.FetchCertFile, "fetch-cert-file", "", "PEM X.509-SVID chain of the controller for fetching https cards over mutual TLS (with --fetch-key-file and --fetch-bundle-file; instead of --fetch-spiffe-socket)")
 			f.StringVar(&opts.FetchKeyFile, "fetch-key-file", "", "PEM private key of --fetch-cert-file")
 			f.StringVar(&opts.FetchBundleFile, "fetch-bundle-file", "", "PEM trust bundle of --trust-domain that the pods' SVIDs must chain to (with --fetch-cert-file)")

@@ -23,8 +23,10 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/devca"
 	"github.com/kagenti/platform/agentcard/internal/federation/tlsid"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/fetch/sidecartest"
 	"github.com/kagenti/platform/agentcard/internal/podcache"
 	"github.com/kagenti/platform/agentcard/internal/signature"
+	"github.com/kagenti/platform/agentcard/internal/status"
 	"github.com/kagenti/platform/agentcard/internal/testcards"
 	"github.com/kagenti/platform/agentcard/internal/verify"
 )
@@ -89,4 +91,54 @@ func TestAttestedFetchIsInThePodsResult(t *testing.T) {
 	assert.Equal(t, v1alpha1.ReasonPeerNotAttested, st.reason)
 	assert.Contains(t, st.errMsg, "did not prove it is "+agentID)
 	assert.Empty(t, st.over)
+}
+
+// TestAttestedFetchOfAStrictSidecarIsInTheStatus: an AgentCard that names no endpoint (as an
+// auto-created one) for a pod whose kagenti-authbridge inbound runs mtls.mode strict: the plain
+// fetch is answered 426, the card is fetched again over mutual TLS from the pod proving its
+// workload identity, its signature is verified, and status.cards[] says fetchedOver mtls with the
+// proved SPIFFE ID.
+func TestAttestedFetchOfAStrictSidecarIsInTheStatus(t *testing.T) {
+	ca, err := devca.NewCA("cluster.local", time.Hour)
+	require.NoError(t, err)
+	td := spiffeid.RequireTrustDomainFromString("cluster.local")
+	x509Bundle := x509bundle.FromX509Authorities(td, []*x509.Certificate{ca.Cert})
+	newSVID := func(id string) *x509svid.SVID {
+		s, err := ca.NewSVID(id, devca.SVIDOptions{})
+		require.NoError(t, err)
+		return &x509svid.SVID{ID: spiffeid.RequireFromString(id), Certificates: s.Chain, PrivateKey: s.Key}
+	}
+	agentID := "spiffe://cluster.local/ns/agents/sa/weather"
+	workload := newSVID(agentID)
+	body, err := signature.Sign(testcards.Weather("1.0.0"), signature.SignOptions{Key: workload.PrivateKey, Chain: workload.Certificates})
+	require.NoError(t, err)
+	sc := sidecartest.Serve(t, true, workload, x509Bundle, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != fetch.PathAgentCard {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(body)
+	}))
+	bundle, err := signature.ParseBundle(td, devca.CertPEM(ca.Cert))
+	require.NoError(t, err)
+	trust := &verify.TrustStore{}
+	trust.Set(bundle, nil)
+	controller := "spiffe://cluster.local/ns/kagenti-system/sa/kagenti-agentcard"
+	fetcher := fetch.New(4, 5*time.Second).WithAttestation(&fetch.Attestation{SVID: tlsid.NewStatic(newSVID(controller)), Bundles: x509Bundle})
+	r := NewSyncer(fetcher, trust, signature.IdentityRules{}, "cluster.local", 1<<20)
+
+	c := &v1alpha1.AgentCard{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "weather"}}
+	p := &podcache.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "weather-0", UID: "weather-0"},
+		ServiceAccount: "weather", IP: "127.0.0.1", Serving: true, CardPort: sc.Port}
+	st := &PodState{}
+	r.syncPod(context.Background(), st, syncInput{card: c, pod: p, trustDomain: "cluster.local", requireSig: true})
+	require.Equal(t, v1alpha1.FetchSuccess, st.fetchStatus, st.errMsg)
+	assert.True(t, st.verified(), "the signature check stays: %+v %+v", st.verify, st.binding)
+	assert.Equal(t, []string{controller}, sc.Peers())
+
+	got := status.Build(c, Results([]Served{{Pod: p, State: st}}), nil, true, time.Now())
+	require.Len(t, got.Cards, 1)
+	assert.Equal(t, fetch.OverMTLS, got.Cards[0].FetchedOver)
+	assert.Equal(t, agentID, got.Cards[0].PeerSpiffeID)
+	assert.Equal(t, "https://127.0.0.1:"+strconv.Itoa(int(sc.Port))+fetch.PathAgentCard, got.Cards[0].URL)
 }

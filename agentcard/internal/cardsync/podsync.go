@@ -134,14 +134,18 @@ func (r *Syncer) syncPod(ctx context.Context, st *PodState, in syncInput) {
 
 	start := time.Now()
 	req := fetch.Request{Scheme: scheme, PodIP: p.IP, Port: port, Paths: paths, ETag: st.etag, ETagPath: st.path}
-	if scheme == "https" && r.Fetcher.Attests() {
-		// Over mutual TLS the pod must prove the identity its card is bound to.
+	if r.Fetcher.Attests() {
+		// Over mutual TLS the pod must prove the identity its card is bound to: an https endpoint
+		// always, an http one when the pod answers that it accepts only mutual TLS (an authbridge
+		// inbound with mtls.mode strict). Without that identity an http fetch goes on plain.
 		id, idErr := r.Identities.ExpectedIdentity(in.expectedIDSpec, in.trustDomain, p.Namespace, p.ServiceAccount)
-		if idErr != nil {
+		if idErr != nil && scheme == "https" {
 			r.fail(st, v1alpha1.FetchFailed, v1alpha1.ReasonPeerNotAttested, "no identity to require of the pod over mutual TLS: "+idErr.Message)
 			return
 		}
-		req.PeerID = id
+		if idErr == nil {
+			req.PeerID = id
+		}
 	}
 	resp, err := r.Fetcher.Fetch(ctx, req)
 	if err != nil {

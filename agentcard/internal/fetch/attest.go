@@ -11,6 +11,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // How a card was fetched (PodCard.fetchedOver).
@@ -30,12 +32,18 @@ type Attestation struct {
 	Bundles x509bundle.Source
 }
 
-// attested fetches https://... from a pod that must present an X.509-SVID of peer, the controller
-// presenting its own. The TLS configuration is the request's (its peer), so the request gets a
-// transport of its own; connections are not kept between fetches anyway.
+// attestedClient fetches https://... from a pod that must present an X.509-SVID of peer, the
+// controller presenting its own. The TLS configuration is the request's (its peer), so the request
+// gets a transport of its own; connections are not kept between fetches anyway.
+//
+// It offers ALPN kagenti-mtls/1 first, then http/1.1, and speaks HTTP/1.1 in either: a pod whose
+// kagenti-authbridge inbound terminates mutual TLS selects only kagenti-mtls/1 and refuses a client
+// offering only the HTTP protocols; an agent terminating mutual TLS itself selects http/1.1 (or
+// nothing). HTTP/2 is not offered: a card is one small GET.
 func (f *Fetcher) attestedClient(peer spiffeid.ID) *http.Client {
 	t := f.transport.Clone()
 	t.TLSClientConfig = tlsconfig.MTLSClientConfig(f.attest.SVID, f.attest.Bundles, tlsconfig.AuthorizeID(peer))
+	t.TLSClientConfig.NextProtos = []string{contract.MTLSALPN, "http/1.1"}
 	c := *f.client
 	c.Transport = t
 	return &c

@@ -21,6 +21,8 @@ import (
 	"github.com/kagenti/platform/agentcard/internal/devca"
 	"github.com/kagenti/platform/agentcard/internal/federation/tlsid"
 	"github.com/kagenti/platform/agentcard/internal/fetch"
+	"github.com/kagenti/platform/agentcard/internal/fetch/sidecartest"
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 const (
@@ -123,5 +125,88 @@ func TestAttestedFetch(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, fetch.OverHTTPS, resp.Over)
 		assert.Empty(t, resp.PeerID)
+	})
+}
+
+// agentServing is an agent behind its sidecar, serving its card on the A2A well-known path.
+var agentServing = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != fetch.PathAgentCard {
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = w.Write([]byte(`{"name":"weather"}`))
+})
+
+// TestAttestedFetchThroughAnMTLSSidecar: a pod whose kagenti-authbridge inbound terminates mutual
+// TLS (mtls.mode strict or permissive; sidecartest stands in for it) gives its card to the
+// attested fetch, whether its AgentCard says https or http (the default, and what an auto-created
+// AgentCard says): a strict sidecar's 426 to a plaintext fetch is followed by the fetch over
+// mutual TLS, which still requires the bound identity.
+func TestAttestedFetchThroughAnMTLSSidecar(t *testing.T) {
+	td := newDomain(t, "cluster.local")
+	f := attesting(td, td.svid(t, controllerID))
+	req := func(scheme string, port int32) fetch.Request {
+		return fetch.Request{Scheme: scheme, PodIP: "127.0.0.1", Port: port, Paths: []string{fetch.PathAgentCard, fetch.PathLegacy}, PeerID: agentID}
+	}
+
+	t.Run("https: mutual TLS with ALPN kagenti-mtls/1", func(t *testing.T) {
+		sc := sidecartest.Serve(t, true, td.svid(t, agentID), td.bundle, agentServing)
+		resp, err := f.Fetch(context.Background(), req("https", sc.Port))
+		require.NoError(t, err)
+		assert.Equal(t, fetch.OverMTLS, resp.Over)
+		assert.Equal(t, agentID, resp.PeerID)
+		assert.Equal(t, `{"name":"weather"}`, string(resp.Body))
+		assert.Equal(t, []string{contract.MTLSALPN}, sc.ALPN(), "the fetch declares the sidecar protocol")
+		assert.Equal(t, []string{controllerID}, sc.Peers(), "the sidecar saw the controller's SVID")
+	})
+
+	t.Run("http to a strict sidecar: asked again over mutual TLS", func(t *testing.T) {
+		sc := sidecartest.Serve(t, true, td.svid(t, agentID), td.bundle, agentServing)
+		resp, err := f.Fetch(context.Background(), req("http", sc.Port))
+		require.NoError(t, err)
+		assert.Equal(t, fetch.OverMTLS, resp.Over)
+		assert.Equal(t, agentID, resp.PeerID)
+		assert.Equal(t, "https://127.0.0.1:"+strconv.Itoa(int(sc.Port))+fetch.PathAgentCard, resp.URL)
+		assert.Equal(t, `{"name":"weather"}`, string(resp.Body))
+		assert.Equal(t, 1, sc.Plaintext(), "one plaintext request, refused")
+		assert.Equal(t, []string{contract.MTLSALPN}, sc.ALPN())
+	})
+
+	t.Run("the upgrade still requires the identity the card is bound to", func(t *testing.T) {
+		sc := sidecartest.Serve(t, true, td.svid(t, "spiffe://cluster.local/ns/agents/sa/impostor"), td.bundle, agentServing)
+		_, err := f.Fetch(context.Background(), req("http", sc.Port))
+		require.Error(t, err)
+		assert.Equal(t, "PeerNotAttested", fetch.KindOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "the pod did not prove it is "+agentID)
+	})
+
+	t.Run("http to a permissive sidecar stays plain", func(t *testing.T) {
+		sc := sidecartest.Serve(t, false, td.svid(t, agentID), td.bundle, agentServing)
+		resp, err := f.Fetch(context.Background(), req("http", sc.Port))
+		require.NoError(t, err)
+		assert.Equal(t, fetch.OverHTTP, resp.Over)
+		assert.Empty(t, sc.ALPN(), "no handshake")
+	})
+
+	t.Run("without an identity of its own the controller says what the pod requires", func(t *testing.T) {
+		sc := sidecartest.Serve(t, true, td.svid(t, agentID), td.bundle, agentServing)
+		_, err := fetch.New(1, 2*time.Second).Fetch(context.Background(), req("http", sc.Port))
+		require.Error(t, err)
+		assert.Equal(t, fetch.KindMTLSRequired, fetch.KindOf(err))
+		assert.Contains(t, err.Error(), "HTTP 426 Upgrade Required: the pod accepts only mutual TLS")
+		assert.Empty(t, sc.ALPN())
+	})
+
+	t.Run("a 426 that does not ask for TLS is an answer like any other", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Upgrade", "websocket")
+			w.WriteHeader(http.StatusUpgradeRequired)
+		}))
+		t.Cleanup(srv.Close)
+		_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		n, _ := strconv.Atoi(p)
+		_, err := f.Fetch(context.Background(), req("http", int32(n)))
+		require.Error(t, err)
+		assert.Equal(t, "HTTPError", fetch.KindOf(err), "%v", err)
 	})
 }

@@ -104,7 +104,9 @@ type Request struct {
 	// ETagPath is the path the ETag belongs to.
 	ETagPath string
 	// PeerID, with an https Scheme and a Fetcher that attests, is the SPIFFE ID the pod must
-	// present over mutual TLS: the identity the card is bound to.
+	// present over mutual TLS: the identity the card is bound to. With an http Scheme it is the
+	// one required when the pod answers 426 Upgrade Required to TLS (KindMTLSRequired): the
+	// fetch is made again over mutual TLS.
 	PeerID string
 }
 
@@ -122,6 +124,10 @@ type Response struct {
 	// PeerID is the SPIFFE ID the pod proved (OverMTLS).
 	PeerID string
 }
+
+// KindMTLSRequired is the kind of an http fetch answered 426 Upgrade Required to TLS: the port
+// accepts only mutual TLS. A Fetcher that attests asks again over mutual TLS (Request.PeerID).
+const KindMTLSRequired = "MTLSRequired"
 
 // Error is a fetch failure with a short CamelCase kind for metrics.
 type Error struct {
@@ -149,20 +155,31 @@ func (f *Fetcher) Fetch(ctx context.Context, r Request) (*Response, error) {
 	host := net.JoinHostPort(ip.String(), strconv.Itoa(int(r.Port)))
 	client, over := f.client, r.Scheme
 	var peer spiffeid.ID
-	if r.Scheme == "https" && f.attest != nil && r.PeerID != "" {
+	if (r.Scheme == "https" || r.Scheme == "http") && f.attest != nil && r.PeerID != "" {
 		if peer, err = spiffeid.FromString(r.PeerID); err != nil {
 			return nil, &Error{Kind: "PeerNotAttested", URL: r.Scheme + "://" + host, Err: fmt.Errorf("the card is bound to %q, not a SPIFFE ID: %w", r.PeerID, err)}
 		}
-		client, over = f.attestedClient(peer), OverMTLS
+		if r.Scheme == "https" {
+			client, over = f.attestedClient(peer), OverMTLS
+		}
 	}
+	scheme := r.Scheme
 	var last error
 	for _, p := range r.Paths {
-		url := r.Scheme + "://" + host + p
 		etag := ""
 		if p == r.ETagPath {
 			etag = r.ETag
 		}
+		url := scheme + "://" + host + p
 		resp, err := f.get(ctx, client, url, etag)
+		if over == OverHTTP && KindOf(err) == KindMTLSRequired && !peer.IsZero() {
+			// The port accepts only mutual TLS (an authbridge inbound with mtls.mode strict): ask
+			// again over it, the pod proving the identity the card is bound to. Never the other
+			// way round: a failed https fetch does not fall back to plain HTTP.
+			scheme, client, over = "https", f.attestedClient(peer), OverMTLS
+			url = scheme + "://" + host + p
+			resp, err = f.get(ctx, client, url, etag)
+		}
 		if err != nil {
 			var fe *Error
 			if over == OverMTLS && errors.As(err, &fe) && fe.Kind == "Unreachable" {
@@ -205,6 +222,8 @@ func (f *Fetcher) get(ctx context.Context, client *http.Client, url, etag string
 		return &Response{URL: url, NotModified: true, ETag: etag}, nil
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, &Error{Kind: "NotFound", URL: url, Err: errors.New("HTTP 404 Not Found")}
+	case resp.StatusCode == http.StatusUpgradeRequired && upgradesToTLS(resp.Header):
+		return nil, &Error{Kind: KindMTLSRequired, URL: url, Err: errors.New("HTTP 426 Upgrade Required: the pod accepts only mutual TLS on this port (a kagenti-authbridge inbound with mtls.mode strict); the controller fetches it so only with an X.509-SVID of its own and the identity the card is bound to")}
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		return nil, &Error{Kind: "Redirect", URL: url, Err: fmt.Errorf("HTTP %d redirect to %q is not followed", resp.StatusCode, cut(resp.Header.Get("Location"), maxQuoted))}
 	case resp.StatusCode != http.StatusOK:
@@ -219,6 +238,19 @@ func (f *Fetcher) get(ctx context.Context, client *http.Client, url, etag string
 		return nil, &Error{Kind: "TooLarge", URL: url, Err: fmt.Errorf("card larger than %d bytes", MaxBodyBytes)}
 	}
 	return &Response{URL: url, Body: body, ETag: keptETag(resp.Header.Get("ETag"))}, nil
+}
+
+// upgradesToTLS reports whether a 426 answer asks for TLS (Upgrade: TLS/1.3, TLS/1.2, RFC 9110
+// §7.8), as a strict authbridge inbound does.
+func upgradesToTLS(h http.Header) bool {
+	for _, v := range h.Values("Upgrade") {
+		for _, p := range strings.Split(v, ",") {
+			if name, _, _ := strings.Cut(strings.TrimSpace(p), "/"); strings.EqualFold(name, "TLS") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // transportError classifies an error of the connection (sending, or reading the answer).

@@ -110,6 +110,14 @@ const (
 	StatusPortAuthbridge = 15128
 )
 
+// MTLSALPN is the TLS application protocol (ALPN, RFC 7301) of mutual TLS to a kagenti-authbridge
+// inbound proxy (mtls.mode permissive or strict): HTTP/1.1 or h2c travels inside, as on a
+// plaintext connection. The inbound's TLS server selects only this protocol, so a client that
+// offers only others (h2, http/1.1: a browser, curl) fails the handshake instead of being answered
+// by a proxy it did not mean to reach. It is offered by the outbound proxy, which also requires it
+// back (that is how a caller knows it reached a sidecar), and by agentcard's attested card fetch.
+const MTLSALPN = "kagenti-mtls/1"
+
 // The data plane's programs as the injector starts them: the kagenti-authbridge subcommand each
 // component runs. The injector sets these arguments; kagenti-authbridge defines the subcommands.
 var AuthbridgeRoles = map[string]string{

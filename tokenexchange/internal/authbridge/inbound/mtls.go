@@ -20,15 +20,10 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"go.uber.org/zap"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
-
-// ALPN is the application protocol a kagenti sidecar offers when it originates mTLS to another
-// sidecar, and the only one the inbound proxy accepts on TLS: HTTP/1.1 inside. A TLS client that
-// offers other protocols only (a browser, curl against the pod) fails the handshake with
-// no_application_protocol, so only sidecars speak TLS to the inbound port.
-const ALPN = "kagenti-mtls/1"
 
 // ErrMTLSRequired is the error code of a plaintext request to a strict inbound proxy.
 const ErrMTLSRequired = "mtls_required"
@@ -73,7 +68,7 @@ func ServerTLSConfig(src SVIDSource, td spiffeid.TrustDomain, log *zap.Logger) *
 		}
 		return err
 	}
-	cfg.NextProtos = []string{ALPN}
+	cfg.NextProtos = []string{contract.MTLSALPN}
 	cfg.MinVersion = tls.VersionTLS12
 	return cfg
 }

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/svidtest"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -52,7 +54,7 @@ func newMTLSFixture(t *testing.T, mode string) *mtlsFixture {
 // checked against the trust domain.
 func (m *mtlsFixture) client(src *svidtest.Source) *http.Client {
 	cfg := tlsconfig.MTLSClientConfig(src, src, tlsconfig.AuthorizeMemberOf(m.ca.TD))
-	cfg.NextProtos = []string{ALPN}
+	cfg.NextProtos = []string{contract.MTLSALPN}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
 }
 
@@ -117,7 +119,7 @@ func TestStrictMTLSRefusesATLSClientWithoutAnSVID(t *testing.T) {
 	m := newMTLSFixture(t, authconfig.MTLSStrict)
 	src := svidtest.NewSource(nil, m.ca)
 	cfg := tlsconfig.TLSClientConfig(src, tlsconfig.AuthorizeMemberOf(m.ca.TD))
-	cfg.NextProtos = []string{ALPN}
+	cfg.NextProtos = []string{contract.MTLSALPN}
 	_, err := m.do(&http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, "https", m.callerToken())
 	require.Error(t, err, "no client certificate: the handshake fails")
 }
@@ -207,4 +209,72 @@ func TestMTLSRotationAppliesToNewConnectionsAndKeepsOpenOnes(t *testing.T) {
 func TestPeerIDIsEmptyOnPlaintext(t *testing.T) {
 	r, _ := http.NewRequest(http.MethodGet, "http://x/", strings.NewReader(""))
 	assert.Empty(t, PeerID(r))
+}
+
+// agentcardID is the SPIFFE ID of agentcard's controller, which fetches agent cards over mutual
+// TLS (agentcard's attested fetch, docs/agentcard.md).
+const agentcardID = "spiffe://cluster.local/ns/kagenti-system/sa/kagenti-agentcard"
+
+// attestedFetcher is a client set up as agentcard's attested card fetch: its own SVID, the
+// callee's SPIFFE ID required of the server (not only its trust domain), ALPN kagenti-mtls/1 with
+// http/1.1 after it (for an agent that terminates mutual TLS itself), no connection kept, and no
+// token.
+func (m *mtlsFixture) attestedFetcher(t *testing.T) *http.Client {
+	src := svidtest.NewSource(m.ca.SVID(t, agentcardID), m.ca)
+	cfg := tlsconfig.MTLSClientConfig(src, src, tlsconfig.AuthorizeID(spiffeid.RequireFromString(audience)))
+	cfg.NextProtos = []string{contract.MTLSALPN, "http/1.1"}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+}
+
+func (m *mtlsFixture) fetch(c *http.Client, url string) (answer, *tls.ConnectionState) {
+	m.t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(m.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, header: resp.Header, text: string(b)}
+	_ = json.Unmarshal(b, &a.body)
+	return a, resp.TLS
+}
+
+// The agent card is a public path: agentcard's attested fetch (its controller's SVID, no token)
+// gets it through a strict or permissive inbound over mutual TLS, as a plaintext fetch gets it
+// where plaintext is served; a path that needs a token still needs one from that peer.
+func TestAttestedCardFetchGetsTheCardWithoutAToken(t *testing.T) {
+	for _, mode := range []string{authconfig.MTLSStrict, authconfig.MTLSPermissive} {
+		t.Run(mode, func(t *testing.T) {
+			m := newMTLSFixture(t, mode)
+			m.withPolicy(`inbound: {authorization: {rules: [{name: from-caller, effect: Allow, when: 'peer == "` + callerID + `"'}]}}` + "\n")
+			c := m.attestedFetcher(t)
+
+			a, state := m.fetch(c, "https://"+m.addr+"/.well-known/agent-card.json")
+			require.Equal(t, http.StatusOK, a.status, a.text)
+			assert.Equal(t, "agent: /.well-known/agent-card.json", a.text)
+			require.NotNil(t, state)
+			assert.Equal(t, contract.MTLSALPN, state.NegotiatedProtocol, "the inbound selects the sidecar protocol")
+
+			a, _ = m.fetch(c, "https://"+m.addr+"/tasks")
+			assert.Equal(t, http.StatusUnauthorized, a.status, "only the public paths go without a token: %s", a.text)
+
+			plain, _ := m.fetch(http.DefaultClient, "http://"+m.addr+"/.well-known/agent-card.json")
+			if mode == authconfig.MTLSStrict {
+				assert.Equal(t, http.StatusUpgradeRequired, plain.status, plain.text)
+				assert.Contains(t, plain.header.Values("Upgrade"), "TLS/1.3, TLS/1.2", "the refusal says what to speak instead")
+			} else {
+				assert.Equal(t, http.StatusOK, plain.status, "the plain-mode rule for the card path: %s", plain.text)
+			}
+		})
+	}
+}
+
+// A TLS client that offers only the HTTP protocols, even with a valid SVID, fails the handshake:
+// a fetcher must offer kagenti-mtls/1 (or no ALPN at all).
+func TestMTLSRefusesAClientOfferingOnlyHTTPProtocols(t *testing.T) {
+	m := newMTLSFixture(t, authconfig.MTLSStrict)
+	src := svidtest.NewSource(m.ca.SVID(t, agentcardID), m.ca)
+	cfg := tlsconfig.MTLSClientConfig(src, src, tlsconfig.AuthorizeMemberOf(m.ca.TD))
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	_, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}).Get("https://" + m.addr + "/.well-known/agent-card.json")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no application protocol")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"go.uber.org/zap"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/inbound"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
@@ -93,7 +94,7 @@ func (p *Proxy) OriginateMTLS(mode string, src inbound.SVIDSource, td spiffeid.T
 				}
 			}
 			cfg := tlsconfig.MTLSClientConfig(src, src, authorize)
-			cfg.NextProtos = []string{inbound.ALPN}
+			cfg.NextProtos = []string{contract.MTLSALPN}
 			cfg.MinVersion = tls.VersionTLS12
 			return cfg
 		},
@@ -215,9 +216,9 @@ func (t *mtlsTransport) dial(ctx context.Context, cfg *tls.Config, network, addr
 		_ = c.Close()
 		return nil, &mtlsError{dst: dst, err: err}
 	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != inbound.ALPN {
+	if p := tc.ConnectionState().NegotiatedProtocol; p != contract.MTLSALPN {
 		_ = c.Close()
-		return nil, &mtlsError{dst: dst, err: fmt.Errorf("the destination's TLS server is not a kagenti sidecar (ALPN %q, not %s)", p, inbound.ALPN)}
+		return nil, &mtlsError{dst: dst, err: fmt.Errorf("the destination's TLS server is not a kagenti sidecar (ALPN %q, not %s)", p, contract.MTLSALPN)}
 	}
 	return struct{ net.Conn }{tc}, nil
 }
