@@ -365,7 +365,7 @@ var (
 // createKindAgent: a ServiceAccount, a Deployment of the stand-in agent labelled for injection (and
 // with the extra labels), with its own HTTP probes on its own port, and a Service name:8080 whose
 // target is mode's.
-func createKindAgent(t *testing.T, c client.Client, ns, name string, extra map[string]string, mode kindAgent) {
+func createKindAgent(t *testing.T, c client.Client, ns, name string, extra map[string]string, mode kindAgent, env ...corev1.EnvVar) {
 	framework.Create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
 	labels := map[string]string{"app": name}
 	workloadLabels := map[string]string{"app": name, "kagenti.io/inject": "enabled"}
@@ -389,10 +389,10 @@ func createKindAgent(t *testing.T, c client.Client, ns, name string, extra map[s
 						ReadinessProbe:  agentProbe("/ready"),
 						LivenessProbe:   agentProbe("/live"),
 						SecurityContext: restrictedContainer(),
-						Env: []corev1.EnvVar{
+						Env: append([]corev1.EnvVar{
 							{Name: "AGENT_LISTEN", Value: mode.listen},
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-						},
+						}, env...),
 					}},
 				},
 			},

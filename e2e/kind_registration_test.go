@@ -25,7 +25,8 @@ const registrarID = "spiffe://cluster.local/ns/kagenti-system/sa/kagenti-tokenex
 
 // TestKindRegistrationWithoutASecret: clientAuthentication jwtSVID on kind, with real pods, the
 // real SPIRE agent and the helm install's registrar (tokenexchange.registrar, the SPIRE socket by
-// hostPath). kagenti-tokenexchange gets its own JWT SVID from the SPIRE agent on its node and
+// hostPath; hack/kind.sh registers the controller's service account with SPIRE, as an operator
+// would). kagenti-tokenexchange gets its own JWT SVID from the SPIRE agent on its node and
 // registers the caller's client at the dev IdP, which allows only that SPIFFE ID to register and
 // verifies it against SPIRE's bundle; the client is bound to the caller's SPIFFE ID. The caller's
 // outbound proxy then authenticates its exchange with the caller's JWT SVID as the client
@@ -37,15 +38,12 @@ func TestKindRegistrationWithoutASecret(t *testing.T) {
 	framework.RequirePillar(t, c, "injector")
 	framework.RequirePillar(t, c, "tokenexchange")
 	requireKindSPIRE(t, c)
-	requireRegistrar(t, c)
+	requireControllerFlag(t, c, "kagenti-tokenexchange", "--registrar-spiffe-socket", "tokenexchange.registrar.enabled")
 	ns := framework.Namespace(t, c, "kind-noreg", map[string]string{"kagenti.io/injection": "enabled"})
 	callerID := "spiffe://cluster.local/ns/" + ns + "/sa/caller"
 	calleeID := "spiffe://cluster.local/ns/" + ns + "/sa/callee"
 	issuer := "http://idp." + ns + ".svc:9080"
 
-	if id := registerKindWorkload(t, "kagenti-system", "kagenti-tokenexchange"); id != registrarID {
-		t.Fatalf("registered %s, want %s", id, registrarID)
-	}
 	copySPIREBundle(t, c, ns)
 	// The user's token is for the caller (its SPIFFE ID, which its inbound validates); the caller's
 	// client ID is the IdP's choice, which the token cannot name in advance, so the IdP does not
@@ -91,6 +89,17 @@ func TestKindRegistrationWithoutASecret(t *testing.T) {
 	})
 
 	registerKindWorkload(t, ns, "caller")
+	// The caller's pods run the content with the client and the SVID's audience (a pod that started
+	// before the ConfigMap existed is restarted by the controller first).
+	framework.Eventually(t, 3*time.Minute, "caller-auth: ConfigPropagated and StartupSettingsCurrent", func(ctx context.Context) (bool, string, error) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(tokenExchangeGVK)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "caller-auth"}, u); err != nil {
+			return false, "", err
+		}
+		propagated, startup := conditionStatus(u, "ConfigPropagated"), conditionStatus(u, "StartupSettingsCurrent")
+		return propagated == "True" && startup == "True", "ConfigPropagated=" + propagated + " StartupSettingsCurrent=" + startup, nil
+	})
 	caller := readyPodOf(t, c, ns, "caller")
 	callee := readyPodOf(t, c, ns, "callee")
 
@@ -130,23 +139,23 @@ func TestKindRegistrationWithoutASecret(t *testing.T) {
 	})
 }
 
-// requireRegistrar fails unless kagenti-tokenexchange runs with --registrar-spiffe-socket (helm
-// tokenexchange.registrar.enabled, which hack/kind.sh sets).
-func requireRegistrar(t *testing.T, c client.Client) {
+// requireControllerFlag fails unless the kagenti-system Deployment runs with flag (the helm
+// install hack/kind.sh makes sets it with the value how names); the kustomize install skips.
+func requireControllerFlag(t *testing.T, c client.Client, deployment, flag, how string) {
 	t.Helper()
 	var d appsv1.Deployment
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "kagenti-system", Name: "kagenti-tokenexchange"}, &d); err != nil {
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "kagenti-system", Name: deployment}, &d); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--registrar-spiffe-socket=") {
+		if strings.HasPrefix(a, flag+"=") {
 			return
 		}
 	}
 	if os.Getenv("KAGENTI_KIND_INSTALL") == "kustomize" {
-		t.Skip("the kustomize install runs kagenti-tokenexchange without the registrar (helm tokenexchange.registrar.enabled)")
+		t.Skipf("the kustomize install runs %s without %s (helm %s)", deployment, flag, how)
 	}
-	t.Fatal("kagenti-tokenexchange runs without --registrar-spiffe-socket: install with --set tokenexchange.registrar.enabled=true (hack/kind.sh does)")
+	t.Fatalf("%s runs without %s: install with --set %s=true (hack/kind.sh does)", deployment, flag, how)
 }
 
 // podLogs are the logs of pod's containers.

@@ -63,6 +63,21 @@ sed -e "s|image: IMAGE_SERVER|image: kagenti.local/spire-server:${SPIRE_IMAGE_TA
 kubectl -n spire-system rollout status statefulset/spire-server --timeout=180s >/dev/null &&
   kubectl -n spire-system rollout status daemonset/spire-agent --timeout=180s >/dev/null ||
   { kubectl -n spire-system get pods -o wide >&2; kubectl -n spire-system logs --all-containers --tail 30 -l 'app.kubernetes.io/name in (spire-server,spire-agent)' >&2 || true; die "SPIRE did not become ready"; }
+# The platform's own SPIFFE identities, registered as an operator would before installing it:
+# kagenti-tokenexchange registers jwtSVID clients with its SVID, kagenti-agentcard fetches cards
+# over mutual TLS with its own (helm tokenexchange.registrar, agentcard.attestedFetch). Both under
+# the node alias of every agent of this cluster (the tests register theirs the same way).
+spire_server() { kubectl -n spire-system exec spire-server-0 -c spire-server -- /spire-server "$@"; }
+alias_id=spiffe://cluster.local/kagenti/kind-nodes
+spire_server entry show -spiffeID "${alias_id}" | grep -q 'Entry ID' ||
+  spire_server entry create -node -spiffeID "${alias_id}" -selector k8s_psat:cluster:kagenti >/dev/null ||
+  die "spire-server entry create ${alias_id} failed"
+for sa in kagenti-tokenexchange kagenti-agentcard; do
+  id="spiffe://cluster.local/ns/kagenti-system/sa/${sa}"
+  spire_server entry show -spiffeID "${id}" | grep -q 'Entry ID' ||
+    spire_server entry create -parentID "${alias_id}" -spiffeID "${id}" -selector k8s:ns:kagenti-system -selector "k8s:sa:${sa}" >/dev/null ||
+    die "spire-server entry create ${id} failed"
+done
 
 stage install
 case "${INSTALL}" in
@@ -75,7 +90,8 @@ helm)
     --set injector.config.spireSocket.type=hostPath --set injector.config.spireSocket.hostPath=/run/spire/agent-sockets \
     --set "injector.config.images.spiffeHelper=${SPIFFE_HELPER_IMAGE}" \
     --set injector.config.identity.idpURL=http://kagenti-dev-idp.kagenti-system.svc:9080 \
-    --set tokenexchange.registrar.enabled=true --set tokenexchange.registrar.spiffeSocket.type=hostPath >/dev/null
+    --set tokenexchange.registrar.enabled=true --set tokenexchange.registrar.spiffeSocket.type=hostPath \
+    --set agentcard.attestedFetch.enabled=true --set agentcard.attestedFetch.spiffeSocket.type=hostPath >/dev/null
   ;;
 kustomize)
   for d in "${ROOT}"/deploy/crds/*/; do kubectl apply --server-side -k "${d}" >/dev/null; done

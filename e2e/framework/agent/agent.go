@@ -26,10 +26,18 @@ type CallResult struct {
 	Body   string `json:"body"`
 }
 
-// Main serves until the listener fails: / answers a Report, /call?url=&host= makes the call.
+// Main serves until the listener fails: / answers a Report, /call?url=&host= makes the call, and
+// /.well-known/agent-card.json serves $AGENT_CARD when it is set.
 func Main() int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/call", call)
+	if card := os.Getenv("AGENT_CARD"); card != "" {
+		// The A2A agent card, for agentcard to fetch (kind's attested-fetch test).
+		mux.HandleFunc("/.well-known/agent-card.json", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, card)
+		})
+	}
 	mux.Handle("/", ReportHandler(os.Getenv("POD_NAME")))
 	srv := &http.Server{Addr: os.Getenv("AGENT_LISTEN"), Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(os.Stderr, "agent %s listening on %s\n", os.Getenv("POD_NAME"), srv.Addr)

@@ -120,27 +120,26 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		return ctrl.Result{}, nil
 	}
 
-	clientID, regErr := r.registerClient(ctx, te, w.Name(), tmpl, s)
-
 	// The ConfigMap is written whether or not the workload is injected yet: it is inert until the
-	// injector mounts it, and then takes effect without another reconcile.
-	desired := resources.MakeConfigMap(te, resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace(), ClientID: clientID})
-	s.ConfigMapName = desired.Name
-	s.Delegation = te.Spec.EffectiveDelegation()
-	s.MTLS = te.Spec.EffectiveMTLS()
-	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored: this reconcile has not set it yet
-	res, err := r.Applier.Apply(ctx, desired, te)
-	if notOwned := (*kit.NotOwnedError)(nil); errors.As(err, &notOwned) {
-		s.configMapFailed(v1alpha1.ReasonConfigMapNotOwned, err.Error())
-		return ctrl.Result{RequeueAfter: notOwnedRetry}, nil
-	} else if err != nil {
-		s.configMapFailed(v1alpha1.ReasonApplyFailed, err.Error())
-		return ctrl.Result{}, err
+	// injector mounts it, and then takes effect without another reconcile. It is written before a
+	// client registration (clientAuthentication jwtSVID), which waits on the SPIRE agent and the
+	// provider: a pod starting meanwhile gets its startup settings, and the client registered
+	// before keeps serving; a newly registered client is a second write.
+	target := resources.Target{Kind: w.Kind(), Name: w.Name(), Namespace: w.Namespace()}
+	if te.Spec.RegistersWithSVID() && s.ClientRegistration != nil {
+		target.ClientID = s.ClientRegistration.ClientID
 	}
-	if configMapWriteIsNews(res, hadConfigMap) {
-		r.Recorder.Eventf(te, nil, corev1.EventTypeNormal, "ConfigMap"+string(res), "Apply", "ConfigMap %s %s", desired.Name, strings.ToLower(string(res)))
+	desired, stop, result, err := r.applyConfigMap(ctx, te, target, s)
+	if stop {
+		return result, err
 	}
-	s.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
+	clientID, regErr := r.registerClient(ctx, te, w.Name(), tmpl, s)
+	if clientID != target.ClientID {
+		target.ClientID = clientID
+		if desired, stop, result, err = r.applyConfigMap(ctx, te, target, s); stop {
+			return result, err
+		}
+	}
 	if regErr != nil {
 		// The pods wait for their client (the sidecars say so): Stalled while the controller has
 		// no identity to register with (nothing changes until it is restarted with one),
@@ -187,6 +186,29 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 	s.ready(fmt.Sprintf("Identity infrastructure configured: %d of %d running pod(s) of %s %s run the current content of ConfigMap %s",
 		len(prop.Current), prop.Pods, w.Kind(), w.Name(), desired.Name))
 	return ctrl.Result{RequeueAfter: retry}, nil
+}
+
+// applyConfigMap writes te's ConfigMap for target and sets ConfigMapReady; stop when the reconcile
+// ends there (someone else's ConfigMap, or a failed write), with its result.
+func (r *Reconciler) applyConfigMap(ctx context.Context, te *v1alpha1.TokenExchange, target resources.Target, s status) (*corev1.ConfigMap, bool, ctrl.Result, error) {
+	desired := resources.MakeConfigMap(te, target)
+	s.ConfigMapName = desired.Name
+	s.Delegation = te.Spec.EffectiveDelegation()
+	s.MTLS = te.Spec.EffectiveMTLS()
+	hadConfigMap := s.IsTrue(v1alpha1.ConditionConfigMapReady) // as stored, or as the first write of this reconcile set it
+	res, err := r.Applier.Apply(ctx, desired, te)
+	if notOwned := (*kit.NotOwnedError)(nil); errors.As(err, &notOwned) {
+		s.configMapFailed(v1alpha1.ReasonConfigMapNotOwned, err.Error())
+		return nil, true, ctrl.Result{RequeueAfter: notOwnedRetry}, nil
+	} else if err != nil {
+		s.configMapFailed(v1alpha1.ReasonApplyFailed, err.Error())
+		return nil, true, ctrl.Result{}, err
+	}
+	if configMapWriteIsNews(res, hadConfigMap) {
+		r.Recorder.Eventf(te, nil, corev1.EventTypeNormal, "ConfigMap"+string(res), "Apply", "ConfigMap %s %s", desired.Name, strings.ToLower(string(res)))
+	}
+	s.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
+	return desired, false, ctrl.Result{}, nil
 }
 
 // referrerInEffect returns the TokenExchange that configures te's target: te itself, or an older

@@ -257,6 +257,13 @@ func TestClientRegistrationFailuresAreReportedAndRetried(t *testing.T) {
 	assert.Contains(t, condition(te, v1alpha1.ConditionClientRegistered).Message, "no identity issued")
 	assert.Equal(t, metav1.ConditionFalse, condition(te, v1alpha1.ConditionReady).Status)
 	assert.True(t, condition(te, v1alpha1.ConditionConfigMapReady).Status == metav1.ConditionTrue, "the ConfigMap is written without a client")
+	// … with its startup settings, so that a pod starting while the registration waits starts on them.
+	var cm corev1.ConfigMap
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.ConfigMapName("agent")}, &cm))
+	over, err := authconfig.Parse([]byte(cm.Data[resources.ConfigKey]))
+	require.NoError(t, err)
+	assert.Equal(t, issuer, over.Spiffe.Audience)
+	assert.Empty(t, over.ClientRegistration.ClientID)
 
 	suiteSVIDs.set(registrarID, nil) // now the provider refuses this registrar
 	te = waitCondition(t, ns, "agent", v1alpha1.ConditionClientRegistered, metav1.ConditionFalse, v1alpha1.ReasonRegistrationRefused)
