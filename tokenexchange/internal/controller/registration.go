@@ -124,11 +124,12 @@ func (r *Reconciler) registerClient(ctx context.Context, te *v1alpha1.TokenExcha
 	tokenExchange := te.Spec.Outbound == nil || te.Spec.Outbound.TokenExchange == nil || te.Spec.Outbound.TokenExchange.Enabled == nil || *te.Spec.Outbound.TokenExchange.Enabled
 	c := registrar.Client{RegistrationURL: cr.OIDC.RegistrationURL, Issuer: cr.OIDC.Issuer, Name: name,
 		Owner: register.OwnerOf(w), SpiffeID: w.SpiffeID(td), TokenExchange: tokenExchange}
-	if prev := s.ClientRegistration; prev != nil && prev.ClientID != "" && prev.MetadataHash == c.Hash() {
+	hash := c.Hash()
+	if prev := s.ClientRegistration; prev != nil && prev.ClientID != "" && prev.MetadataHash == hash {
 		s.set(v1alpha1.ConditionClientRegistered, true, v1alpha1.ReasonRegistered, registeredMessage(prev))
 		return prev.ClientID, nil
 	}
-	if done, ok := r.Registrar.remembered(te, c.Hash()); ok {
+	if done, ok := r.Registrar.remembered(te, hash); ok {
 		s.ClientRegistration = &done
 		s.set(v1alpha1.ConditionClientRegistered, true, v1alpha1.ReasonRegistered, registeredMessage(&done))
 		return done.ClientID, nil
@@ -140,7 +141,7 @@ func (r *Reconciler) registerClient(ctx context.Context, te *v1alpha1.TokenExcha
 	}
 	now := metav1.Now()
 	done := v1alpha1.RegisteredClient{ClientID: reg.ClientID, ClientName: c.Name, SpiffeID: c.SpiffeID,
-		RegistrationURL: c.RegistrationURL, Registrar: reg.Registrar, MetadataHash: c.Hash(), RegisteredAt: &now}
+		RegistrationURL: c.RegistrationURL, Registrar: reg.Registrar, MetadataHash: hash, RegisteredAt: &now}
 	r.Registrar.remember(te, done)
 	s.ClientRegistration = &done
 	s.set(v1alpha1.ConditionClientRegistered, true, v1alpha1.ReasonRegistered, registeredMessage(&done))

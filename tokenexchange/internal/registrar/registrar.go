@@ -109,8 +109,7 @@ type answer struct {
 	TokenEndpointAuthMethod string `json:"token_endpoint_auth_method"`
 	SpiffeID                string `json:"spiffe_id"`
 	Owner                   string `json:"kagenti_owner"`
-	Error                   string `json:"error"`
-	ErrorDescription        string `json:"error_description"`
+	idpclient.OAuthError
 }
 
 // Register registers c and returns its client ID. An answer that carries a client secret (the
@@ -156,13 +155,7 @@ func (r *Registrar) Register(ctx context.Context, c Client) (Registered, error) 
 	}
 	switch {
 	case resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK:
-		why := a.Error
-		if a.ErrorDescription != "" {
-			why += " (" + a.ErrorDescription + ")"
-		}
-		if why == "" {
-			why = http.StatusText(resp.StatusCode)
-		}
+		why := a.Text(resp.StatusCode)
 		if resp.StatusCode >= 500 {
 			return Registered{}, &Error{Kind: Unreachable, Err: fmt.Errorf("registering client %q at %s: %d %s", c.Name, c.RegistrationURL, resp.StatusCode, why)}
 		}

@@ -53,3 +53,23 @@ func refuse(next *http.Request, via []*http.Request) error {
 	}
 	return e
 }
+
+// OAuthError is the error answer of an OAuth endpoint (RFC 6749 §5.2; RFC 7591 §3.2.2 for
+// registration): decode the answer's body into it beside the success fields.
+type OAuthError struct {
+	Error            string `json:"error"`
+	ErrorDescription string `json:"error_description"`
+}
+
+// Text is "error (description)" for a failed answer of status, the status text when it named no
+// error, and "" for a success that named none.
+func (e OAuthError) Text(status int) string {
+	t := e.Error
+	if e.ErrorDescription != "" {
+		t += " (" + e.ErrorDescription + ")"
+	}
+	if t == "" && status/100 != 2 {
+		t = http.StatusText(status)
+	}
+	return t
+}

@@ -50,3 +50,10 @@ func TestRedirectsAreNotFollowedWithTheSecrets(t *testing.T) {
 		})
 	}
 }
+
+func TestOAuthErrorText(t *testing.T) {
+	assert.Equal(t, "invalid_token (not an allowed registrar)", OAuthError{Error: "invalid_token", ErrorDescription: "not an allowed registrar"}.Text(401))
+	assert.Equal(t, "invalid_client", OAuthError{Error: "invalid_client"}.Text(401))
+	assert.Equal(t, "Service Unavailable", OAuthError{}.Text(503), "no error named: the status says it")
+	assert.Empty(t, OAuthError{}.Text(201))
+}

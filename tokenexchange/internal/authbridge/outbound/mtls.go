@@ -101,6 +101,7 @@ func (p *Proxy) OriginateMTLS(mode string, src inbound.SVIDSource, td spiffeid.T
 		byPeer: map[spiffeid.ID]protocolTransport{}}
 	m.secure = m.secureFor(spiffeid.ID{})
 	p.rp.Transport = m
+	p.originatesMTLS = true
 	fallback := p.rp.ErrorHandler
 	p.rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		var me *mtlsError

@@ -50,6 +50,8 @@ type Proxy struct {
 	Loops *sidecar.Loops
 	// egress is the egress policy in effect (egress.go).
 	egress egressState
+	// originatesMTLS: OriginateMTLS was called, so exchanged tokens carry their expected peer.
+	originatesMTLS bool
 }
 
 type ctxKey struct{}
@@ -281,7 +283,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			r.Header.Set("Authorization", "Bearer "+tok)
-			r = withExpectedPeer(r, d.Target.Audience)
+			if p.originatesMTLS {
+				r = withExpectedPeer(r, d.Target.Audience)
+			}
 		}
 	}
 	p.rp.ServeHTTP(w, r)

@@ -210,18 +210,9 @@ func (d *DynamicRegistration) send(ctx context.Context, method, u, bearer string
 		return answer{}, resp.StatusCode, err
 	}
 	var a answer
-	var e struct {
-		Error            string `json:"error"`
-		ErrorDescription string `json:"error_description"`
-	}
+	var e idpclient.OAuthError
 	_ = json.Unmarshal(body, &a.registration)
 	_ = json.Unmarshal(body, &e)
-	a.errorText = e.Error
-	if e.ErrorDescription != "" {
-		a.errorText += " (" + e.ErrorDescription + ")"
-	}
-	if a.errorText == "" && resp.StatusCode/100 != 2 {
-		a.errorText = http.StatusText(resp.StatusCode)
-	}
+	a.errorText = e.Text(resp.StatusCode)
 	return a, resp.StatusCode, nil
 }
