@@ -32,13 +32,10 @@ func TestKindAttestedCardFetchThroughAStrictSidecar(t *testing.T) {
 	ns := framework.Namespace(t, c, "kind-cardmtls", map[string]string{"kagenti.io/injection": "enabled"})
 	agentID := "spiffe://cluster.local/ns/" + ns + "/sa/carded"
 
-	createKindTokenExchange(t, c, ns, "carded-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "carded"},
-		"clientRegistration": map[string]any{"enabled": false},
-		"inbound":            map[string]any{"validation": map[string]any{"enabled": false}}, // no IdP here: the card path is public anyway
-		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
-		"mtls":               map[string]any{"mode": "strict"},
-	})
+	// No IdP here: the card path is public anyway.
+	carded := validatingOnly(deploymentRef("carded"), map[string]any{"validation": map[string]any{"enabled": false}})
+	carded["mtls"] = map[string]any{"mode": "strict"}
+	createKindTokenExchange(t, c, ns, "carded-auth", carded)
 	card, _ := json.Marshal(map[string]any{
 		"protocolVersion": "0.3.0", "name": "Carded Agent", "description": "serves its card behind a strict sidecar",
 		"url": "http://carded." + ns + ".svc:8080", "version": "1.0.0", "capabilities": map[string]any{},

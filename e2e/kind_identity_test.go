@@ -56,9 +56,7 @@ func TestKindIdentityFlow(t *testing.T) {
 	copySPIREBundle(t, c, ns)
 	createKindIdP(t, c, ns, kindIdP{issuer: issuer, clients: []string{"user:user-secret:" + callerID}, spiffeBundle: true})
 	calleeHost := "callee." + ns + ".svc"
-	validation := map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
-	registration := map[string]any{"provider": "oidc", "oidc": map[string]any{
-		"issuer": issuer, "tokenUrl": issuer + "/oauth/token", "jwksUrl": issuer + "/keys", "registrationUrl": issuer + "/register"}}
+	validation := kindValidation(issuer)
 	// The caller does not register: it authenticates its exchanges with its JWT SVID, whose
 	// audience (spiffe.audience) is the IdP. The callee registers (RFC 7591) and validates.
 	createKindTokenExchange(t, c, ns, "caller-auth", map[string]any{
@@ -69,12 +67,9 @@ func TestKindIdentityFlow(t *testing.T) {
 		"outbound": map[string]any{"tokenExchange": map[string]any{
 			"tokenUrl": issuer + "/oauth/token", "destinationRules": exchangeRoute(calleeHost, calleeID)}},
 	})
-	createKindTokenExchange(t, c, ns, "callee-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
-		"clientRegistration": registration,
-		"inbound":            map[string]any{"validation": validation},
-		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
-	})
+	calleeSpec := validatingOnly(deploymentRef("callee"), map[string]any{"validation": validation})
+	calleeSpec["clientRegistration"] = kindOIDC(issuer)
+	createKindTokenExchange(t, c, ns, "callee-auth", calleeSpec)
 	// The TokenExchanges first: their controller writes each workload's ConfigMap as soon as the
 	// Deployment exists, before its pod starts, so the pod's startup settings (spiffe-helper's
 	// audience) are the TokenExchange's. In the other order a pod may start on the defaults, and
@@ -233,12 +228,8 @@ func TestKindIdentityFlow(t *testing.T) {
 			},
 		}
 		framework.Create(t, c, job)
-		createKindTokenExchange(t, c, ns, "batch-auth", map[string]any{
-			"targetRef":          map[string]any{"apiVersion": "batch/v1", "kind": "Job", "name": "batch"},
-			"clientRegistration": map[string]any{"enabled": false},
-			"inbound":            map[string]any{"validation": validation},
-			"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
-		})
+		createKindTokenExchange(t, c, ns, "batch-auth", validatingOnly(map[string]any{"apiVersion": "batch/v1", "kind": "Job", "name": "batch"},
+			map[string]any{"validation": validation}))
 		framework.Eventually(t, 3*time.Minute, "Job batch complete", func(ctx context.Context) (bool, string, error) {
 			var j batchv1.Job
 			if err := c.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
@@ -261,6 +252,28 @@ func TestKindIdentityFlow(t *testing.T) {
 func exchangeRoute(host, audience string) []any {
 	return []any{map[string]any{"match": map[string]any{"host": host + ":" + strconv.Itoa(inboundPort)},
 		"target": map[string]any{"audience": audience, "scopes": []any{"agent:invoke"}}}}
+}
+
+// kindValidation validates incoming tokens of the test's dev IdP at issuer.
+func kindValidation(issuer string) map[string]any {
+	return map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
+}
+
+// kindOIDC is clientRegistration with the test's dev IdP at issuer as the oidc provider (RFC 7591).
+func kindOIDC(issuer string) map[string]any {
+	return map[string]any{"provider": "oidc", "oidc": map[string]any{
+		"issuer": issuer, "tokenUrl": issuer + "/oauth/token", "jwksUrl": issuer + "/keys", "registrationUrl": issuer + "/register"}}
+}
+
+// validatingOnly is the spec of a TokenExchange for target whose sidecars validate incoming
+// tokens as inbound says and neither register nor exchange (nothing needs credentials).
+func validatingOnly(target, inbound map[string]any) map[string]any {
+	return map[string]any{"targetRef": target, "clientRegistration": map[string]any{"enabled": false},
+		"inbound": inbound, "outbound": map[string]any{"tokenExchange": map[string]any{"enabled": false}}}
+}
+
+func deploymentRef(name string) map[string]any {
+	return map[string]any{"kind": "Deployment", "name": name}
 }
 
 // kindCall asks the caller's agent, through its inbound proxy at callerInbound (a port-forward),

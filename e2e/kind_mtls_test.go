@@ -30,7 +30,7 @@ func TestKindMTLSBetweenSidecars(t *testing.T) {
 	copySPIREBundle(t, c, ns)
 	createKindIdP(t, c, ns, kindIdP{issuer: issuer, clients: []string{"user:user-secret:" + callerID}, spiffeBundle: true})
 	calleeHost := "callee." + ns + ".svc"
-	validation := map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
+	validation := kindValidation(issuer)
 	// The caller is permissive (the test reaches its agent over plain HTTP through a port-forward;
 	// its outbound still originates mTLS to any sidecar that accepts it), the callee strict: the
 	// migration the modes are for, and the strict side proves the handshake.
@@ -43,16 +43,12 @@ func TestKindMTLSBetweenSidecars(t *testing.T) {
 			"tokenUrl": issuer + "/oauth/token", "destinationRules": exchangeRoute(calleeHost, calleeID)}},
 		"mtls": map[string]any{"mode": "permissive"},
 	})
-	createKindTokenExchange(t, c, ns, "callee-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
-		"clientRegistration": map[string]any{"enabled": false},
-		"inbound": map[string]any{"validation": validation, "authorization": map[string]any{
-			"default": "Deny",
-			"rules":   []any{map[string]any{"name": "caller-over-mtls", "effect": "Allow", "when": `peer == "` + callerID + `"`}},
-		}},
-		"outbound": map[string]any{"tokenExchange": map[string]any{"enabled": false}},
-		"mtls":     map[string]any{"mode": "strict"},
-	})
+	calleeSpec := validatingOnly(deploymentRef("callee"), map[string]any{"validation": validation, "authorization": map[string]any{
+		"default": "Deny",
+		"rules":   []any{map[string]any{"name": "caller-over-mtls", "effect": "Allow", "when": `peer == "` + callerID + `"`}},
+	}})
+	calleeSpec["mtls"] = map[string]any{"mode": "strict"}
+	createKindTokenExchange(t, c, ns, "callee-auth", calleeSpec)
 	spiffe := map[string]string{"kagenti.io/spiffe": "enabled"}
 	createKindAgent(t, c, ns, "caller", spiffe, transparentAgent)
 	createKindAgent(t, c, ns, "callee", spiffe, transparentAgent)

@@ -63,21 +63,15 @@ func TestKindProxyModeIdentityFlow(t *testing.T) {
 	warned, warnings := clientWithWarnings(t)
 	createKindAgent(t, warned, ns, "caller", nil, proxyModeAgent)
 	createKindAgent(t, warned, ns, "callee", nil, proxyModeAgent)
-	validation := map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
+	validation := kindValidation(issuer)
 	createKindTokenExchange(t, c, ns, "caller-auth", map[string]any{
-		"targetRef": map[string]any{"kind": "Deployment", "name": "caller"},
-		"clientRegistration": map[string]any{"provider": "oidc", "oidc": map[string]any{
-			"issuer": issuer, "tokenUrl": issuer + "/oauth/token", "jwksUrl": issuer + "/keys", "registrationUrl": issuer + "/register"}},
-		"inbound": map[string]any{"validation": validation},
+		"targetRef":          map[string]any{"kind": "Deployment", "name": "caller"},
+		"clientRegistration": kindOIDC(issuer),
+		"inbound":            map[string]any{"validation": validation},
 		"outbound": map[string]any{"tokenExchange": map[string]any{
 			"tokenUrl": issuer + "/oauth/token", "destinationRules": exchangeRoute(calleeHost, calleeID)}},
 	})
-	createKindTokenExchange(t, c, ns, "callee-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
-		"clientRegistration": map[string]any{"enabled": false},
-		"inbound":            map[string]any{"validation": validation},
-		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
-	})
+	createKindTokenExchange(t, c, ns, "callee-auth", validatingOnly(deploymentRef("callee"), map[string]any{"validation": validation}))
 	caller := readyPodOf(t, c, ns, "caller")
 	callee := readyPodOf(t, c, ns, "callee")
 

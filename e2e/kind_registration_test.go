@@ -51,21 +51,17 @@ func TestKindRegistrationWithoutASecret(t *testing.T) {
 	createKindIdP(t, c, ns, kindIdP{issuer: issuer, clients: []string{"user:user-secret:" + callerID}, spiffeBundle: true,
 		args: []string{"--registrar", registrarID, "--require-client-in-audience=false"}})
 	calleeHost := "callee." + ns + ".svc"
-	validation := map[string]any{"issuer": issuer, "jwksUrl": issuer + "/keys"}
+	validation := kindValidation(issuer)
+	registration := kindOIDC(issuer)
+	registration["clientAuthentication"] = "jwtSVID"
 	createKindTokenExchange(t, c, ns, "caller-auth", map[string]any{
-		"targetRef": map[string]any{"kind": "Deployment", "name": "caller"},
-		"clientRegistration": map[string]any{"provider": "oidc", "clientAuthentication": "jwtSVID", "oidc": map[string]any{
-			"issuer": issuer, "tokenUrl": issuer + "/oauth/token", "jwksUrl": issuer + "/keys", "registrationUrl": issuer + "/register"}},
-		"inbound": map[string]any{"validation": validation},
+		"targetRef":          map[string]any{"kind": "Deployment", "name": "caller"},
+		"clientRegistration": registration,
+		"inbound":            map[string]any{"validation": validation},
 		"outbound": map[string]any{"tokenExchange": map[string]any{
 			"tokenUrl": issuer + "/oauth/token", "destinationRules": exchangeRoute(calleeHost, calleeID)}},
 	})
-	createKindTokenExchange(t, c, ns, "callee-auth", map[string]any{
-		"targetRef":          map[string]any{"kind": "Deployment", "name": "callee"},
-		"clientRegistration": map[string]any{"enabled": false},
-		"inbound":            map[string]any{"validation": validation},
-		"outbound":           map[string]any{"tokenExchange": map[string]any{"enabled": false}},
-	})
+	createKindTokenExchange(t, c, ns, "callee-auth", validatingOnly(deploymentRef("callee"), map[string]any{"validation": validation}))
 
 	// The controller registers once the Deployment exists (it resolves the target first).
 	createKindAgent(t, c, ns, "caller", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent)
