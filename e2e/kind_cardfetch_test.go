@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,26 +34,12 @@ func TestKindAttestedCardFetchThroughAStrictSidecar(t *testing.T) {
 	carded := validatingOnly(deploymentRef("carded"), map[string]any{"validation": map[string]any{"enabled": false}})
 	carded["mtls"] = map[string]any{"mode": "strict"}
 	createKindTokenExchange(t, c, ns, "carded-auth", carded)
-	card, _ := json.Marshal(map[string]any{
-		"protocolVersion": "0.3.0", "name": "Carded Agent", "description": "serves its card behind a strict sidecar",
-		"url": "http://carded." + ns + ".svc:8080", "version": "1.0.0", "capabilities": map[string]any{},
-		"defaultInputModes": []string{"text/plain"}, "defaultOutputModes": []string{"application/json"},
-		"skills": []map[string]any{{"id": "echo", "name": "Echo", "description": "answers what it got", "tags": []string{"test"}}},
-	})
 	createKindAgent(t, c, ns, "carded", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent,
-		corev1.EnvVar{Name: "AGENT_CARD", Value: string(card)})
+		kindAgentCard("Carded Agent", "http://carded."+ns+".svc:8080"))
 	registerKindWorkload(t, ns, "carded")
 	pod := readyPodOf(t, c, ns, "carded")
 
-	ac := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
-		"targetRef":        map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "carded"},
-		"requireSignature": false, // the fetch is under test; a signature needs the workload's key
-		"syncPeriod":       "10s",
-	}}}
-	ac.SetGroupVersionKind(agentcardE2EGVK)
-	ac.SetNamespace(ns)
-	ac.SetName("carded")
-	framework.Create(t, c, ac)
+	createKindAgentCard(t, c, ns, "carded")
 
 	start := time.Now()
 	framework.Eventually(t, 2*time.Minute, "AgentCard carded: the pod's card fetched over mutual TLS", func(ctx context.Context) (bool, string, error) {

@@ -75,7 +75,7 @@ func TestKindIdentityFlow(t *testing.T) {
 	// audience) are the TokenExchange's. In the other order a pod may start on the defaults, and
 	// the controller restarts it (TestKindPodStartedBeforeItsConfigMapIsRestarted): a minute more.
 	createKindAgent(t, c, ns, "caller", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent)
-	createKindAgent(t, c, ns, "callee", nil, transparentAgent)
+	createKindAgent(t, c, ns, "callee", nil, transparentAgent, kindAgentCard("Callee", "http://callee."+ns+".svc:8080"))
 
 	// SPIRE has no entry for the caller yet: spiffe-helper runs and gets no SVID. The native
 	// sidecars' startup probes (spiffe-helper's readiness, then the authbridge's, which needs the
@@ -245,6 +245,11 @@ func TestKindIdentityFlow(t *testing.T) {
 			}
 			return false, fmt.Sprintf("%+v", j.Status), nil
 		})
+	})
+
+	// Last: the callee's AgentCard, unsigned, gets a restrictive NetworkPolicy where netpol runs.
+	t.Run("the discovery API answers the delegation graph, read from the callee's authbridge", func(t *testing.T) {
+		assertKindDiscoveryGraph(t, c, ns, "callee", callerID)
 	})
 }
 

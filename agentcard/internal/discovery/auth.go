@@ -25,6 +25,8 @@ import (
 // Access is what a caller asks to do: verb (list/get) on agentcards in namespace ("" = all).
 type Access struct {
 	Verb, Namespace, Name string
+	// Subresource of agentcards ("" for the cards themselves; GraphSubresource).
+	Subresource string
 }
 
 // Authorizer decides whether the bearer of a token may do something.
@@ -165,7 +167,7 @@ func (k *KubeAuthorizer) audienceAccepted(got []string) bool {
 }
 
 func (k *KubeAuthorizer) authorize(ctx context.Context, tokenKey string, id identity, a Access) (bool, error) {
-	key := tokenKey + "/" + a.Verb + "/" + a.Namespace + "/" + a.Name
+	key := tokenKey + "/" + a.Verb + "/" + a.Subresource + "/" + a.Namespace + "/" + a.Name
 	if v, ok := k.decisions.Get(key); ok {
 		return v.(bool), nil
 	}
@@ -183,7 +185,7 @@ func (k *KubeAuthorizer) authorize(ctx context.Context, tokenKey string, id iden
 		observeReview("SubjectAccessReview")
 		sar, err := k.Client.AuthorizationV1().SubjectAccessReviews().Create(rctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-			ResourceAttributes: &authzv1.ResourceAttributes{Verb: a.Verb, Group: "kagenti.io", Resource: "agentcards", Namespace: a.Namespace, Name: a.Name},
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: a.Verb, Group: "kagenti.io", Resource: "agentcards", Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name},
 		}}, metav1.CreateOptions{})
 		if err != nil {
 			return false, fmt.Errorf("SubjectAccessReview: %w", err)

@@ -2,10 +2,11 @@
 //
 //	GET /v1/agents?namespace=&skill=&tag=&name=&verified=&limit=&continue=
 //	GET /v1/agents/{namespace}/{name}
+//	GET /v1/graph?namespace=&name=
 //
 // Callers authenticate with a Kubernetes bearer token (TokenReview, optionally bound to an
 // audience) and need list (collection) or get (one agent) on agentcards.kagenti.io in the namespace
-// (SubjectAccessReview). Review answers are cached briefly and every client address is rate limited.
+// (SubjectAccessReview); the graph needs get on agentcards/graph. Review answers are cached briefly and every client address is rate limited.
 package discovery
 
 import (
@@ -35,6 +36,8 @@ type Server struct {
 	// Limiter answers 429 to a client over its rate before any other work (in particular before
 	// a TokenReview) is done.
 	Limiter *ClientLimiter
+	// Calls reads the calls each pod's authbridge counted, for GET /v1/graph (nil: not served).
+	Calls CallCounter
 }
 
 // Agent is one entry of the API.
@@ -111,10 +114,12 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.get(w, r, parts[0], parts[1])
+	case path == "/v1/graph":
+		s.graph(w, r)
 	case path == "/healthz":
 		w.WriteHeader(http.StatusOK)
 	default:
-		writeError(w, http.StatusNotFound, "not found; use /v1/agents")
+		writeError(w, http.StatusNotFound, "not found; use /v1/agents or /v1/graph")
 	}
 }
 
@@ -141,7 +146,11 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Access) boo
 		if a.Namespace == "" {
 			scope = "cluster-wide (pass ?namespace= to list one namespace)"
 		}
-		writeError(w, http.StatusForbidden, "user "+strconv.Quote(user)+" cannot "+a.Verb+" agentcards.kagenti.io "+scope)
+		resource := "agentcards"
+		if a.Subresource != "" {
+			resource += "/" + a.Subresource
+		}
+		writeError(w, http.StatusForbidden, "user "+strconv.Quote(user)+" cannot "+a.Verb+" "+resource+".kagenti.io "+scope)
 		return false
 	}
 	return true

@@ -85,7 +85,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.BindAddress == "" || o.BindAddress == "0" {
 		return nil
 	}
-	handler := &Server{Reader: mgr.GetClient(), Remote: o.Remote, LocalCluster: o.LocalCluster}
+	handler := &Server{Reader: mgr.GetClient(), Remote: o.Remote, LocalCluster: o.LocalCluster, Calls: &MetricsScraper{}}
 	if o.RateLimit > 0 {
 		handler.Limiter = NewClientLimiter(o.RateLimit, o.RateBurst, DefaultMaxClients)
 	}

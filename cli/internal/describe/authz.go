@@ -1,20 +1,17 @@
 package describe
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kagenti/platform/cli/internal/kube"
+	"github.com/kagenti/platform/pkg/configmap/callgraph"
 	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
@@ -90,18 +87,9 @@ type Rule struct {
 	When   string `json:"when"`
 }
 
-// Edge is calls into the workload from a caller, through the workloads before it in the token's
-// delegation chain, as the pods' authbridge counted them (kagenti_authbridge_calls_total).
-type Edge struct {
-	Caller  string  `json:"caller"`
-	Via     string  `json:"via,omitempty"`
-	Allowed float64 `json:"allowed"`
-	Denied  float64 `json:"denied"`
-}
-
 // Graph is the workload's part of the delegation graph: who called it, on whose chain.
 type Graph struct {
-	Edges []Edge `json:"edges,omitempty"`
+	Edges []callgraph.Edge `json:"edges,omitempty"`
 	// Pods is how many pods answered; Unavailable says why the others did not.
 	Pods        int      `json:"pods"`
 	Unavailable []string `json:"unavailable,omitempty"`
@@ -146,30 +134,27 @@ var metricsPort = strconv.Itoa(contract.StatusPortInbound)
 // proxy (pods/proxy get, the caller's own rights).
 func delegationGraph(ctx context.Context, c *kube.Clients, pods []corev1.Pod) *Graph {
 	g := &Graph{}
-	edges := map[[2]string]*Edge{}
+	var edges callgraph.Edges
 	for _, p := range pods {
 		if p.Status.Phase != corev1.PodRunning || !hasAuthbridge(&p.Spec) {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		raw, err := c.Kube.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, metricsPort, "/metrics", nil).DoRaw(pctx)
+		raw, err := c.Kube.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, metricsPort, contract.MetricsPath, nil).DoRaw(pctx)
 		cancel()
 		if err != nil {
 			g.Unavailable = append(g.Unavailable, fmt.Sprintf("%s: %v", p.Name, err))
 			continue
 		}
-		if err := addCalls(edges, raw); err != nil {
+		calls, err := callgraph.Parse(raw)
+		if err != nil {
 			g.Unavailable = append(g.Unavailable, fmt.Sprintf("%s: %v", p.Name, err))
 			continue
 		}
+		edges.Add(calls...)
 		g.Pods++
 	}
-	for _, e := range edges {
-		g.Edges = append(g.Edges, *e)
-	}
-	sort.Slice(g.Edges, func(i, j int) bool {
-		return g.Edges[i].Caller+"\x00"+g.Edges[i].Via < g.Edges[j].Caller+"\x00"+g.Edges[j].Via
-	})
+	g.Edges = edges.List()
 	return g
 }
 
@@ -183,37 +168,6 @@ func hasAuthbridge(spec *corev1.PodSpec) bool {
 		}
 	}
 	return false
-}
-
-// addCalls adds the kagenti_authbridge_calls_total series of a Prometheus text exposition.
-func addCalls(edges map[[2]string]*Edge, raw []byte) error {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	f, ok := families["kagenti_authbridge_calls_total"]
-	if !ok {
-		return nil
-	}
-	for _, m := range f.GetMetric() {
-		l := map[string]string{}
-		for _, p := range m.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		key := [2]string{l["caller"], l["via"]}
-		e := edges[key]
-		if e == nil {
-			e = &Edge{Caller: key[0], Via: key[1]}
-			edges[key] = e
-		}
-		if l["result"] == "allowed" {
-			e.Allowed += m.GetCounter().GetValue()
-		} else {
-			e.Denied += m.GetCounter().GetValue()
-		}
-	}
-	return nil
 }
 
 // writeAuthorization prints the policy and the graph.
@@ -255,8 +209,8 @@ func (r *Report) writeAuthorization(b *strings.Builder) {
 	fmt.Fprintf(b, "\nCalls into it (delegation graph, counted by %d pod(s)' authbridge):\n", g.Pods)
 	for _, e := range g.Edges {
 		from := e.Caller
-		if e.Via != "" {
-			from += " ← " + strings.ReplaceAll(e.Via, ",", " ← ")
+		for _, v := range e.Via {
+			from += " ← " + v
 		}
 		fmt.Fprintf(b, "  %s: %.0f allowed, %.0f denied\n", from, e.Allowed, e.Denied)
 	}

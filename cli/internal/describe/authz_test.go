@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kagenti/platform/pkg/configmap/callgraph"
 )
 
 const (
@@ -101,17 +103,18 @@ kagenti_authbridge_exchanges_total{result="issued"} 7
 kagenti_authbridge_calls_total{caller="` + middle + `",result="allowed",via="` + caller + `"} 2
 kagenti_authbridge_calls_total{caller="` + middle + `",result="denied",via="` + caller + `"} 1
 `)
-	edges := map[[2]string]*Edge{}
-	require.NoError(t, addCalls(edges, pod1))
-	require.NoError(t, addCalls(edges, pod2))
-	require.Error(t, addCalls(edges, []byte("kagenti_authbridge_calls_total{caller= 3\n")), "not the text format")
+	var edges callgraph.Edges
+	for _, exposition := range [][]byte{pod1, pod2} {
+		calls, err := callgraph.Parse(exposition)
+		require.NoError(t, err)
+		edges.Add(calls...)
+	}
+	_, err := callgraph.Parse([]byte("kagenti_authbridge_calls_total{caller= 3\n"))
+	require.Error(t, err, "not the text format")
 
 	r := &Report{now: time.Now(), Graph: &Graph{Pods: 2, Unavailable: []string{"callee-3: pods \"callee-3\" is forbidden"}}}
-	for _, e := range edges {
-		r.Graph.Edges = append(r.Graph.Edges, *e)
-	}
-	assert.Equal(t, Edge{Caller: middle, Via: caller, Allowed: 5, Denied: 1}, *edges[[2]string{middle, caller}])
-	assert.Equal(t, Edge{Caller: caller, Denied: 1}, *edges[[2]string{caller, ""}])
+	r.Graph.Edges = edges.List()
+	assert.Equal(t, []callgraph.Edge{{Caller: caller, Denied: 1}, {Caller: middle, Via: []string{caller}, Allowed: 5, Denied: 1}}, r.Graph.Edges)
 	var b bytes.Buffer
 	require.NoError(t, r.WriteText(&b))
 	assert.Contains(t, b.String(), "Calls into it (delegation graph, counted by 2 pod(s)' authbridge):\n")

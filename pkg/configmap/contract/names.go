@@ -174,3 +174,19 @@ func componentOfRole(role string) string {
 	}
 	return ""
 }
+
+// The delegation graph's edges, as each inbound proxy counts them: kagenti-authbridge serves the
+// counter MetricCalls at MetricsPath on StatusPortInbound, one series per (caller, via, result);
+// kagenti describe and agentcard's discovery API read it (pkg/configmap/callgraph).
+const (
+	MetricsPath = "/metrics"
+	MetricCalls = "kagenti_authbridge_calls_total"
+	// CallsCaller is the immediate caller (the token's client or its current actor).
+	CallsCaller = "caller"
+	// CallsVia lists the workloads before the caller in the token's delegation chain,
+	// comma-separated, the caller's own caller first and the first actor last.
+	CallsVia    = "via"
+	CallsResult = "result"
+	CallAllowed = "allowed"
+	CallDenied  = "denied"
+)

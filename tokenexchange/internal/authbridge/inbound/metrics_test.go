@@ -3,6 +3,7 @@ package inbound
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kagenti/platform/pkg/configmap/callgraph"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 )
@@ -65,4 +67,19 @@ func TestDecisionsAndCallsAreMetrics(t *testing.T) {
 	sidecar.AdminHandler("inbound", f.cfg, nil, nil, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.NotContains(t, rec.Body.String(), "user-1", "no subject in a label")
 	assert.NotContains(t, rec.Body.String(), "agent:invoke", "no scope in a label")
+
+	// The readers of the graph (kagenti describe, agentcard's /v1/graph) parse these series with
+	// callgraph.Parse: the same edges, the chain as a list.
+	edges, err := callgraph.Parse(rec.Body.Bytes())
+	require.NoError(t, err)
+	edge := func(caller string, via ...string) callgraph.Edge {
+		for _, e := range edges {
+			if e.Caller == caller && slices.Equal(e.Via, via) {
+				return e
+			}
+		}
+		return callgraph.Edge{}
+	}
+	assert.Equal(t, before["edge"]+1, edge(middle, caller).Allowed)
+	assert.Equal(t, before["direct"]+1, edge(caller).Denied)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
 // MaxCallers bounds the (caller, via) pairs kept as label values; calls of further pairs are counted
@@ -64,9 +66,9 @@ func New() *Metrics {
 			Help: "Inbound requests that needed a token, by result: allowed, denied (authorization), unauthorized (no or invalid token), bad_request.",
 		}, []string{"result"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kagenti_authbridge_calls_total",
+			Name: contract.MetricCalls,
 			Help: "Inbound calls with a valid token, by the immediate caller, the workloads the call came through before it (the token's delegation chain after the caller, comma-separated, the first actor last) and the result: the edges of the delegation graph.",
-		}, []string{"caller", "via", "result"}),
+		}, []string{contract.CallsCaller, contract.CallsVia, contract.CallsResult}),
 		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kagenti_authbridge_egress_total",
 			Help: "Outbound connections and requests the egress policy decided, by result (allow, deny, would_deny in a dry run), rule (allow[i], dns, default) and protocol (http, connect, tls, tcp).",
@@ -130,9 +132,9 @@ func (m *Metrics) Call(caller string, chain []string, allowed bool) {
 		}
 	}
 	m.mu.Unlock()
-	result := "denied"
+	result := contract.CallDenied
 	if allowed {
-		result = "allowed"
+		result = contract.CallAllowed
 	}
 	m.calls.WithLabelValues(key[0], key[1], result).Inc()
 }
