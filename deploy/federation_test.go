@@ -188,6 +188,13 @@ func TestFederationInstallsRenderWhatAgentcardReads(t *testing.T) {
 				}
 			}
 			assert.True(t, found, "the Service targets port %q, which the container does not name", port)
+			// The hub's leader labels its own pod (hub.LeaderLabel): the Service selects the
+			// Deployment's pods that carry the label, so a member never dials a follower.
+			want := map[string]string{"kagenti.io/federation-leader": "true"}
+			for k, v := range d.Spec.Selector.MatchLabels {
+				want[k] = v
+			}
+			assert.Equal(t, want, svc.Spec.Selector, "the federation Service selects the leader's pod only")
 		})
 	}
 }

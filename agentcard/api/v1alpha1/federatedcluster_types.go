@@ -14,6 +14,11 @@ const (
 	// ClusterPropertyClusterID is the About API (KEP-2149) ClusterProperty naming a cluster within
 	// its ClusterSet. A member that has one must be registered on the hub under that name.
 	ClusterPropertyClusterID = "cluster.clusterset.k8s.io"
+	// LabelFederationLeader: "true" on the pod of the hub replica that holds the leader lease and
+	// serves the members' streams. The federation Service selects it, so a member reaches the
+	// leader on its first dial; a follower's discovery API forwards requests for the members'
+	// cards to that pod. Set and removed by the leader itself.
+	LabelFederationLeader = "kagenti.io/federation-leader"
 )
 
 // Condition types of a FederatedCluster.

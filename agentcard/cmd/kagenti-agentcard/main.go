@@ -96,7 +96,12 @@ func options() command.Options {
 				return err
 			}
 			// Before the discovery API: a hub serves its members' cards there. The context only
-			// registers informers; the runnables get the manager's.
+			// registers informers; the runnables get the manager's. A hub's leader labels its pod
+			// (POD_NAME, else the hostname: a pod's own name).
+			if fed.Pod == "" {
+				host, _ := os.Hostname()
+				fed.Pod = command.EnvOr("POD_NAME", host)
+			}
 			if err := federation.Setup(context.Background(), mgr, fed, &disc); err != nil {
 				return err
 			}

@@ -38,6 +38,9 @@ type Server struct {
 	Limiter *ClientLimiter
 	// Calls reads the calls each pod's authbridge counted, for GET /v1/graph (nil: not served).
 	Calls CallCounter
+	// Leader, on a hub, answers for a follower what only the leader holds (LeaderForwarder);
+	// nil: a follower answers 503.
+	Leader http.Handler
 }
 
 // Agent is one entry of the API.
@@ -191,6 +194,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	cluster := q.Get("cluster")
 	if s.Remote != nil && cluster != s.LocalCluster && !s.Remote.Serving() {
+		if s.forwardToLeader(w, r) {
+			return
+		}
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "this replica is not the federation hub's leader and holds no member cluster's agents; retry (or pass ?cluster="+s.LocalCluster+")")
 		return
@@ -216,6 +222,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		out.Items = append(out.Items, bounded(a))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// forwardToLeader hands a request only the hub's leader can answer to it, unless it has been
+// forwarded once already (two replicas that each believe the other leads must not loop).
+func (s *Server) forwardToLeader(w http.ResponseWriter, r *http.Request) bool {
+	if s.Leader == nil || r.Header.Get(ForwardedHeader) != "" {
+		return false
+	}
+	s.Leader.ServeHTTP(w, r)
+	return true
 }
 
 // agents lists this cluster's agents and, on a hub, the member clusters', sorted by key.
@@ -262,6 +278,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
 	}
 	if cluster := r.URL.Query().Get("cluster"); s.Remote != nil && cluster != "" && cluster != s.LocalCluster {
 		if !s.Remote.Serving() {
+			if s.forwardToLeader(w, r) {
+				return
+			}
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, "this replica is not the federation hub's leader; retry")
 			return

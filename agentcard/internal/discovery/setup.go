@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,6 +77,10 @@ type Options struct {
 	// (internal/federation sets them).
 	Remote       RemoteCatalog
 	LocalCluster string
+	// Pod, on a hub, is this replica's pod: a follower forwards what only the leader holds to the
+	// pod labelled v1alpha1.LabelFederationLeader in Namespace (LeaderForwarder). Empty: a
+	// follower answers 503.
+	Pod string
 }
 
 // Setup adds the discovery API to mgr: its TLS server, which runs on every replica (it only reads
@@ -86,6 +91,22 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return nil
 	}
 	handler := &Server{Reader: mgr.GetClient(), Remote: o.Remote, LocalCluster: o.LocalCluster, Calls: &MetricsScraper{}}
+	if o.Remote != nil && o.Pod != "" {
+		_, port, err := net.SplitHostPort(o.BindAddress)
+		if err != nil {
+			return fmt.Errorf("discovery bind address %q: %w", o.BindAddress, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return fmt.Errorf("discovery bind address %q: %w", o.BindAddress, err)
+		}
+		certDir := o.CertDir
+		if certDir == "" {
+			certDir = o.RotatorCertDir
+		}
+		handler.Leader = &LeaderForwarder{Reader: mgr.GetAPIReader(), Namespace: o.Namespace, Self: o.Pod, Port: p,
+			ServerName: o.ServiceName + "." + o.Namespace + ".svc", CAFile: filepath.Join(certDir, CAFile)}
+	}
 	if o.RateLimit > 0 {
 		handler.Limiter = NewClientLimiter(o.RateLimit, o.RateBurst, DefaultMaxClients)
 	}

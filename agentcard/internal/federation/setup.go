@@ -49,6 +49,10 @@ type Options struct {
 	FrameBurst    int
 	// BundleFetchTimeout bounds one fetch of a member's bundle endpoint (spec.bundleEndpoint).
 	BundleFetchTimeout time.Duration
+	// Pod is this replica's pod (not a flag: POD_NAME or the hostname). The leader labels it
+	// (hub.LeaderLabel), and a follower's discovery API forwards the members' cards to the
+	// labelled pod. Empty: neither.
+	Pod string
 
 	// Member.
 	HubAddress, HubSpiffeID, HubBundleFile string
@@ -132,6 +136,12 @@ func setupHub(mgr ctrl.Manager, o Options, disc *discovery.Options) error {
 	store := hub.NewStore(clock.RealClock{})
 	h := &hub.Hub{Registry: registry, Store: store, Log: logger, MaxFrameBytes: o.MaxFrameBytes, FrameRate: o.FrameRate, FrameBurst: o.FrameBurst}
 	disc.Remote, disc.LocalCluster = store, o.ClusterName
+	if o.Pod != "" {
+		disc.Pod = o.Pod
+		if err := mgr.Add(&hub.LeaderLabel{Client: mgr.GetClient(), Namespace: disc.Namespace, Pod: o.Pod, Store: store, Log: logger}); err != nil {
+			return err
+		}
+	}
 	if err := mgr.Add(&hub.StatusWriter{Client: mgr.GetClient(), Registry: registry, Store: store, Clock: clock.RealClock{}, Interval: time.Second, Log: logger}); err != nil {
 		return err
 	}
