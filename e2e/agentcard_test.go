@@ -146,19 +146,7 @@ func TestAgentCardDiscoveryAPI(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(framework.Config(t))
 	const base = "https://127.0.0.1:18100"
 
-	var ca corev1.ConfigMap
-	framework.Eventually(t, 30*time.Second, "the discovery API's CA published", func(ctx context.Context) (bool, string, error) {
-		err := c.Get(ctx, client.ObjectKey{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-ca"}, &ca)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		return ca.Data["ca.crt"] != "", "no ca.crt", nil
-	})
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(ca.Data["ca.crt"])) {
-		t.Fatalf("ConfigMap kagenti-agentcard-discovery-ca: ca.crt holds no certificate")
-	}
-	https := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	https := discoveryClient(t, c, "")
 
 	ns := framework.Namespace(t, c, "discovery", nil)
 	framework.Create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"}})
@@ -175,24 +163,11 @@ func TestAgentCardDiscoveryAPI(t *testing.T) {
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "reader", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	agentcardMust(t, err)
 
-	get := func(cl *http.Client, url, token string) (int, string, error) {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := cl.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
-	}
 	var page struct {
 		Items []struct{ Namespace, Name string }
 	}
 	framework.Eventually(t, 30*time.Second, "the reader lists the namespace's AgentCards over verified TLS", func(context.Context) (bool, string, error) {
-		code, body, err := get(https, base+"/v1/agents?namespace="+ns, tr.Status.Token)
+		code, body, err := discoveryGet(https, base+"/v1/agents?namespace="+ns, tr.Status.Token)
 		if err != nil || code != http.StatusOK {
 			return false, framework.Sprintf("%d %s %v", code, body, err), nil
 		}
@@ -201,12 +176,51 @@ func TestAgentCardDiscoveryAPI(t *testing.T) {
 		}
 		return len(page.Items) == 1 && page.Items[0].Name == "listed", body, nil
 	})
-	if code, body, _ := get(https, base+"/v1/agents?namespace="+ns, ""); code != http.StatusUnauthorized {
+	if code, body, _ := discoveryGet(https, base+"/v1/agents?namespace="+ns, ""); code != http.StatusUnauthorized {
 		t.Errorf("without a token: %d %s, want 401", code, body)
 	}
-	if code, _, _ := get(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:18100/v1/agents?namespace="+ns, tr.Status.Token); code != http.StatusBadRequest {
+	if code, _, _ := discoveryGet(&http.Client{Timeout: 10 * time.Second}, "http://127.0.0.1:18100/v1/agents?namespace="+ns, tr.Status.Token); code != http.StatusBadRequest {
 		t.Errorf("plain HTTP: %d, want 400 (the API serves TLS only)", code)
 	}
+}
+
+// discoveryClient trusts the discovery API's CA, which agentcard publishes in the ConfigMap
+// kagenti-system/kagenti-agentcard-discovery-ca, under serverName when set (a port-forward's
+// address is not a name of the certificate).
+func discoveryClient(t *testing.T, c client.Client, serverName string) *http.Client {
+	t.Helper()
+	var ca corev1.ConfigMap
+	framework.Eventually(t, 30*time.Second, "the discovery API's CA published", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-ca"}, &ca)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return ca.Data["ca.crt"] != "", "no ca.crt", nil
+	})
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(ca.Data["ca.crt"])) {
+		t.Fatalf("ConfigMap kagenti-agentcard-discovery-ca: ca.crt holds no certificate")
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
+}
+
+// discoveryGet sends GET url with the bearer token (when not empty) and returns the status and body.
+func discoveryGet(cl *http.Client, url, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }
 
 // TestAgentCardResetsForgedLabel: a pod carrying kagenti.io/signature-verified=true that no

@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -98,14 +95,6 @@ func assertKindDiscoveryGraph(t *testing.T, c client.Client, ns, callee, callerI
 		return tr.Status.Token
 	}
 
-	var ca corev1.ConfigMap
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "kagenti-system", Name: "kagenti-agentcard-discovery-ca"}, &ca); err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(ca.Data["ca.crt"])) {
-		t.Fatal("ConfigMap kagenti-agentcard-discovery-ca: ca.crt holds no certificate")
-	}
 	var d appsv1.Deployment
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "kagenti-system", Name: "kagenti-agentcard"}, &d); err != nil {
 		t.Fatal(err)
@@ -115,18 +104,9 @@ func assertKindDiscoveryGraph(t *testing.T, c client.Client, ns, callee, callerI
 		t.Fatalf("the agentcard pods: %v (%d)", err, len(pods.Items))
 	}
 	base := "https://" + framework.PortForward(t, "kagenti-system", pods.Items[0].Name, 8090)
-	https := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: pool, ServerName: "kagenti-agentcard-discovery.kagenti-system.svc", MinVersion: tls.VersionTLS12}}}
+	https := discoveryClient(t, c, "kagenti-agentcard-discovery.kagenti-system.svc")
 	get := func(token string) (int, string, error) {
-		req, _ := http.NewRequest(http.MethodGet, base+"/v1/graph?namespace="+ns+"&name="+callee, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := https.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
+		return discoveryGet(https, base+"/v1/graph?namespace="+ns+"&name="+callee, token)
 	}
 
 	reader := tokenOf("graph-reader")

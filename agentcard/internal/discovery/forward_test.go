@@ -148,3 +148,16 @@ func copyFile(from, to string) error {
 	}
 	return os.WriteFile(to, b, 0o600)
 }
+
+// TestLeaderOutsideAPodLabelsNothing: a hub leader whose pod does not exist (run outside a
+// cluster, or under another hostname without POD_NAME) says so once and stops trying; it does not
+// keep the API server busy.
+func TestLeaderOutsideAPodLabelsNothing(t *testing.T) {
+	ns := newNamespace(t)
+	store := hub.NewStore(clock.RealClock{})
+	store.SetServing(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, (&hub.LeaderLabel{Client: k8s, Namespace: ns, Pod: "no-such-pod", Store: store, Log: logr.Discard()}).Start(ctx))
+	require.NoError(t, ctx.Err(), "Start returned before its context ended")
+}

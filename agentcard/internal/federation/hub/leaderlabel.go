@@ -3,10 +3,12 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -44,14 +46,22 @@ func (l *LeaderLabel) Start(ctx context.Context) error {
 		return nil // stopped before serving
 	}
 	// Retried until it holds: a member keeps reconnecting meanwhile, and nothing else is lost.
-	_ = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Minute, Steps: 1 << 30}, func(ctx context.Context) (bool, error) {
-		if err := l.label(ctx); err != nil {
+	if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Minute, Steps: 1 << 30}, func(ctx context.Context) (bool, error) {
+		err := l.label(ctx)
+		if apierrors.IsNotFound(err) {
+			// Not running in that pod (outside a cluster, or a renamed hostname): nothing to label.
+			l.Log.Info("this hub leader's pod does not exist; its pod is not labelled (set POD_NAME)", "pod", l.Namespace+"/"+l.Pod)
+			return true, errNoPod
+		}
+		if err != nil {
 			l.Log.Error(err, "cannot label the federation leader's pod; members reach the leader only by retrying", "pod", l.Namespace+"/"+l.Pod, "label", v1alpha1.LabelFederationLeader)
 			return false, nil
 		}
 		l.Log.Info("labelled the federation leader's pod", "pod", l.Namespace+"/"+l.Pod, "label", v1alpha1.LabelFederationLeader)
 		return true, nil
-	})
+	}); errors.Is(err, errNoPod) {
+		return nil
+	}
 	<-ctx.Done()
 	// The process is stopping: leave the Service quickly (the pod may outlive the process).
 	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -61,6 +71,9 @@ func (l *LeaderLabel) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errNoPod ends the retries: the pod to label does not exist.
+var errNoPod = errors.New("no such pod")
 
 // label takes the label off every other pod, then puts it on this one.
 func (l *LeaderLabel) label(ctx context.Context) error {
