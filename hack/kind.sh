@@ -42,8 +42,9 @@ stage faults
 "${KIND_DIR}/faults.sh"
 
 stage up
-"${ROOT}/hack/kind-up.sh"
 [[ "${KAGENTI_KIND_KEEP:-0}" == 1 ]] || trap '"${ROOT}/hack/kind-down.sh"' EXIT
+"${KIND_DIR}/faults.sh" interrupted
+"${ROOT}/hack/kind-up.sh"
 "${KIND_DIR}/faults.sh" running
 
 stage images

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The faults of kind-up that cost nothing to provoke, checked by `make e2e-kind` before it brings the
 # cluster up (docs/kind.md, "Faults kind-up handles"): each must fail with its message and leave
-# nothing behind. With the argument `running`, once the cluster is up: kind-up again must reuse it.
+# nothing behind. With the argument `interrupted`, before the cluster is made: the containers of an
+# interrupted create must be cleaned up. With `running`, once the cluster is up: kind-up again must
+# reuse it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -24,6 +26,28 @@ if [[ "${1:-}" == running ]]; then
   done
   [[ "$(dockerd_pid)" == "${pid}" ]] || die "fault 'kind-up on a running cluster': dockerd was restarted"
   log "fault 'kind-up on a running cluster': dockerd (pid ${pid}) and the cluster reused"
+  exit 0
+fi
+
+# faults.sh interrupted: before the cluster is made, leave what an interrupted `kind create` leaves
+# (the cluster's node containers made, never started: no API server answers) and kind-up must
+# delete that cluster and make it again (the row "a cluster left by an interrupted run"). It costs
+# no cluster of its own: the one made here is the run's. A cluster that already exists is kept.
+if [[ "${1:-}" == interrupted ]]; then
+  source "${KIND_DIR}/build.sh"
+  out="$("${ROOT}/hack/kind-up.sh" --image 2>&1)" || die "fault 'a cluster left by an interrupted run': building the node image failed:"$'\n'"${out}"
+  if [[ -n "$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=${CLUSTER}")" ]]; then
+    log "fault 'a cluster left by an interrupted run': not provoked (cluster ${CLUSTER} exists and is kept)"
+    exit 0
+  fi
+  for role in control-plane worker; do
+    docker create --name "${CLUSTER}-${role}" --label "io.x-k8s.kind.cluster=${CLUSTER}" --label "io.x-k8s.kind.role=${role}" "$(node_image)" >/dev/null
+  done
+  out="$("${ROOT}/hack/kind-up.sh" 2>&1)" || die "fault 'a cluster left by an interrupted run': kind-up failed:"$'\n'"${out}"
+  grep -q -- "is left from an interrupted run" <<<"${out}" || die "fault 'a cluster left by an interrupted run': kind-up did not say so:"$'\n'"${out}"
+  [[ -z "$(docker ps -aq --filter status=created --filter "label=io.x-k8s.kind.cluster=${CLUSTER}")" ]] ||
+    die "fault 'a cluster left by an interrupted run': containers of the interrupted create are left"
+  log "fault 'a cluster left by an interrupted run': deleted and made again ($(grep -m1 -o -- "is left from an interrupted run.*" <<<"${out}" | cut -c1-100))"
   exit 0
 fi
 
