@@ -375,4 +375,17 @@ func TestAuthbridgeMountsTheTraceConfiguration(t *testing.T) {
 			require.Equal(t, tmpl, removed, "removal leaves no trace mount")
 		})
 	}
+	t.Run("classic", func(t *testing.T) {
+		cfg := config.Default()
+		cfg.SidecarMode = config.SidecarClassic
+		out, _, err := inject.Inject(tmpl.DeepCopy(), render(t, cfg))
+		require.NoError(t, err)
+		require.NotNil(t, authbridge(out))
+		st, err := inject.ReadStatus(out)
+		require.NoError(t, err)
+		require.Empty(t, st.OwnTraceMount, "the injected container's trace mount is no mount of the user's")
+		removed, _, err := inject.Remove(out)
+		require.NoError(t, err)
+		require.Equal(t, tmpl, removed)
+	})
 }
