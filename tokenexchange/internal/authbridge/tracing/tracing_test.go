@@ -49,9 +49,9 @@ func writeFiles(t *testing.T, dir string, data map[string]string) {
 	}
 }
 
-// TestLoadReadsEveryAgentTraceGolden: every ConfigMap agenttrace renders loads, and what Load
+// TestAuthbridgeReadsEveryAgentTraceGolden: every ConfigMap agenttrace renders loads, and what Load
 // reads from the per-value files is what config.json says.
-func TestLoadReadsEveryAgentTraceGolden(t *testing.T) {
+func TestAuthbridgeReadsEveryAgentTraceGolden(t *testing.T) {
 	for name, data := range goldens(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
