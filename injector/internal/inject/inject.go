@@ -166,6 +166,15 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	if spec.InitContainers = append(inits, spec.InitContainers...); len(spec.InitContainers) == 0 {
 		spec.InitContainers = nil
 	}
+	// Strip removes the trace mount by name from every container it keeps: a container of the
+	// template that has one of its own is recorded (the user's version of a component too),
+	// whether or not it is added. Only the template's: an injected authbridge container (classic
+	// mode appends it below) mounts the trace volume too, and goes with the rest on removal.
+	for _, c := range spec.Containers {
+		if slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == VolumeTrace }) {
+			st.OwnTraceMount = append(st.OwnTraceMount, c.Name)
+		}
+	}
 	spec.Containers = slices.Grow(spec.Containers, len(r.Containers))
 	for _, c := range r.Containers {
 		if !taken[c.Name] {
@@ -180,12 +189,6 @@ func Inject(t *corev1.PodTemplateSpec, r *Rendered) (out *corev1.PodTemplateSpec
 	}
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
-		// Strip removes the trace mount by name from every container it keeps: a container of the
-		// template that has one of its own is recorded (the user's version of a component too),
-		// whether or not it is added.
-		if slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == VolumeTrace }) {
-			st.OwnTraceMount = append(st.OwnTraceMount, c.Name)
-		}
 		if r.isComponent(c.Name) {
 			continue // an injected sidecar, or the user's own version of one (kept as written)
 		}

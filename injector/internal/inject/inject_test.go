@@ -323,3 +323,69 @@ func renderOptions(t *testing.T, cfg *config.Config, o inject.Options) *inject.R
 	require.NoError(t, err)
 	return r
 }
+
+// TestAuthbridgeMountsTheTraceConfiguration: the authbridge container, whose inbound and
+// outbound roles export spans where the workload's AgentTrace points, mounts the kagenti-trace
+// volume (the optional configMap {workload}-trace, read-only as every configMap volume) at the
+// contract's path; a container running register alone does not; removal takes it away with the
+// container.
+func TestAuthbridgeMountsTheTraceConfiguration(t *testing.T) {
+	authbridge := func(out *corev1.PodTemplateSpec) *corev1.Container {
+		for _, c := range slices.Concat(out.Spec.InitContainers, out.Spec.Containers) {
+			if c.Name == config.Authbridge {
+				return &c
+			}
+		}
+		return nil
+	}
+	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "a:1"}}}}
+	for exclude, want := range map[string]bool{
+		"":                        true,
+		config.ClientRegistration: true,
+		config.AuthProxy:          true, // outbound still exports
+		config.AuthProxy + "," + config.EnvoyProxy: false,
+	} {
+		t.Run("exclude="+exclude, func(t *testing.T) {
+			var annotations map[string]string
+			if exclude != "" {
+				annotations = map[string]string{inject.AnnotationExcludeComponents: exclude}
+			}
+			o, err := inject.ParseOptions("weather-agent", nil, annotations)
+			require.NoError(t, err)
+			r, err := inject.Render(config.Default(), o)
+			require.NoError(t, err)
+			out, _, err := inject.Inject(tmpl.DeepCopy(), r)
+			require.NoError(t, err)
+			c := authbridge(out)
+			require.NotNil(t, c)
+			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == inject.VolumeTrace })
+			if !want {
+				require.Equal(t, -1, i, "register alone exports no span")
+				return
+			}
+			require.NotEqual(t, -1, i, "the authbridge container mounts the trace configuration")
+			require.Equal(t, contract.PathTrace, c.VolumeMounts[i].MountPath)
+			v := out.Spec.Volumes[slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == inject.VolumeTrace })]
+			require.NotNil(t, v.ConfigMap, "a configMap volume: the kubelet mounts it read-only")
+			require.Equal(t, configmap.TraceName("weather-agent"), v.ConfigMap.Name)
+			require.True(t, *v.ConfigMap.Optional, "no AgentTrace: an empty directory, tracing off")
+
+			removed, _, err := inject.Remove(out)
+			require.NoError(t, err)
+			require.Equal(t, tmpl, removed, "removal leaves no trace mount")
+		})
+	}
+	t.Run("classic", func(t *testing.T) {
+		cfg := config.Default()
+		cfg.SidecarMode = config.SidecarClassic
+		out, _, err := inject.Inject(tmpl.DeepCopy(), render(t, cfg))
+		require.NoError(t, err)
+		require.NotNil(t, authbridge(out))
+		st, err := inject.ReadStatus(out)
+		require.NoError(t, err)
+		require.Empty(t, st.OwnTraceMount, "the injected container's trace mount is no mount of the user's")
+		removed, _, err := inject.Remove(out)
+		require.NoError(t, err)
+		require.Equal(t, tmpl, removed)
+	})
+}

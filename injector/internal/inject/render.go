@@ -416,6 +416,11 @@ func renderAuthbridge(cfg *config.Config, o Options, roles []string) (corev1.Con
 		// domain's bundle from the SPIRE agent's Workload API (rotated in place).
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeSpireSocket, MountPath: PathSpireSocket, ReadOnly: true})
 	}
+	if inbound || outbound {
+		// The proxies export their spans where the workload's AgentTrace points (the files of
+		// {workload}-trace, read like the agent reads them); a configMap volume: read-only anyway.
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeTrace, MountPath: PathTrace})
+	}
 	return c, nil
 }
 

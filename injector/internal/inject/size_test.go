@@ -42,9 +42,11 @@ func TestInjectionSize(t *testing.T) {
 		annotations map[string]string
 		budget      int
 	}{
-		{"default components", nil, nil, 2050},
-		{"spiffe", map[string]string{inject.LabelSpiffe: "enabled"}, nil, 3100}, // +49: the SPIRE socket into authbridge (mTLS)
-		{"proxies only", nil, map[string]string{inject.AnnotationExcludeComponents: "client-registration"}, 1950},
+		// +58 each: the trace mount into the authbridge container (its spans go where the
+		// workload's AgentTrace points).
+		{"default components", nil, nil, 2080},
+		{"spiffe", map[string]string{inject.LabelSpiffe: "enabled"}, nil, 3110}, // +49: the SPIRE socket into authbridge (mTLS)
+		{"proxies only", nil, map[string]string{inject.AnnotationExcludeComponents: "client-registration"}, 1980},
 	} {
 		n := addedBytes(t, tc.labels, tc.annotations)
 		t.Logf("%s: %d bytes added", tc.name, n)

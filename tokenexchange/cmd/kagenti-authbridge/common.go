@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -35,8 +37,12 @@ type commonFlags struct {
 	configDir   string
 	identityDir string
 	sharedDir   string
+	traceDir    string
 	poll        time.Duration
 	logLevel    string
+
+	// tracing is the process's span export, shared by its roles; set by startTracing.
+	tracing *tracing.Tracing
 }
 
 func (c *commonFlags) register(cmd *cobra.Command) {
@@ -48,6 +54,8 @@ func (c *commonFlags) register(cmd *cobra.Command) {
 		"directory of the injector's identity defaults (defaults.env, POD_NAMESPACE, POD_NAME when the hostname is not the pod's name; may be missing); the environment wins over it [$KAGENTI_IDENTITY_DIR]")
 	f.StringVar(&c.sharedDir, "shared-dir", envOr("KAGENTI_SHARED_DIR", authconfig.SharedDir),
 		"the volume the identity containers share (SVID, client credentials) [$KAGENTI_SHARED_DIR]")
+	f.StringVar(&c.traceDir, "trace-dir", envOr("KAGENTI_TRACE_DIR", contract.PathTrace),
+		"directory of the ConfigMap {workload}-trace that kagenti-agenttrace writes (may be missing: no spans are exported then); the inbound and outbound roles export their spans where it points [$KAGENTI_TRACE_DIR]")
 	f.DurationVar(&c.poll, "poll-interval", 10*time.Second, "how often files are re-read besides change notifications")
 	f.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -123,14 +131,32 @@ func runSingleRole(ctx context.Context, common *commonFlags, name string, prepar
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+	common.startTracing(ctx, g, []string{name}, log)
 	r, err := prepare(common, cfg, idpClient(), log)
 	if err != nil {
+		cancel()
+		_ = g.Wait()
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { cfg.Run(ctx, common.poll); return nil })
 	g.Go(func() error { return serveRole(ctx, r, cfg, log) })
 	return g.Wait()
+}
+
+// startTracing follows the trace files when one of roles emits spans (inbound, outbound), until
+// ctx ends; then the last spans are flushed (within tracing.ShutdownTimeout).
+func (c *commonFlags) startTracing(ctx context.Context, g *errgroup.Group, roles []string, log *zap.Logger) {
+	if !slices.Contains(roles, "inbound") && !slices.Contains(roles, "outbound") {
+		return
+	}
+	tlog := log.With(zap.String("traceDir", c.traceDir))
+	tracing.ReportErrorsTo(tlog)
+	c.tracing = tracing.New(c.traceDir, tlog)
+	c.tracing.Reload() // the roles' first requests are traced when the files are there
+	g.Go(func() error { c.tracing.Watch(ctx, c.poll); return nil })
 }
 
 // errTaskEnded is a role's task that returned before the role was stopped.

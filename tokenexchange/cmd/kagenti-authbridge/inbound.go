@@ -34,8 +34,9 @@ func (o *inboundOptions) addFlags(f *pflag.FlagSet, statusFlag string) {
 }
 
 // prepare builds the inbound role on cfg and opens its listener.
-func (o *inboundOptions) prepare(_ *commonFlags, cfg *sidecar.Config, client *http.Client, log *zap.Logger) (*role, error) {
+func (o *inboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, client *http.Client, log *zap.Logger) (*role, error) {
 	p := inbound.New(cfg, client, log)
+	p.Tracing = common.tracing
 	addr := net.JoinHostPort("", fmt.Sprint(cfg.Current().Config.Inbound.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

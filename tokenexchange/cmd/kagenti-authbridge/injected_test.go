@@ -37,6 +37,7 @@ import (
 	"github.com/kagenti/platform/pkg/configmap"
 	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -309,6 +310,14 @@ func TestInjectedContainersAreWhatTheBinaryReads(t *testing.T) {
 					}
 				}
 				assert.Equal(t, []string{configmap.TokenExchangeName(snap.Config.Workload.Name)}, configMaps)
+				// The proxies export spans where the AgentTrace points: the directory the binary
+				// reads (--trace-dir, as parsed from the injected arguments) is the trace volume.
+				if slices.Contains(runs, contract.ComponentAuthProxy) || slices.Contains(runs, contract.ComponentEnvoyProxy) {
+					traceDir := cmd.Flags().Lookup("trace-dir").Value.String()
+					vol, _ = mountOf(c, filepath.Join(traceDir, tracing.FileEndpoint))
+					assert.Equal(t, contract.VolumeTrace, vol, "the trace files")
+					assert.True(t, readOnlyMount(tmpl, c, traceDir))
+				}
 				spiffeHelper := slices.ContainsFunc(containers(tmpl), func(c corev1.Container) bool { return c.Name == contract.ComponentSpiffeHelper })
 				for _, component := range runs {
 					switch {

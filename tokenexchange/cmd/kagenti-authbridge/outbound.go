@@ -43,7 +43,10 @@ func (o *outboundOptions) addFlags(f *pflag.FlagSet, statusFlag string) {
 // prepare builds the outbound role on cfg and opens its loopback listeners.
 func (o *outboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, client *http.Client, log *zap.Logger) (*role, error) {
 	creds := outbound.NewCredentialSource(common.sharedDir)
-	p := outbound.New(cfg, creds, outbound.NewExchanger(client), log)
+	exchanger := outbound.NewExchanger(client)
+	exchanger.Tracing = common.tracing
+	p := outbound.New(cfg, creds, exchanger, log)
+	p.Tracing = common.tracing
 	p.DetectionTimeout = o.detection
 	p.Loops = sidecar.NewLoops()
 	if c := cfg.Current().Config; c.MTLS.On() {

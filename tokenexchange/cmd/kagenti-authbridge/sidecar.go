@@ -118,6 +118,11 @@ func runRoles(ctx context.Context, common *commonFlags, cfg *sidecar.Config, sta
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = st.name
+	}
+	common.startTracing(ctx, g, names, log)
 	g.Go(func() error { cfg.Run(ctx, common.poll); return nil })
 	g.Go(func() error {
 		if err := sidecar.Serve(ctx, statusAddr, aggregateHandler(states, cfg.AppProbes()), log); err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
@@ -37,6 +38,10 @@ type authorization struct {
 	mu       sync.RWMutex
 	released bool
 }
+
+// EngineRules names the embedded rules' decisions in a span's events (ExternalRule the external
+// authorizer's).
+const EngineRules = "rules"
 
 // ExternalRule is the rule a decision of the external authorizer reports (403 body, audit
 // record, metrics).
@@ -115,6 +120,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 	req := &shared
 	var err error
 	req.Method, req.Path, req.Peer = r.Method, r.URL.Path, PeerID(r)
+	span := trace.SpanFromContext(r.Context())
 	if az.rpcMethod {
 		req.RPCMethod, err = readRPCMethod(r)
 		if err != nil {
@@ -122,11 +128,13 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 			errors.As(err, &be)
 			if !az.dryRun {
 				telemetry.Default.Decision("deny", "body", 0)
+				spanDecision(span, req, EngineRules, "body", "deny", false)
 				p.log.Info("request refused", auditFields(req, "body", "deny", false, be.Reason)...)
 				writeError(w, be.Status, ErrInvalidRequest, be.Reason)
 				return false
 			}
 			telemetry.Default.Decision("would_deny", "body", 0)
+			spanDecision(span, req, EngineRules, "body", "would_deny", true)
 			p.log.Info("would refuse the request", auditFields(req, "body", "deny", true, be.Reason)...)
 		}
 	}
@@ -139,7 +147,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 			d.Rule = "error"
 		}
 	}
-	if !p.decided(w, req, az, d, took, false) {
+	if !p.decided(w, span, EngineRules, req, az, d, took, false) {
 		return false
 	}
 	if az.external == nil {
@@ -149,29 +157,33 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, az *authorizat
 	d, err = az.external.Authorize(r.Context(), req)
 	took = time.Since(start)
 	d.Rule = ExternalRule
-	return p.decided(w, req, az, d, took, err != nil)
+	return p.decided(w, span, ExternalRule, req, az, d, took, err != nil)
 }
 
 // decided applies one authorizer's decision: it logs the audit record, counts it, and answers
 // 403 to a denial outside a dry run. It reports whether the request may go on. noDecision: the
 // external authorizer gave none, and d is its fail-closed denial or fail-open allow.
-func (p *Proxy) decided(w http.ResponseWriter, req *authz.Request, az *authorization, d authz.Decision, took time.Duration, noDecision bool) bool {
+func (p *Proxy) decided(w http.ResponseWriter, span trace.Span, engine string, req *authz.Request, az *authorization, d authz.Decision, took time.Duration, noDecision bool) bool {
 	if d.Allowed {
 		if noDecision { // failed open: always in the audit log
 			telemetry.Default.Decision("fail_open", d.Rule, took)
+			spanDecision(span, req, engine, d.Rule, "fail_open", az.dryRun)
 			p.log.Warn("request allowed: the external authorizer failed open", auditFields(req, d.Rule, "fail_open", az.dryRun, d.Reason)...)
 			return true
 		}
 		telemetry.Default.Decision("allow", d.Rule, took)
+		spanDecision(span, req, engine, d.Rule, "allow", az.dryRun)
 		p.log.Debug("request allowed", auditFields(req, d.Rule, "allow", az.dryRun, d.Reason)...)
 		return true
 	}
 	if az.dryRun {
 		telemetry.Default.Decision("would_deny", d.Rule, took)
+		spanDecision(span, req, engine, d.Rule, "would_deny", true)
 		p.log.Info("would deny the request", auditFields(req, d.Rule, "deny", true, d.Reason)...)
 		return true
 	}
 	telemetry.Default.Decision("deny", d.Rule, took)
+	spanDecision(span, req, engine, d.Rule, "deny", false)
 	p.log.Info("request denied", auditFields(req, d.Rule, "deny", false, d.Reason)...)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

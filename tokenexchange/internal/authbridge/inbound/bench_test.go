@@ -5,13 +5,19 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idptest"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 )
 
 func measure(b *testing.B, url, token string) { measureBody(b, url, token, nil) }
@@ -136,4 +142,31 @@ func BenchmarkCanonicalPath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkThroughInboundTraced is BenchmarkThroughInboundWithPolicy with tracing on: every span
+// sampled (always_on) and exported in batches over OTLP/HTTP to a receiver that discards them.
+// The cost of tracing is the difference between the two.
+func BenchmarkThroughInboundTraced(b *testing.B) {
+	f := newFixture(b)
+	f.withPolicy(tenRulePolicy)
+	discard := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(discard.Close)
+	dir := b.TempDir()
+	for k, v := range map[string]string{tracing.FileEndpoint: discard.URL, tracing.FileProtocol: tracing.ProtocolHTTP, tracing.FileSampler: "always_on"} {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tr := tracing.New(dir, zap.NewNop())
+	tr.Reload()
+	if !tr.On() {
+		b.Fatal("tracing is off")
+	}
+	f.proxy.Tracing = tr
+	measure(b, f.url+"/tasks", f.viaMiddle())
+	_ = tr.ForceFlush(context.Background())
 }

@@ -14,10 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 
@@ -31,6 +33,9 @@ type Proxy struct {
 	log        *zap.Logger
 	httpClient *http.Client
 	proxy      *httputil.ReverseProxy
+
+	// Tracing, when set, exports a span of every request that needs a token (trace.go).
+	Tracing *tracing.Tracing
 
 	state  atomic.Pointer[state]
 	mu     sync.Mutex
@@ -159,20 +164,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// value, and the agent might read another.
 		err = errors.New("more than one Authorization header")
 	}
+	if err == nil && Public(decoded) {
+		r.URL.Path, r.URL.RawPath = decoded, raw
+		p.proxy.ServeHTTP(w, r)
+		return
+	}
+	if tracer := p.Tracing.Inbound(); tracer != nil {
+		var span trace.Span
+		w, r, span = startSpan(tracer, w, r, decoded, err == nil)
+		defer endSpan(span, w)
+	}
 	if err != nil {
 		p.log.Info("request refused", zap.String("error", ErrInvalidRequest), zap.String("reason", err.Error()))
 		telemetry.Default.Request("bad_request")
+		spanResult(r, "bad_request", ErrInvalidRequest)
 		writeError(w, http.StatusBadRequest, ErrInvalidRequest, err.Error())
 		return
 	}
 	r.URL.Path, r.URL.RawPath = decoded, raw
-	if Public(decoded) {
-		p.proxy.ServeHTTP(w, r)
-		return
-	}
 	token, ok := bearer(r)
 	if !ok {
 		telemetry.Default.Request("unauthorized")
+		spanResult(r, "unauthorized", ErrInvalidRequest)
 		challenge(w, "", "")
 		writeError(w, http.StatusUnauthorized, ErrInvalidRequest, "missing bearer token (Authorization: Bearer <token>)")
 		return
@@ -190,14 +203,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.log.Info("request refused", zap.String("path", r.URL.Path), zap.String("error", te.Code), zap.String("reason", te.Description))
 		if status == http.StatusForbidden {
 			telemetry.Default.Request("denied")
+			spanResult(r, "denied", te.Code)
 		} else {
 			telemetry.Default.Request("unauthorized")
+			spanResult(r, "unauthorized", te.Code)
 		}
 		challenge(w, te.Code, te.Description)
 		writeError(w, status, te.Code, te.Description)
 		return
 	}
+	spanClaims(r, claims)
 	if !peerBound(w, r, claims, p.log) {
+		spanResult(r, "denied", ErrPeerMismatch)
 		return
 	}
 	az := st.authz
@@ -215,9 +232,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !allowed {
 		telemetry.Default.Request("denied")
+		spanResult(r, "denied", ErrAccessDenied)
 		return
 	}
 	telemetry.Default.Request("allowed")
+	spanResult(r, "allowed", "")
 	r.Header.Set(ClaimsHeader, strings.Split(token, ".")[1])
 	p.proxy.ServeHTTP(w, r)
 }

@@ -41,6 +41,7 @@ func agent(t testing.TB) (port int32) {
 		w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
 		w.Header().Set("X-Seen-Proto", r.Proto)
 		w.Header().Set("X-Seen-URI", r.RequestURI)
+		w.Header().Set("X-Seen-Traceparent", r.Header.Get("Traceparent"))
 		body, _ := io.ReadAll(r.Body)
 		sum := sha256.Sum256(body)
 		w.Header().Set("X-Seen-Body-SHA256", hex.EncodeToString(sum[:]))

@@ -168,6 +168,7 @@ func (p *Proxy) egressAllowsRequest(w http.ResponseWriter, r *http.Request, dst 
 	}
 	name := p.verifiedName(r.Host, dst)
 	d := pol.decide(name, dst)
+	spanEgress(r, pol, d, protocol)
 	if d.allowed && !p.log.Core().Enabled(zap.DebugLevel) {
 		telemetry.Default.Egress("allow", d.rule, protocol)
 		return true // no audit record to write: spare the allocations

@@ -15,10 +15,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idpclient"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 )
 
 // RFC 8693 and RFC 7523 identifiers.
@@ -64,6 +68,8 @@ type Exchanger struct {
 	Now    func() time.Time
 	// MaxEntries bounds the cache.
 	MaxEntries int
+	// Tracing, when set, exports a span of every exchange.
+	Tracing *tracing.Tracing
 
 	group singleflight.Group
 	mu    sync.Mutex
@@ -104,15 +110,34 @@ func (e *Exchanger) Exchange(ctx context.Context, r Request) (string, error) {
 	key := r.cacheKey()
 	now := e.Now()
 	e.mu.Lock()
+	tracer := e.Tracing.Outbound()
 	if c, ok := e.cache[key]; ok && now.Before(c.expires) {
 		e.stats.Hits++
 		e.mu.Unlock()
 		telemetry.Default.Exchange(true, 0, nil)
+		if tracer != nil {
+			// INTERNAL: nothing left the process.
+			_, span := tracer.Start(ctx, tracing.SpanExchange, trace.WithSpanKind(trace.SpanKindInternal),
+				trace.WithAttributes(tracing.KeyExchangeAudience.String(r.Audience), tracing.KeyExchangeResult.String("cached")))
+			span.End()
+		}
 		return c.token, nil
 	}
 	e.stats.Misses++
 	e.mu.Unlock()
-	v, err, _ := e.group.Do(key, func() (any, error) {
+	if tracer != nil {
+		// CLIENT: a call to the identity provider's token endpoint (this request's own, or one
+		// it shares with concurrent identical requests: kagenti.exchange.shared).
+		var span trace.Span
+		ctx, span = tracer.Start(ctx, tracing.SpanExchange, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(tracing.KeyExchangeAudience.String(r.Audience)))
+		defer span.End()
+		if u, err := url.Parse(r.TokenURL); err == nil && span.IsRecording() {
+			span.SetAttributes(tracing.KeyServerAddr.String(u.Hostname()))
+		}
+		ctx = withExchangeSpan(ctx, span)
+	}
+	v, err, shared := e.group.Do(key, func() (any, error) {
 		start := time.Now()
 		tok, lifetime, err := e.call(ctx, r)
 		telemetry.Default.Exchange(false, time.Since(start), err)
@@ -122,6 +147,7 @@ func (e *Exchanger) Exchange(ctx context.Context, r Request) (string, error) {
 		e.store(key, tok, e.cacheUntil(now, lifetime, r.SubjectToken))
 		return tok, nil
 	})
+	spanExchanged(ctx, err, shared)
 	if err != nil {
 		e.mu.Lock()
 		e.stats.Failures++
@@ -129,6 +155,32 @@ func (e *Exchanger) Exchange(ctx context.Context, r Request) (string, error) {
 		return "", err
 	}
 	return v.(string), nil
+}
+
+type exchangeSpanKey struct{}
+
+func withExchangeSpan(ctx context.Context, span trace.Span) context.Context {
+	return context.WithValue(ctx, exchangeSpanKey{}, span)
+}
+
+// spanExchanged records an exchange's result on its span: issued, or failed with the identity
+// provider's OAuth error code (never its description, nor a token).
+func spanExchanged(ctx context.Context, err error, shared bool) {
+	span, ok := ctx.Value(exchangeSpanKey{}).(trace.Span)
+	if !ok || !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(tracing.KeyExchangeShared.Bool(shared))
+	if err == nil {
+		span.SetAttributes(tracing.KeyExchangeResult.String("issued"))
+		return
+	}
+	code := "exchange_failed"
+	if xe := (*ExchangeError)(nil); errors.As(err, &xe) && xe.Code != "" {
+		code = xe.Code
+	}
+	span.SetAttributes(tracing.KeyExchangeResult.String("failed"), tracing.KeyExchangeError.String(code))
+	span.SetStatus(codes.Error, code)
 }
 
 // Stats returns the counters so far.
@@ -219,6 +271,9 @@ func (e *Exchanger) call(ctx context.Context, r Request) (string, time.Duration,
 		return "", 0, &ExchangeError{Status: http.StatusBadGateway, Description: fmt.Sprintf("token URL %q: %v", r.TokenURL, err)}
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	// The exchange span's context, when there is one, so that an identity provider that traces
+	// (Keycloak does) continues the trace.
+	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set("Accept", "application/json")
 	if r.Credentials.Assertion == "" {
 		// RFC 6749 §2.3.1: the ID and secret are form-encoded before the Basic encoding.

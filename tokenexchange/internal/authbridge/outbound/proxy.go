@@ -22,9 +22,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 )
 
 // Proxy is the outbound proxy.
@@ -52,6 +54,9 @@ type Proxy struct {
 	egress egressState
 	// originatesMTLS: OriginateMTLS was called, so exchanged tokens carry their expected peer.
 	originatesMTLS bool
+	// Tracing, when set, exports a span of every HTTP request forwarded, and of every exchange
+	// (the Exchanger's own Tracing).
+	Tracing *tracing.Tracing
 }
 
 type ctxKey struct{}
@@ -237,6 +242,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r, dst, ok = p.explicitRequest(w, r); !ok {
 			return
 		}
+	}
+	if tracer := p.Tracing.Outbound(); tracer != nil {
+		var span trace.Span
+		w, r, span = startSpan(tracer, w, r, dst)
+		defer endSpan(span, w)
 	}
 	if !p.egressAllowsRequest(w, r, dst, "http") {
 		return

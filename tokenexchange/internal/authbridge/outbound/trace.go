@@ -1,0 +1,93 @@
+package outbound
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
+)
+
+// startSpan starts the span of an HTTP request the agent sends out: a CLIENT span (the outbound
+// proxy is the agent's client side towards the destination, as an Istio sidecar's outbound span
+// is), the child of the agent's own span when the request carries a traceparent, and the parent
+// the destination sees: the request forwarded carries its context instead of the agent's.
+func startSpan(tracer trace.Tracer, w http.ResponseWriter, r *http.Request, dst netip.AddrPort) (http.ResponseWriter, *http.Request, trace.Span) {
+	carrier := propagation.HeaderCarrier(r.Header)
+	ctx := tracing.Propagator.Extract(r.Context(), carrier)
+	ctx, span := tracer.Start(ctx, tracing.SpanOutbound, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		host, port := r.Host, strconv.Itoa(int(dst.Port()))
+		if h, p, err := net.SplitHostPort(r.Host); err == nil {
+			host, port = h, p
+		}
+		if host == "" {
+			host = dst.Addr().Unmap().String()
+		}
+		span.SetAttributes(tracing.KeyHTTPMethod.String(tracing.Method(r.Method)), tracing.KeyServerAddr.String(host),
+			tracing.KeyServerPort.String(port), tracing.KeyURLPath.String(r.URL.Path))
+	}
+	tracing.Propagator.Inject(ctx, carrier)
+	return &statusWriter{ResponseWriter: w}, r.WithContext(ctx), span
+}
+
+// endSpan records the answer's status (4xx and 5xx are errors of a CLIENT span) and ends span.
+func endSpan(span trace.Span, w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok && span.IsRecording() {
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		span.SetAttributes(tracing.KeyHTTPStatus.Int(status))
+		if status >= 400 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+	}
+	span.End()
+}
+
+// spanEgress records an egress decision as an event of the request's span.
+func spanEgress(r *http.Request, pol *egressPolicy, d egressDecision, protocol string) {
+	span := trace.SpanFromContext(r.Context())
+	if !span.IsRecording() {
+		return
+	}
+	result := "allow"
+	switch {
+	case d.allowed:
+	case pol.dryRun:
+		result = "would_deny"
+	default:
+		result = "deny"
+	}
+	span.AddEvent(tracing.EventEgress, trace.WithAttributes(tracing.KeyEgressResult.String(result),
+		tracing.KeyEgressRule.String(d.rule), tracing.KeyEgressProtocol.String(protocol)))
+}
+
+// statusWriter remembers the status of the answer, for the span. Unwrap lets the reverse proxy
+// flush (streaming) and hijack (upgrades) through it (http.ResponseController).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
