@@ -22,24 +22,17 @@ import (
 
 // receivedSpan is one span as hack/otlp-sink lists it.
 type receivedSpan struct {
-	Name       string            `json:"name"`
-	Resource   map[string]string `json:"resource"`
-	Attributes map[string]string `json:"attributes"`
+	Name         string            `json:"name"`
+	TraceID      string            `json:"traceId"`
+	SpanID       string            `json:"spanId"`
+	ParentSpanID string            `json:"parentSpanId"`
+	Resource     map[string]string `json:"resource"`
+	Attributes   map[string]string `json:"attributes"`
 }
 
-// TestKindAgentTraceReachesItsCollector: an AgentTrace configures a real agent's OpenTelemetry SDK
-// on a real kubelet. The example agent (examples/agent-telemetry, its own image) reads the files of
-// the ConfigMap {workload}-trace that the injector mounted at /etc/kagenti/trace, builds its tracer
-// provider from them and exports spans over OTLP/HTTP to a receiver in the cluster (hack/otlp-sink),
-// which the test reads. A change of the AgentTrace reaches the running agent through the kubelet's
-// ConfigMap refresh: its spans carry the new resource attribute and GenAI capture, with no restart.
-func TestKindAgentTraceReachesItsCollector(t *testing.T) {
-	requireKind(t)
-	c := framework.Client(t)
-	framework.RequirePillar(t, c, "injector")
-	framework.RequirePillar(t, c, "agenttrace")
-	ns := framework.Namespace(t, c, "kind-trace", map[string]string{"kagenti.io/injection": "enabled"})
-
+// createOTLPSink runs hack/otlp-sink in ns behind Service otlp-sink (OTLP/HTTP on 4318).
+func createOTLPSink(t *testing.T, c client.Client, ns string) {
+	t.Helper()
 	sinkLabels := map[string]string{"app": "otlp-sink"}
 	framework.Create(t, c, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "otlp-sink", Namespace: ns},
@@ -59,6 +52,38 @@ func TestKindAgentTraceReachesItsCollector(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "otlp-sink", Namespace: ns},
 		Spec:       corev1.ServiceSpec{Selector: sinkLabels, Ports: []corev1.ServicePort{{Name: "otlp-http", Port: 4318, TargetPort: intstr.FromInt(4318)}}},
 	})
+}
+
+// otlpSinkSpans returns a function listing what the otlp-sink of ns has received so far
+// (through a port-forward), and the raw body it listed it from.
+func otlpSinkSpans(t *testing.T, c client.Client, ns string) func() ([]receivedSpan, error) {
+	t.Helper()
+	sink := framework.PortForward(t, ns, podOf(t, c, ns, "otlp-sink"), 4318)
+	return func() ([]receivedSpan, error) {
+		resp, err := http.Get("http://" + sink + "/spans")
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var got []receivedSpan
+		return got, json.NewDecoder(resp.Body).Decode(&got)
+	}
+}
+
+// TestKindAgentTraceReachesItsCollector: an AgentTrace configures a real agent's OpenTelemetry SDK
+// on a real kubelet. The example agent (examples/agent-telemetry, its own image) reads the files of
+// the ConfigMap {workload}-trace that the injector mounted at /etc/kagenti/trace, builds its tracer
+// provider from them and exports spans over OTLP/HTTP to a receiver in the cluster (hack/otlp-sink),
+// which the test reads. A change of the AgentTrace reaches the running agent through the kubelet's
+// ConfigMap refresh: its spans carry the new resource attribute and GenAI capture, with no restart.
+func TestKindAgentTraceReachesItsCollector(t *testing.T) {
+	requireKind(t)
+	c := framework.Client(t)
+	framework.RequirePillar(t, c, "injector")
+	framework.RequirePillar(t, c, "agenttrace")
+	ns := framework.Namespace(t, c, "kind-trace", map[string]string{"kagenti.io/injection": "enabled"})
+
+	createOTLPSink(t, c, ns)
 
 	// The agent gets the trace mount only: every identity component is excluded.
 	exclude := map[string]string{"kagenti.io/exclude-components": "proxy-init,spiffe-helper,client-registration,auth-proxy,envoy-proxy"}
@@ -95,16 +120,7 @@ func TestKindAgentTraceReachesItsCollector(t *testing.T) {
 	if !mounted {
 		t.Fatalf("the injector did not mount the trace ConfigMap into the agent: %+v", agent.Spec.Containers[0].VolumeMounts)
 	}
-	sink := framework.PortForward(t, ns, podOf(t, c, ns, "otlp-sink"), 4318)
-	spans := func() ([]receivedSpan, error) {
-		resp, err := http.Get("http://" + sink + "/spans")
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		var got []receivedSpan
-		return got, json.NewDecoder(resp.Body).Decode(&got)
-	}
+	spans := otlpSinkSpans(t, c, ns)
 	// waitSpan waits for a span of the agent that satisfies ok, and says what came instead.
 	waitSpan := func(timeout time.Duration, what string, ok func(receivedSpan) bool) {
 		t.Helper()
@@ -148,4 +164,63 @@ func TestKindAgentTraceReachesItsCollector(t *testing.T) {
 		t.Logf("the change reached the agent's spans in %s", time.Since(start).Round(time.Second))
 		assertNoRestarts(t, readyPodOf(t, c, ns, "traced"))
 	})
+}
+
+// assertKindAuthbridgeSpans: after a call caller → callee (the identity flow), the otlp-sink of ns
+// has, from the caller's authbridge, the outbound request's span and the token exchange's for the
+// callee's audience, and from the callee's authbridge the inbound request's span, allowed, with
+// the caller's verified identity; the callee's inbound span is a child of the caller's outbound
+// span (W3C trace context across the pods), all in one trace; no attribute holds the user's token.
+//
+// call makes one call caller → callee; it is made again while no span has come, because a pod that
+// started before its AgentTrace's ConfigMap existed gets the trace files only with the kubelet's
+// next sync of the volume (about a minute), and the authbridge starts exporting then.
+func assertKindAuthbridgeSpans(t *testing.T, c client.Client, ns, callerID, calleeID, userToken string, call func()) {
+	t.Helper()
+	spans := otlpSinkSpans(t, c, ns)
+	var outbound, exchange, inbound receivedSpan
+	start, last := time.Now(), time.Time{}
+	framework.Eventually(t, 3*time.Minute, "the authbridges' spans at the receiver", func(context.Context) (bool, string, error) {
+		if time.Since(last) > 2*time.Second {
+			call()
+			last = time.Now()
+		}
+		got, err := spans()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var names []string
+		for _, s := range got {
+			names = append(names, s.Name+" "+s.Resource["service.name"])
+			switch {
+			case s.Name == "kagenti.authbridge.inbound" && s.Attributes["kagenti.caller"] == callerID && s.Attributes["kagenti.result"] == "allowed":
+				inbound = s
+			case s.Name == "kagenti.authbridge.exchange" && s.Attributes["kagenti.exchange.audience"] == calleeID && s.Attributes["kagenti.exchange.result"] == "issued":
+				exchange = s
+			case s.Name == "kagenti.authbridge.outbound" && strings.HasPrefix(s.Attributes["server.address"], "callee."):
+				outbound = s
+			}
+		}
+		return inbound.SpanID != "" && exchange.SpanID != "" && outbound.SpanID != "", strings.Join(names, ", "), nil
+	})
+	if inbound.ParentSpanID != outbound.SpanID || inbound.TraceID != outbound.TraceID {
+		t.Errorf("the callee's inbound span (trace %s, parent %s) is not a child of the caller's outbound span (trace %s, span %s)",
+			inbound.TraceID, inbound.ParentSpanID, outbound.TraceID, outbound.SpanID)
+	}
+	if exchange.TraceID != outbound.TraceID {
+		t.Errorf("the exchange's span is in trace %s, the outbound request's in %s", exchange.TraceID, outbound.TraceID)
+	}
+	for _, s := range []receivedSpan{inbound, exchange, outbound} {
+		if s.Resource["kagenti.component"] != "kagenti-authbridge" {
+			t.Errorf("span %s: resource %v, want kagenti.component=kagenti-authbridge", s.Name, s.Resource)
+		}
+		for k, v := range s.Attributes {
+			if strings.Contains(v, userToken) || strings.Contains(userToken, v) && len(v) > 20 {
+				t.Errorf("span %s: attribute %s holds (part of) the user's token", s.Name, k)
+			}
+		}
+	}
+	t.Logf("spans at the receiver %s after the first call", time.Since(start).Round(time.Second))
+	t.Logf("spans: caller's outbound %s → exchange %s (%s) → callee's inbound %s (caller %s), trace %s",
+		outbound.SpanID, exchange.SpanID, exchange.Attributes["kagenti.exchange.result"], inbound.SpanID, inbound.Attributes["kagenti.caller"], inbound.TraceID)
 }

@@ -74,6 +74,23 @@ func TestKindIdentityFlow(t *testing.T) {
 	// Deployment exists, before its pod starts, so the pod's startup settings (spiffe-helper's
 	// audience) are the TokenExchange's. In the other order a pod may start on the defaults, and
 	// the controller restarts it (TestKindPodStartedBeforeItsConfigMapIsRestarted): a minute more.
+	// Before the agents too: an AgentTrace per agent, both to one OTLP receiver, so that each pod's
+	// authbridge starts with the trace files in place and exports its spans there.
+	traced := t.Run("an AgentTrace for each agent, to an OTLP receiver", func(t *testing.T) {
+		framework.RequirePillar(t, c, "agenttrace")
+		createOTLPSink(t, c, ns)
+		for _, name := range []string{"caller", "callee"} {
+			at := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+				"targetRef": deploymentRef(name),
+				"exporters": []any{map[string]any{"type": "otlp", "protocol": "http/protobuf", "endpoint": "http://otlp-sink." + ns + ".svc:4318"}},
+				"sampling":  map[string]any{"type": "always_on"},
+			}}}
+			at.SetGroupVersionKind(agentTraceGVK)
+			at.SetNamespace(ns)
+			at.SetName(name)
+			framework.Create(t, c, at)
+		}
+	})
 	createKindAgent(t, c, ns, "caller", map[string]string{"kagenti.io/spiffe": "enabled"}, transparentAgent)
 	createKindAgent(t, c, ns, "callee", nil, transparentAgent, kindAgentCard("Callee", "http://callee."+ns+".svc:8080"))
 
@@ -157,6 +174,13 @@ func TestKindIdentityFlow(t *testing.T) {
 			fmt.Sprintf("%s (pod %s) called http://%s:%d/tasks with the user's token (aud %v)", "caller", caller.Name, calleeHost, inboundPort, jwtClaims(t, user)["aud"]),
 			fmt.Sprintf("its JWT SVID from the SPIRE agent, written by spiffe-helper: sub %v, aud %v", svid["sub"], svid["aud"]),
 			fmt.Sprintf("its outbound proxy exchanged the token at %s: the callee's agent (pod %s) got aud %v, act %v, scope %v", issuer, got.Pod, claims["aud"], claims["act"], claims["scope"]))
+	})
+
+	t.Run("the authbridges' spans reach the AgentTrace's receiver: one trace from the caller's outbound to the callee's agent", func(t *testing.T) {
+		if !traced {
+			t.Skip("no AgentTrace (the agenttrace pillar is not installed)")
+		}
+		assertKindAuthbridgeSpans(t, c, ns, callerID, calleeID, user, func() { call(t) })
 	})
 
 	t.Run("the callee registered with the dev IdP (RFC 7591)", func(t *testing.T) {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -24,6 +25,10 @@ import (
 // Span is one received span, flattened for a test to read.
 type Span struct {
 	Name string `json:"name"`
+	// TraceID, SpanID and ParentSpanID are hex, as in a traceparent header ("" for a root's parent).
+	TraceID      string `json:"traceId"`
+	SpanID       string `json:"spanId"`
+	ParentSpanID string `json:"parentSpanId,omitempty"`
 	// Resource holds the resource attributes (service.name among them), Attributes the span's.
 	Resource   map[string]string `json:"resource"`
 	Attributes map[string]string `json:"attributes"`
@@ -69,7 +74,8 @@ func (s *sink) traces(w http.ResponseWriter, r *http.Request) {
 		res := flatten(rs.GetResource().GetAttributes())
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				got = append(got, Span{Name: sp.GetName(), Resource: res, Attributes: flatten(sp.GetAttributes()), Received: now})
+				got = append(got, Span{Name: sp.GetName(), TraceID: hex.EncodeToString(sp.GetTraceId()), SpanID: hex.EncodeToString(sp.GetSpanId()),
+					ParentSpanID: hex.EncodeToString(sp.GetParentSpanId()), Resource: res, Attributes: flatten(sp.GetAttributes()), Received: now})
 			}
 		}
 	}

@@ -31,11 +31,13 @@ func TestSinkKeepsWhatTheSDKExports(t *testing.T) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp),
 		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "weather"), attribute.String("team", "a"))))
+	rootCtx, root := tp.Tracer("test").Start(ctx, "root")
 	for _, name := range []string{"one", "two", "three", "four"} {
-		_, sp := tp.Tracer("test").Start(ctx, name)
+		_, sp := tp.Tracer("test").Start(rootCtx, name)
 		sp.SetAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.Int("n", 7))
 		sp.End()
 	}
+	root.End()
 	if err := tp.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +54,12 @@ func TestSinkKeepsWhatTheSDKExports(t *testing.T) {
 	var names []string
 	for _, sp := range got {
 		names = append(names, sp.Name)
+		if sp.Name == "root" {
+			continue
+		}
+		if sp.TraceID != root.SpanContext().TraceID().String() || sp.ParentSpanID != root.SpanContext().SpanID().String() || len(sp.SpanID) != 16 {
+			t.Errorf("span %s: trace %s span %s parent %s; want the root's trace and the root as parent", sp.Name, sp.TraceID, sp.SpanID, sp.ParentSpanID)
+		}
 		if sp.Resource["service.name"] != "weather" || sp.Resource["team"] != "a" {
 			t.Errorf("span %s: resource %v", sp.Name, sp.Resource)
 		}
@@ -59,7 +67,7 @@ func TestSinkKeepsWhatTheSDKExports(t *testing.T) {
 			t.Errorf("span %s: attributes %v", sp.Name, sp.Attributes)
 		}
 	}
-	if strings.Join(names, ",") != "two,three,four" {
+	if strings.Join(names, ",") != "three,four,root" {
 		t.Errorf("kept %v, want the last three", names)
 	}
 }
