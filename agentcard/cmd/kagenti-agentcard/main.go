@@ -100,6 +100,7 @@ func options() command.Options {
 			if err := federation.Setup(context.Background(), mgr, fed, &disc); err != nil {
 				return err
 			}
+			disc.TrustDomain = opts.TrustDomain
 			return discovery.Setup(mgr, disc)
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -189,4 +190,20 @@ func BenchmarkMayCall(b *testing.B) {
 	for b.Loop() {
 		w.MayCall(alice)
 	}
+}
+
+// TestWorkloadPolicyReadsWhatTokenexchangeWrites parses config.yaml as tokenexchange's renderer
+// writes it (the golden its test keeps up to date).
+func TestWorkloadPolicyReadsWhatTokenexchangeWrites(t *testing.T) {
+	b, err := os.ReadFile("testdata/tokenexchange-policy.config.yaml")
+	require.NoError(t, err)
+	w := ParseWorkloadPolicy(b)
+	td := "spiffe://cluster.local/ns/agents/sa/"
+	assert.Equal(t, AccessAllow, w.MayCall(td+"alice").Result)
+	bobAccess := w.MayCall(td + "bob")
+	assert.Equal(t, Access{Result: AccessDeny, Rules: []string{"no-bob"}, Reason: `denied by rule "no-bob"`}, bobAccess)
+	carol := w.MayCall(td + "carol")
+	assert.Equal(t, AccessConditional, carol.Result)
+	assert.Equal(t, []string{"reads", DefaultRule}, carol.Rules)
+	assert.Equal(t, []string{VarRPCMethod}, carol.Needs)
 }
