@@ -105,6 +105,11 @@ func expectedAccess(ns string) []access {
 		access{sa: "kagenti-agentcard", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-agentcard-discovery-cert", allowed: true},
 		access{sa: "kagenti-agentcard", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-injector-cert"},
 		access{sa: "kagenti-agentcard", verb: "patch", resource: "secrets", namespace: ns, name: "kagenti-tokenexchange-cert"},
+		// agentcard's discovery API watches the {workload}-token-exchange ConfigMaps for the agents'
+		// policies (?access=, ?callable=); it writes none outside its own namespace.
+		access{sa: "kagenti-agentcard", verb: "list", resource: "configmaps", allowed: true},
+		access{sa: "kagenti-agentcard", verb: "watch", resource: "configmaps", allowed: true},
+		access{sa: "kagenti-agentcard", verb: "update", resource: "configmaps", namespace: "default", name: "callee-token-exchange"},
 	)
 	// agentbuild watches everywhere but builds and deploys only where it is bound.
 	const ab = "kagenti-agentbuild"

@@ -38,7 +38,7 @@ func options() command.Options {
 			f.BoolVar(&opts.RequireSignature, "require-signature", false, "default of spec.requireSignature: Ready needs a verified signature bound to the workload identity")
 			f.StringVar(&opts.TrustBundleConfigMap, "trust-bundle-configmap", "", "namespace/name of the SPIRE trust bundle ConfigMap (PEM or SPIFFE JSON bundle); empty: no signature can verify")
 			f.StringVar(&opts.TrustBundleKey, "trust-bundle-key", "bundle.crt", "key of the trust bundle in the ConfigMap")
-			f.StringVar(&opts.TrustDomain, "trust-domain", "cluster.local", "SPIFFE trust domain of the workloads (default of spec.identityBinding.trustDomain)")
+			f.StringVar(&opts.TrustDomain, "trust-domain", "cluster.local", "SPIFFE trust domain of the workloads (default of spec.identityBinding.trustDomain; the discovery API's requesters get spiffe://<trust domain>/ns/<namespace>/sa/<name> for ?access= and ?callable=)")
 			f.IntVar(&opts.MaxConcurrentFetches, "max-concurrent-fetches", 64, "card fetches in flight across all AgentCards")
 			f.DurationVar(&opts.FetchTimeout, "fetch-timeout", 5*time.Second, "timeout of one card fetch")
 			f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentCards synced in parallel")
@@ -105,6 +105,7 @@ func options() command.Options {
 			if err := federation.Setup(context.Background(), mgr, fed, &disc); err != nil {
 				return err
 			}
+			disc.TrustDomain = opts.TrustDomain
 			return discovery.Setup(mgr, disc)
 		},
 	}

@@ -174,7 +174,7 @@ func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "name needs namespace")
 		return
 	}
-	if !s.authorize(w, r, Access{Verb: "get", Namespace: ns, Name: name, Subresource: GraphSubresource}) {
+	if _, ok := s.authorize(w, r, Access{Verb: "get", Namespace: ns, Name: name, Subresource: GraphSubresource}); !ok {
 		return
 	}
 	if c := q.Get("cluster"); s.Remote != nil && c != "" && c != s.LocalCluster {

@@ -1,7 +1,7 @@
 // Package discovery serves the AgentCard discovery API from the controller's cache, over TLS:
 //
-//	GET /v1/agents?namespace=&skill=&tag=&name=&verified=&limit=&continue=
-//	GET /v1/agents/{namespace}/{name}
+//	GET /v1/agents?namespace=&skill=&tag=&name=&verified=&callable=&access=&limit=&continue=
+//	GET /v1/agents/{namespace}/{name}?access=
 //	GET /v1/graph?namespace=&name=
 //
 // Callers authenticate with a Kubernetes bearer token (TokenReview, optionally bound to an
@@ -12,6 +12,7 @@ package discovery
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/kagenti/platform/agentcard/api/v1alpha1"
 	"github.com/kagenti/platform/agentcard/internal/card"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 )
 
 // Server is the HTTP handler. A nil Authorizer serves anonymously; a nil Limiter does not limit.
@@ -41,6 +43,10 @@ type Server struct {
 	// Leader, on a hub, answers for a follower what only the leader holds (LeaderForwarder);
 	// nil: a follower answers 503.
 	Leader http.Handler
+	// Policies gives the agents' authorization policies, for ?access= and ?callable= (nil: every
+	// answer is unknown); TrustDomain is the one of the requesters' SPIFFE IDs.
+	Policies    PolicySource
+	TrustDomain string
 }
 
 // Agent is one entry of the API.
@@ -66,6 +72,12 @@ type Agent struct {
 	Card      json.RawMessage `json:"card,omitempty"`
 	// Freshness of a federated card (another cluster's).
 	Freshness *Freshness `json:"freshness,omitempty"`
+	// Access says whether the requester may call the agent, under the agent's authorization
+	// policy (?access=true, ?callable=true).
+	Access *authz.Access `json:"access,omitempty"`
+
+	// workload is the AgentCard's target workload ("" in selector mode and for a federated card).
+	workload string
 }
 
 // MaxSummaryBytes bounds the JSON of one agent's summary, so that a page of a list is bounded
@@ -126,24 +138,26 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Access) bool {
+// authorize answers 401, 403 or 503 and returns false unless the request's bearer may do a;
+// it returns the bearer's user name ("" when the API serves anonymously).
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Access) (string, bool) {
 	if s.Authorizer == nil {
-		return true
+		return "", true
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kagenti-agentcard"`)
 		writeError(w, http.StatusUnauthorized, "a Kubernetes bearer token is required (Authorization: Bearer <token>)")
-		return false
+		return "", false
 	}
 	user, allowed, err := s.Authorizer.Authorize(r.Context(), token, a)
 	switch {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "cannot check authorization: "+err.Error())
-		return false
+		return "", false
 	case user == "":
 		writeError(w, http.StatusUnauthorized, "the token is not valid")
-		return false
+		return "", false
 	case !allowed:
 		scope := "in namespace " + strconv.Quote(a.Namespace)
 		if a.Namespace == "" {
@@ -154,16 +168,33 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Access) boo
 			resource += "/" + a.Subresource
 		}
 		writeError(w, http.StatusForbidden, "user "+strconv.Quote(user)+" cannot "+a.Verb+" "+resource+".kagenti.io "+scope)
-		return false
+		return "", false
 	}
-	return true
+	return user, true
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	ns := q.Get("namespace")
-	if !s.authorize(w, r, Access{Verb: "list", Namespace: ns}) {
+	user, ok := s.authorize(w, r, Access{Verb: "list", Namespace: ns})
+	if !ok {
 		return
+	}
+	callable, err := boolParam(q.Get("callable"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "callable "+err.Error())
+		return
+	}
+	withAccess, err := boolParam(q.Get("access"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "access "+err.Error())
+		return
+	}
+	var asker *requester
+	if callable || withAccess {
+		if asker, ok = s.requester(w, user); !ok {
+			return
+		}
 	}
 	limit := defaultLimit
 	if l := q.Get("limit"); l != "" {
@@ -214,6 +245,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		if !matches(a, q.Get("name"), q.Get("skill"), q.Get("tag"), verified) {
 			continue
+		}
+		if asker != nil {
+			a.Access = s.access(a, asker)
+			if callable && a.Access.Result != authz.AccessAllow && a.Access.Result != authz.AccessConditional {
+				continue
+			}
 		}
 		if len(out.Items) == limit {
 			out.Continue = base64.RawURLEncoding.EncodeToString([]byte(s.key(agents[i-1])))
@@ -273,8 +310,20 @@ func (s *Server) key(a Agent) string {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
-	if !s.authorize(w, r, Access{Verb: "get", Namespace: ns, Name: name}) {
+	user, ok := s.authorize(w, r, Access{Verb: "get", Namespace: ns, Name: name})
+	if !ok {
 		return
+	}
+	withAccess, err := boolParam(r.URL.Query().Get("access"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "access "+err.Error())
+		return
+	}
+	var asker *requester
+	if withAccess {
+		if asker, ok = s.requester(w, user); !ok {
+			return
+		}
 	}
 	if cluster := r.URL.Query().Get("cluster"); s.Remote != nil && cluster != "" && cluster != s.LocalCluster {
 		if !s.Remote.Serving() {
@@ -290,7 +339,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
 			writeError(w, http.StatusNotFound, "agent "+ns+"/"+name+" of cluster "+strconv.Quote(cluster)+" not found")
 			return
 		}
-		writeJSON(w, http.StatusOK, remoteAgent(rc, true))
+		a := remoteAgent(rc, true)
+		if asker != nil {
+			a.Access = s.access(a, asker)
+		}
+		writeJSON(w, http.StatusOK, a)
 		return
 	}
 	var c v1alpha1.AgentCard
@@ -306,12 +359,18 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, ns, name string) {
 	if s.Remote != nil {
 		a.Cluster = s.LocalCluster
 	}
+	if asker != nil {
+		a.Access = s.access(a, asker)
+	}
 	writeJSON(w, http.StatusOK, a)
 }
 
 func toAgent(c *v1alpha1.AgentCard, withCard bool) Agent {
 	a := Agent{Namespace: c.Namespace, Name: c.Name, Pods: c.Status.DiscoveredPods, CardHash: c.Status.CardHash}
 	a.Ready = meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)
+	if ref := c.Spec.TargetRef; ref != nil {
+		a.workload = ref.Name
+	}
 	if sig := c.Status.Signature; sig != nil {
 		a.Verified, a.SpiffeID = sig.Verified, sig.SpiffeID
 	}
@@ -449,4 +508,52 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// requester is who asks ?access= or ?callable=: the SPIFFE ID its pods get, or why it has none.
+type requester struct {
+	spiffeID string
+	err      error
+}
+
+// requester maps the authenticated user to its workload identity; it answers 400 when the API
+// serves anonymously (no one to answer for).
+func (s *Server) requester(w http.ResponseWriter, user string) (*requester, bool) {
+	if s.Authorizer == nil {
+		writeError(w, http.StatusBadRequest, "access and callable answer for the requester's identity, and this API serves anonymously (--allow-anonymous)")
+		return nil, false
+	}
+	id, err := spiffeIDOf(user, s.TrustDomain)
+	return &requester{spiffeID: id, err: err}, true
+}
+
+// access answers whether asker may call a, under the policy of a's workload.
+func (s *Server) access(a Agent, asker *requester) *authz.Access {
+	unknown := func(reason string) *authz.Access { return &authz.Access{Result: authz.AccessUnknown, Reason: reason} }
+	switch {
+	case asker.err != nil:
+		return unknown(asker.err.Error())
+	case s.Remote != nil && a.Cluster != s.LocalCluster:
+		return unknown("a federated card: this cluster does not know the policy of cluster " + strconv.Quote(a.Cluster))
+	case a.workload == "":
+		return unknown("the AgentCard selects pods by label (no spec.targetRef), so no workload's policy applies to it")
+	case s.Policies == nil:
+		return unknown("this API does not read the agents' policies")
+	case !s.Policies.Synced():
+		return unknown("the agents' policies are not loaded yet; retry")
+	}
+	ans := s.Policies.Policy(a.Namespace, a.workload).MayCall(asker.spiffeID)
+	return &ans
+}
+
+// boolParam parses an optional boolean query parameter ("" is false).
+func boolParam(v string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errors.New("must be true or false")
+	}
+	return b, nil
 }

@@ -71,6 +71,9 @@ type Options struct {
 	// of RateBurst; 0 turns the limit off.
 	RateLimit float64
 	RateBurst int
+	// TrustDomain is the SPIFFE trust domain of the workloads: a requester's SPIFFE ID, for
+	// ?access= and ?callable=, is spiffe://<TrustDomain>/ns/<namespace>/sa/<service account>.
+	TrustDomain string
 	// AuthCacheTTL and AuthNegativeCacheTTL: see KubeAuthorizer.TTL and NegativeTTL.
 	AuthCacheTTL, AuthNegativeCacheTTL time.Duration
 	// Remote and LocalCluster: on a federation hub, the members' cards and this cluster's name
@@ -116,6 +119,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return err
 		}
 		handler.Authorizer = &KubeAuthorizer{Client: cs, Audiences: o.Audiences, TTL: o.AuthCacheTTL, NegativeTTL: o.AuthNegativeCacheTTL}
+		// The agents' policies, for ?access= and ?callable=: only with an authenticated requester.
+		policies := NewPolicies(cs)
+		if err := mgr.Add(policies); err != nil {
+			return err
+		}
+		handler.Policies, handler.TrustDomain = policies, o.TrustDomain
 	}
 	srv := &tlsServer{
 		address: o.BindAddress, handler: handler, certDir: o.CertDir, anonymous: o.AllowAnonymous,

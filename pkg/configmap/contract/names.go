@@ -18,6 +18,11 @@ const (
 	// ComponentLabel is app.kubernetes.io/component: what a derived object is within Kagenti
 	// (trace-config, token-exchange, ...), set by the pillar that writes it.
 	ComponentLabel = "app.kubernetes.io/component"
+	// ComponentTokenExchange is the ComponentLabel of {workload}-token-exchange, the ConfigMap
+	// tokenexchange writes (agentcard's discovery API watches the ConfigMaps carrying it).
+	ComponentTokenExchange = "token-exchange"
+	// TokenExchangeConfigFile is the key of {workload}-token-exchange holding config.yaml.
+	TokenExchangeConfigFile = "config.yaml"
 	// InjectionStatusAnnotation is the injector's record, on a pod template, of what it injected
 	// (JSON): the injector writes it, tokenexchange and agenttrace read it to count configured pods.
 	InjectionStatusAnnotation = "kagenti.io/injection-status"

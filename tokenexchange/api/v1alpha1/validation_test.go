@@ -16,7 +16,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 

@@ -2,15 +2,12 @@ package authconfig
 
 import (
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"time"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 )
 
 // Identity providers.
@@ -127,41 +124,15 @@ type Inbound struct {
 	Authorization Authorization `json:"authorization"`
 }
 
-// Authorization is the resolved inbound authorization policy: Default is always Allow or Deny,
-// MaxChainDepth always set; the rules compile (authz.Compile).
-type Authorization struct {
-	Rules         []AuthorizationRule `json:"rules"`
-	Default       string              `json:"default"`
-	DryRun        bool                `json:"dryRun"`
-	MaxChainDepth int32               `json:"maxChainDepth"`
-	// External is the external authorizer; nil when there is none.
-	External *External `json:"external,omitempty"`
-}
+// Authorization is the resolved inbound authorization policy (authz.Config: the shared module
+// holds its config.yaml shape, which agentcard's discovery API reads too).
+type Authorization = authz.Config
 
-// External is the resolved external authorizer: Timeout is set and within bounds, Address is one
-// the client may dial (plaintext only to loopback or a unix socket).
-type External struct {
-	Address  string        `json:"address"`
-	Timeout  time.Duration `json:"timeout"`
-	FailOpen bool          `json:"failOpen"`
-	// TLS is nil for plaintext.
-	TLS *ExternalTLS `json:"tls,omitempty"`
-}
+// External is the resolved external authorizer.
+type External = authz.ExternalConfig
 
 // ExternalTLS is the TLS of the connection to the external authorizer.
-type ExternalTLS struct {
-	CABundle   string `json:"caBundle"`
-	ServerName string `json:"serverName,omitempty"`
-}
-
-// AuthzRules returns the rules as the authz package compiles them.
-func (a Authorization) AuthzRules() []authz.Rule {
-	out := make([]authz.Rule, len(a.Rules))
-	for i, r := range a.Rules {
-		out[i] = authz.Rule{Name: r.Name, Effect: authz.Effect(r.Effect), When: r.When}
-	}
-	return out
-}
+type ExternalTLS = authz.ExternalTLS
 
 // Validation is the resolved inbound token validation; Audience is never "self".
 type Validation struct {
@@ -308,13 +279,4 @@ func (c Config) WithStartupSettingsOf(started Config) Config {
 	c.Outbound.Interception.ExcludePorts = slices.Clone(started.Outbound.Interception.ExcludePorts)
 	c.MTLS = started.MTLS // the listeners and the SVID source are built at start
 	return c
-}
-
-// CertPool is CABundle's certificates; an error when it holds none.
-func (t ExternalTLS) CertPool() (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(t.CABundle)) {
-		return nil, errors.New("no PEM certificate")
-	}
-	return pool, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/configmap/identity"
 )
 
@@ -17,7 +18,7 @@ const (
 	// LegacyConfigDir is where injections v1 to v3 mounted the ConfigMap, a volume of its own.
 	LegacyConfigDir = "/etc/kagenti/token-exchange"
 	// ConfigFile is the key of that ConfigMap holding a Spec (its only key).
-	ConfigFile = "config.yaml"
+	ConfigFile = contract.TokenExchangeConfigFile
 	// SharedDir is the emptyDir the identity sidecars exchange files through.
 	SharedDir = "/shared"
 	// IdPCredentialsDir is where the injector mounts the Secret with the identity provider's

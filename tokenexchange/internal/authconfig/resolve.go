@@ -12,7 +12,7 @@ import (
 
 	"github.com/kagenti/platform/pkg/configmap/identity"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 )
 
 // Resolve merges overrides (config.yaml) over defaults (the injector's environment) for the
@@ -283,7 +283,7 @@ func (c Config) validate() []error {
 			add("inbound.validation.jwksRefreshSeconds", "%d is not 10 to 86400 seconds (default %s)", r, envOf("inbound.validation.jwksRefreshSeconds"))
 		}
 	}
-	errs = append(errs, c.Inbound.Authorization.validate()...)
+	errs = append(errs, validateAuthorization(c.Inbound.Authorization)...)
 
 	port("outbound.trafficInterception.proxyPort", c.Outbound.Interception.ProxyPort)
 	if c.Outbound.Interception.ProxyPort == c.Inbound.Port && c.Inbound.Port != 0 {
@@ -319,7 +319,7 @@ func (c Config) validate() []error {
 
 // validate compiles the policy as the inbound proxy will (authz.Compile), so that a policy the
 // proxy could not run is refused with the configuration that carries it.
-func (a Authorization) validate() []error {
+func validateAuthorization(a Authorization) []error {
 	var errs []error
 	if d := a.MaxChainDepth; d < 1 || d > MaxChainDepth {
 		errs = append(errs, fmt.Errorf("inbound.authorization.maxChainDepth: %d is not 1 to %d", d, MaxChainDepth))

@@ -15,6 +15,8 @@
 // besides what callers hand it, so the sidecars stay small.
 package authconfig
 
+import "github.com/kagenti/platform/pkg/configmap/authz"
+
 // Spec is config.yaml: identity settings of one workload, every field optional. A field left
 // out keeps its default. Its JSON shape is TokenExchangeSpec's (without targetRef), so the
 // controller renders a TokenExchange's spec as is; a few fields exist only here (marked below):
@@ -100,39 +102,18 @@ type ValidationSpec struct {
 	JWKSRefreshSeconds *int32 `json:"jwksRefreshSeconds,omitempty"`
 }
 
-// AuthorizationSpec is the inbound authorization policy (docs/authorization.md).
-type AuthorizationSpec struct {
-	Rules []AuthorizationRule `json:"rules,omitempty"`
-	// Default is Allow or Deny; when empty, Deny if a rule allows, else Allow.
-	Default       string `json:"default,omitempty"`
-	DryRun        *bool  `json:"dryRun,omitempty"`
-	MaxChainDepth *int32 `json:"maxChainDepth,omitempty"`
-	// External is an ext_authz gRPC authorizer asked after the rules allow.
-	External *ExternalAuthorizerSpec `json:"external,omitempty"`
-}
+// AuthorizationSpec is the inbound authorization policy (docs/authorization.md), as config.yaml
+// spells it: authz.Spec, shared with agentcard's discovery API, which reads the same bytes.
+type AuthorizationSpec = authz.Spec
 
 // ExternalAuthorizerSpec is an external authorizer (Envoy's ext_authz gRPC API).
-type ExternalAuthorizerSpec struct {
-	Address string `json:"address,omitempty"`
-	// Timeout is a Go duration (200ms when empty).
-	Timeout  string           `json:"timeout,omitempty"`
-	FailOpen *bool            `json:"failOpen,omitempty"`
-	TLS      *ExternalTLSSpec `json:"tls,omitempty"`
-}
+type ExternalAuthorizerSpec = authz.ExternalSpec
 
 // ExternalTLSSpec is the TLS of the connection to the external authorizer.
-type ExternalTLSSpec struct {
-	// CABundle is the PEM certificates the authorizer's certificate must chain to.
-	CABundle   string `json:"caBundle,omitempty"`
-	ServerName string `json:"serverName,omitempty"`
-}
+type ExternalTLSSpec = authz.ExternalTLSSpec
 
 // AuthorizationRule is a named CEL rule with its effect, Allow or Deny.
-type AuthorizationRule struct {
-	Name   string `json:"name"`
-	Effect string `json:"effect"`
-	When   string `json:"when"`
-}
+type AuthorizationRule = authz.RuleConfig
 
 // OutboundSpec configures outbound traffic (the outbound proxy, seed name envoy-proxy).
 type OutboundSpec struct {

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/api/v1alpha1"
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
 )
 
 // TestAPIServerRejectsInvalidSpecs checks the CRD schema and CEL rules on the real API server

@@ -23,7 +23,7 @@ const (
 	ConfigKey  = authconfig.ConfigFile
 	TargetAnno = "kagenti.io/target"
 	// Component is the ConfigMap's contract.ComponentLabel value.
-	Component = "token-exchange"
+	Component = contract.ComponentTokenExchange
 )
 
 // Target is the workload the ConfigMap is for.

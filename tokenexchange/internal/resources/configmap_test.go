@@ -243,3 +243,27 @@ func testCA(t *testing.T) []byte {
 	require.NoError(t, err)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+// policyConfigGolden is config.yaml as MakeConfigMap renders it for a TokenExchange with an
+// authorization policy, kept in the shared module for the other reader of these bytes: agentcard's
+// discovery API (pkg/configmap/authz.ParseWorkloadPolicy, and the discovery API's envtest).
+// Refresh with UPDATE_GOLDEN=1.
+const policyConfigGolden = "../../../pkg/configmap/authz/testdata/tokenexchange-policy.config.yaml"
+
+func TestMakeConfigMapWritesThePolicyAgentcardReads(t *testing.T) {
+	te := &v1alpha1.TokenExchange{}
+	te.Namespace, te.Name = "agents", "guarded"
+	te.Spec.TargetRef = duck.TargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "guarded"}
+	te.Spec.Inbound = &v1alpha1.InboundSpec{Authorization: &v1alpha1.AuthorizationSpec{Rules: []v1alpha1.AuthorizationRule{
+		{Name: "no-bob", Effect: v1alpha1.EffectDeny, When: `caller.endsWith("/sa/bob")`},
+		{Name: "only-alice", Effect: v1alpha1.EffectAllow, When: `caller.endsWith("/sa/alice")`},
+		{Name: "reads", Effect: v1alpha1.EffectAllow, When: `request.rpcMethod == "tasks/get"`},
+	}}}
+	got := MakeConfigMap(te, targetOf(te)).Data[ConfigKey]
+	if update {
+		require.NoError(t, os.WriteFile(policyConfigGolden, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(policyConfigGolden)
+	require.NoError(t, err, "missing golden file; run with UPDATE_GOLDEN=1")
+	assert.Equal(t, string(want), got, "config.yaml changed: agentcard reads it too; refresh with UPDATE_GOLDEN=1 and check its reader")
+}

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz/extauthz"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/telemetry"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authconfig"
 )
 

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 )
 

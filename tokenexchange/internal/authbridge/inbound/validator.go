@@ -17,7 +17,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 )
 
 // SignatureAlgorithms are the JWS algorithms a token may be signed with: asymmetric only. "none"

@@ -36,7 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/kagenti/platform/tokenexchange/internal/authbridge/authz"
+	"github.com/kagenti/platform/pkg/configmap/authz"
 )
 
 // DefaultTimeout bounds one Check when Config.Timeout is zero: an authorizer on loopback answers

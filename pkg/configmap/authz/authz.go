@@ -1,4 +1,5 @@
-// Package authz is the authorization step of the inbound proxy: after a token is verified, a
+// Package authz is the authorization step of the inbound proxy (and the policy engine agentcard's
+// discovery API asks which agents a caller may call): after a token is verified, a
 // decision on who may call this agent, on whose behalf, and how. The facts it decides on come
 // only from the verified token and the request line, never from headers a caller could set.
 package authz

@@ -124,11 +124,20 @@ type Policy struct {
 	deny, allow   []compiled
 	def           Effect
 	usesRPCMethod bool
+
+	// question holds the rules' partial-evaluation programs (MayCall), built on the first
+	// question: the inbound proxy never asks one.
+	question struct {
+		once sync.Once
+		prgs map[string]cel.Program
+		err  error
+	}
 }
 
 type compiled struct {
 	name string
 	prg  cel.Program
+	ast  *cel.Ast
 }
 
 // Compile compiles rules in Env, with def as the default (DefaultEffect(rules) when empty). The
@@ -170,16 +179,16 @@ func Compile(rules []Rule, def Effect) (*Policy, error) {
 		if r.Effect != Allow && r.Effect != Deny {
 			bad("effect", "has effect %q, not Allow or Deny", r.Effect)
 		}
-		prg, usesRPC, err := compileWhen(env, r.When)
+		prg, ast, usesRPC, err := compileWhen(env, r.When)
 		if err != nil {
 			bad("when", "does not compile: %v", err)
 			continue
 		}
 		p.usesRPCMethod = p.usesRPCMethod || usesRPC
 		if r.Effect == Deny {
-			p.deny = append(p.deny, compiled{name: r.Name, prg: prg})
+			p.deny = append(p.deny, compiled{name: r.Name, prg: prg, ast: ast})
 		} else {
-			p.allow = append(p.allow, compiled{name: r.Name, prg: prg})
+			p.allow = append(p.allow, compiled{name: r.Name, prg: prg, ast: ast})
 		}
 	}
 	if len(errs) > 0 {
@@ -189,12 +198,12 @@ func Compile(rules []Rule, def Effect) (*Policy, error) {
 }
 
 // compileWhen compiles one expression and reports whether it reads request.rpcMethod.
-func compileWhen(env *cel.Env, when string) (cel.Program, bool, error) {
+func compileWhen(env *cel.Env, when string) (cel.Program, *cel.Ast, bool, error) {
 	if strings.TrimSpace(when) == "" {
-		return nil, false, errors.New("the expression is empty")
+		return nil, nil, false, errors.New("the expression is empty")
 	}
 	if len(when) > MaxExpressionLength {
-		return nil, false, fmt.Errorf("the expression is longer than %d bytes", MaxExpressionLength)
+		return nil, nil, false, fmt.Errorf("the expression is longer than %d bytes", MaxExpressionLength)
 	}
 	ast, iss := env.Compile(when)
 	if iss.Err() != nil {
@@ -202,20 +211,20 @@ func compileWhen(env *cel.Env, when string) (cel.Program, bool, error) {
 		for _, e := range iss.Errors() {
 			msgs = append(msgs, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, e.Message))
 		}
-		return nil, false, errors.New(strings.Join(msgs, "; "))
+		return nil, nil, false, errors.New(strings.Join(msgs, "; "))
 	}
 	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
-		return nil, false, fmt.Errorf("the expression is a %s, not a bool", t)
+		return nil, nil, false, fmt.Errorf("the expression is a %s, not a bool", t)
 	}
 	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	usesRPC := false
 	for _, ref := range ast.NativeRep().ReferenceMap() {
 		usesRPC = usesRPC || ref.Name == VarRPCMethod
 	}
-	return prg, usesRPC, nil
+	return prg, ast, usesRPC, nil
 }
 
 // UsesRPCMethod reports whether a rule reads request.rpcMethod: only then does the inbound proxy
