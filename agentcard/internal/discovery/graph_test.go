@@ -23,10 +23,6 @@ import (
 	"github.com/kagenti/platform/pkg/configmap/callgraph"
 )
 
-const (
-	graphCaller = "spiffe://example.org/ns/team-a/sa/caller"
-	graphMiddle = "spiffe://example.org/ns/team-b/sa/middle"
-)
 
 // authbridgePod serves a Prometheus exposition on ip:port as an authbridge's inbound status port
 // does, counting the reads.
@@ -114,6 +110,8 @@ func getGraph(t *testing.T, srv *httptest.Server, query, token string) (int, str
 // is; a card that is verified but not bound names nobody.
 func TestGraphOfTheCallsIntoANamespacesAgents(t *testing.T) {
 	ns, other := newNamespace(t), newNamespace(t)
+	// Identities of this run's namespaces: the API server keeps the cards of earlier runs.
+	graphCaller, graphMiddle := "spiffe://example.org/ns/"+other+"/sa/caller", "spiffe://example.org/ns/"+other+"/sa/middle"
 	port := freePort(t)
 	reads1 := authbridgePod(t, "127.0.0.2", port, `# TYPE kagenti_authbridge_calls_total counter
 kagenti_authbridge_calls_total{caller="`+graphMiddle+`",result="allowed",via="`+graphCaller+`"} 3
@@ -174,6 +172,7 @@ func TestGraphNeedsItsOwnRight(t *testing.T) {
 // something else than metrics are reported with the reason; the others are still counted.
 func TestGraphReportsPodsItCannotRead(t *testing.T) {
 	ns := newNamespace(t)
+	graphCaller := "spiffe://example.org/ns/" + ns + "/sa/caller"
 	port := freePort(t)
 	authbridgePod(t, "127.0.0.5", port, "kagenti_authbridge_calls_total{caller="+"\n")
 	authbridgePod(t, "127.0.0.6", port, `kagenti_authbridge_calls_total{caller="`+graphCaller+`",result="allowed",via=""} 4
