@@ -23,7 +23,6 @@ import (
 	"github.com/kagenti/platform/pkg/configmap/callgraph"
 )
 
-
 // authbridgePod serves a Prometheus exposition on ip:port as an authbridge's inbound status port
 // does, counting the reads.
 func authbridgePod(t *testing.T, ip string, port int, exposition string) *atomic.Int32 {
