@@ -53,6 +53,27 @@ func TestShippedRBAC(t *testing.T) {
 		install(t, c, objs)
 		check(t, c, releaseNS, expectedAccess(releaseNS))
 	})
+	// "Which agents may I call" binds ClusterRole kagenti-agentcard-policyreader: agentcard lists
+	// and watches the ConfigMaps (the token-exchange ones are all it keeps) and still writes none.
+	policyReader := []access{
+		{sa: "kagenti-agentcard", verb: "list", resource: "configmaps", allowed: true},
+		{sa: "kagenti-agentcard", verb: "watch", resource: "configmaps", allowed: true},
+		{sa: "kagenti-agentcard", verb: "get", resource: "secrets", namespace: "default", name: "anything"},
+		{sa: "kagenti-agentcard", verb: "update", resource: "configmaps", namespace: "default", name: "callee-token-exchange"},
+	}
+	t.Run("helm with discovery.policies", func(t *testing.T) {
+		_, _, c := startEnv(t)
+		const releaseNS = "kagenti"
+		namespaces(t, c, releaseNS)
+		install(t, c, render(t, tool(t, "helm"), "template", "kagenti", filepath.Join(repoRoot(), "deploy", "helm", "kagenti"),
+			"--namespace", releaseNS, "--set", "agentcard.discovery.policies=true"))
+		check(t, c, releaseNS, policyReader)
+	})
+	t.Run("kustomize with the agentcard-discovery-policies component", func(t *testing.T) {
+		_, _, c := startEnv(t)
+		install(t, c, render(t, tool(t, "kubectl"), "kustomize", filepath.Join(repoRoot(), "deploy", "kustomize", "overlays", "agentcard-discovery-policies")))
+		check(t, c, "kagenti-system", policyReader)
+	})
 }
 
 // expectedAccess is what each binary may and may not do when installed into ns.
@@ -105,10 +126,10 @@ func expectedAccess(ns string) []access {
 		access{sa: "kagenti-agentcard", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-agentcard-discovery-cert", allowed: true},
 		access{sa: "kagenti-agentcard", verb: "update", resource: "secrets", namespace: ns, name: "kagenti-injector-cert"},
 		access{sa: "kagenti-agentcard", verb: "patch", resource: "secrets", namespace: ns, name: "kagenti-tokenexchange-cert"},
-		// agentcard's discovery API watches the {workload}-token-exchange ConfigMaps for the agents'
-		// policies (?access=, ?callable=); it writes none outside its own namespace.
-		access{sa: "kagenti-agentcard", verb: "list", resource: "configmaps", allowed: true},
-		access{sa: "kagenti-agentcard", verb: "watch", resource: "configmaps", allowed: true},
+		// agentcard reads no ConfigMap but the trust bundle unless "which agents may I call" is on
+		// (TestShippedRBAC/helm_with_discovery.policies); it writes none outside its own namespace.
+		access{sa: "kagenti-agentcard", verb: "list", resource: "configmaps"},
+		access{sa: "kagenti-agentcard", verb: "watch", resource: "configmaps"},
 		access{sa: "kagenti-agentcard", verb: "update", resource: "configmaps", namespace: "default", name: "callee-token-exchange"},
 	)
 	// agentbuild watches everywhere but builds and deploys only where it is bound.

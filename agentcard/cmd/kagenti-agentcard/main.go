@@ -52,6 +52,7 @@ func options() command.Options {
 			f.StringVar(&disc.BindAddress, "discovery-bind-address", ":8090", "address of the discovery API (HTTPS, GET /v1/agents); 0 disables it")
 			f.BoolVar(&disc.AllowAnonymous, "allow-anonymous", false, "serve the discovery API without authentication (TokenReview) and authorization (SubjectAccessReview)")
 			f.StringSliceVar(&disc.Audiences, "discovery-audience", nil, "audience the discovery API's bearer tokens must be issued for (repeatable; TokenReview spec.audiences); empty accepts tokens for the API server's own audiences")
+			f.BoolVar(&disc.Policies, "discovery-policies", false, "answer which agents the requester may call (?callable=, ?access=) from each workload's TokenExchange policy; watches every ConfigMap labelled app.kubernetes.io/component=token-exchange (needs ClusterRole kagenti-agentcard-policyreader)")
 			f.StringVar(&disc.CertDir, "discovery-cert-dir", "", "directory with tls.crt and tls.key (and ca.crt) of the discovery API provided from outside (e.g. cert-manager); disables the built-in certificate rotator")
 			f.StringVar(&disc.RotatorCertDir, "discovery-rotator-cert-dir", "/tmp/kagenti-agentcard/discovery-certs", "where agentcard writes the rotator's certificate from its Secret (an emptyDir; without --discovery-cert-dir)")
 			f.StringVar(&disc.CertSecret, "discovery-cert-secret", "kagenti-agentcard-discovery-cert", "Secret (in --discovery-namespace) holding the CA and serving certificate managed by the rotator")

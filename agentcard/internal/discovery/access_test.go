@@ -80,7 +80,7 @@ func accessOf(t *testing.T, a *api, ns, sa, query string) map[string]*authz.Acce
 
 func TestWhichAgentsMayICall(t *testing.T) {
 	ns, cm := accessNamespace(t)
-	a := startAPIAs(t, discovery.Options{TrustDomain: "cluster.local"}, grantShippedRBAC(t, ns))
+	a := startAPIAs(t, discovery.Options{TrustDomain: "cluster.local", Policies: true}, grantShippedRBAC(t, ns, "policyreader_role.yaml"))
 	a.waitServing(t)
 	// The policies' watch syncs after the API serves: until then the answers are unknown.
 	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -156,4 +156,22 @@ func keys(m map[string]*authz.Access) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestWhichAgentsMayICallIsOptIn: without --discovery-policies agentcard reads no policy (and its
+// default rights read no ConfigMap but the trust bundle): asking is a 400 that says how to turn it
+// on, and the list without the question is served as before.
+func TestWhichAgentsMayICallIsOptIn(t *testing.T) {
+	ns, _ := accessNamespace(t)
+	a := startAPIAs(t, discovery.Options{TrustDomain: "cluster.local"}, grantShippedRBAC(t, ns))
+	a.waitServing(t)
+	for _, q := range []string{"callable=true", "access=true"} {
+		resp, body := a.get(t, "/v1/agents?namespace="+ns+"&"+q, token(t, ns, "alice"))
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, q)
+		assert.Contains(t, body, "--discovery-policies", q)
+	}
+	resp, body := a.get(t, "/v1/agents/"+ns+"/guarded?access=true", token(t, ns, "alice"))
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	resp, body = a.get(t, "/v1/agents?namespace="+ns, token(t, ns, "alice"))
+	assert.Equal(t, http.StatusOK, resp.StatusCode, body)
 }

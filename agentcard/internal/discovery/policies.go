@@ -16,7 +16,8 @@ import (
 	"github.com/kagenti/platform/pkg/configmap/contract"
 )
 
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=list;watch
+// The rights to list and watch ConfigMaps are ClusterRole kagenti-agentcard-policyreader's
+// (internal/rbac/policyreader), bound only with --discovery-policies.
 
 // PolicySource gives the compiled authorization policy of a workload (nil: it has no
 // {workload}-token-exchange ConfigMap, so no TokenExchange configures it).

@@ -523,6 +523,10 @@ func (s *Server) requester(w http.ResponseWriter, user string) (*requester, bool
 		writeError(w, http.StatusBadRequest, "access and callable answer for the requester's identity, and this API serves anonymously (--allow-anonymous)")
 		return nil, false
 	}
+	if s.Policies == nil {
+		writeError(w, http.StatusBadRequest, "access and callable need the agents' policies, which this API does not read: start kagenti-agentcard with --discovery-policies (helm agentcard.discovery.policies=true, kustomize component agentcard-discovery-policies)")
+		return nil, false
+	}
 	id, err := spiffeIDOf(user, s.TrustDomain)
 	return &requester{spiffeID: id, err: err}, true
 }
@@ -537,8 +541,6 @@ func (s *Server) access(a Agent, asker *requester) *authz.Access {
 		return unknown("a federated card: this cluster does not know the policy of cluster " + strconv.Quote(a.Cluster))
 	case a.workload == "":
 		return unknown("the AgentCard selects pods by label (no spec.targetRef), so no workload's policy applies to it")
-	case s.Policies == nil:
-		return unknown("this API does not read the agents' policies")
 	case !s.Policies.Synced():
 		return unknown("the agents' policies are not loaded yet; retry")
 	}

@@ -74,6 +74,9 @@ type Options struct {
 	// TrustDomain is the SPIFFE trust domain of the workloads: a requester's SPIFFE ID, for
 	// ?access= and ?callable=, is spiffe://<TrustDomain>/ns/<namespace>/sa/<service account>.
 	TrustDomain string
+	// Policies turns on "which agents may I call" (?access=, ?callable=): the API watches the
+	// {workload}-token-exchange ConfigMaps, which needs ClusterRole kagenti-agentcard-policyreader.
+	Policies bool
 	// AuthCacheTTL and AuthNegativeCacheTTL: see KubeAuthorizer.TTL and NegativeTTL.
 	AuthCacheTTL, AuthNegativeCacheTTL time.Duration
 	// Remote and LocalCluster: on a federation hub, the members' cards and this cluster's name
@@ -119,12 +122,15 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return err
 		}
 		handler.Authorizer = &KubeAuthorizer{Client: cs, Audiences: o.Audiences, TTL: o.AuthCacheTTL, NegativeTTL: o.AuthNegativeCacheTTL}
-		// The agents' policies, for ?access= and ?callable=: only with an authenticated requester.
-		policies := NewPolicies(cs)
-		if err := mgr.Add(policies); err != nil {
-			return err
+		// The agents' policies, for ?access= and ?callable=: only with an authenticated requester,
+		// and only when turned on (it needs to read ConfigMaps cluster-wide).
+		if o.Policies {
+			policies := NewPolicies(cs)
+			if err := mgr.Add(policies); err != nil {
+				return err
+			}
+			handler.Policies, handler.TrustDomain = policies, o.TrustDomain
 		}
-		handler.Policies, handler.TrustDomain = policies, o.TrustDomain
 	}
 	srv := &tlsServer{
 		address: o.BindAddress, handler: handler, certDir: o.CertDir, anonymous: o.AllowAnonymous,

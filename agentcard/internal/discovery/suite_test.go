@@ -259,17 +259,23 @@ func newNamespace(t *testing.T) string {
 // ships for it (deploy/rbac/agentcard/role.yaml, generated from the code's markers: a ClusterRole,
 // here renamed per test, and a Role for the controller's own namespace, here ns) and returns the
 // identity to act as.
-func grantShippedRBAC(t *testing.T, ns string) rest.ImpersonationConfig {
+func grantShippedRBAC(t *testing.T, ns string, optional ...string) rest.ImpersonationConfig {
 	t.Helper()
 	ctx := context.Background()
 	_, file, _, _ := runtime.Caller(0)
 	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "../../../deploy/rbac/agentcard/role.yaml"))
 	require.NoError(t, err)
+	docs := strings.Split(string(raw), "\n---\n")
+	for _, role := range optional { // the optional ClusterRoles an install binds for a feature
+		raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "../../../deploy/rbac/agentcard", role))
+		require.NoError(t, err)
+		docs = append(docs, string(raw))
+	}
 	const sa = "kagenti-agentcard"
 	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: ns}
 	require.NoError(t, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}}))
 	kinds := 0
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
+	for _, doc := range docs {
 		var meta metav1.TypeMeta
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
 		switch meta.Kind {
@@ -294,7 +300,7 @@ func grantShippedRBAC(t *testing.T, ns string) rest.ImpersonationConfig {
 			kinds++
 		}
 	}
-	require.Equal(t, 2, kinds, "role.yaml holds a ClusterRole and a Role")
+	require.Equal(t, 2+len(optional), kinds, "role.yaml holds a ClusterRole and a Role, each optional file a ClusterRole")
 	user := rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + ns + ":" + sa,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
