@@ -26,13 +26,13 @@ func startSpan(tracer trace.Tracer, w http.ResponseWriter, r *http.Request, path
 		}
 	}
 	tracing.Propagator.Inject(ctx, carrier)
-	return &statusWriter{ResponseWriter: w}, r.WithContext(ctx), span
+	return &tracing.StatusWriter{ResponseWriter: w}, r.WithContext(ctx), span
 }
 
 // endSpan records the answer's status and ends span.
 func endSpan(span trace.Span, w http.ResponseWriter) {
-	if sw, ok := w.(*statusWriter); ok && span.IsRecording() {
-		status := sw.status
+	if sw, ok := w.(*tracing.StatusWriter); ok && span.IsRecording() {
+		status := sw.Status
 		if status == 0 {
 			status = http.StatusOK
 		}
@@ -86,26 +86,3 @@ func spanDecision(span trace.Span, req *authz.Request, engine, rule, result stri
 		span.SetAttributes(tracing.KeyRPCMethod.String(req.RPCMethod))
 	}
 }
-
-// statusWriter remembers the status of the answer, for the span. Unwrap lets the reverse proxy
-// flush (streaming) and hijack (upgrades) through it (http.ResponseController).
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

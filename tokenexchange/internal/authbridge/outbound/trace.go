@@ -33,13 +33,13 @@ func startSpan(tracer trace.Tracer, w http.ResponseWriter, r *http.Request, dst 
 			tracing.KeyServerPort.String(port), tracing.KeyURLPath.String(r.URL.Path))
 	}
 	tracing.Propagator.Inject(ctx, carrier)
-	return &statusWriter{ResponseWriter: w}, r.WithContext(ctx), span
+	return &tracing.StatusWriter{ResponseWriter: w}, r.WithContext(ctx), span
 }
 
 // endSpan records the answer's status (4xx and 5xx are errors of a CLIENT span) and ends span.
 func endSpan(span trace.Span, w http.ResponseWriter) {
-	if sw, ok := w.(*statusWriter); ok && span.IsRecording() {
-		status := sw.status
+	if sw, ok := w.(*tracing.StatusWriter); ok && span.IsRecording() {
+		status := sw.Status
 		if status == 0 {
 			status = http.StatusOK
 		}
@@ -68,26 +68,3 @@ func spanEgress(r *http.Request, pol *egressPolicy, d egressDecision, protocol s
 	span.AddEvent(tracing.EventEgress, trace.WithAttributes(tracing.KeyEgressResult.String(result),
 		tracing.KeyEgressRule.String(d.rule), tracing.KeyEgressProtocol.String(protocol)))
 }
-
-// statusWriter remembers the status of the answer, for the span. Unwrap lets the reverse proxy
-// flush (streaming) and hijack (upgrades) through it (http.ResponseController).
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,6 +1,8 @@
 package tracing
 
 import (
+	"net/http"
+
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -76,3 +78,29 @@ func Method(m string) string {
 	}
 	return "_OTHER"
 }
+
+// StatusWriter remembers the status of the answer, for the span of a request (the inbound's and
+// the outbound's). Unwrap lets the reverse proxy flush (streaming) and hijack (upgrades) through
+// it (http.ResponseController).
+type StatusWriter struct {
+	http.ResponseWriter
+	// Status is the first final status written (0 until then).
+	Status int
+}
+
+func (w *StatusWriter) WriteHeader(code int) {
+	if w.Status == 0 && code >= 200 {
+		w.Status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *StatusWriter) Write(b []byte) (int, error) {
+	if w.Status == 0 {
+		w.Status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
