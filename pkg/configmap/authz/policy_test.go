@@ -219,10 +219,15 @@ func TestUsesRPCMethod(t *testing.T) {
 	assert.True(t, p.UsesRPCMethod())
 }
 
-// FuzzPolicy: no expression, compiled or not, and no request makes Compile or Authorize panic.
+// FuzzPolicy: no expression, compiled or not, and no request makes Compile or Authorize panic;
+// and a rule that runs without the runtime cost tracker decides as it would with it, which never
+// stops it, on any request within the fact bounds.
 func FuzzPolicy(f *testing.F) {
 	for _, s := range []string{`true`, `subject == caller`, `chain.exists(c, c.matches("^x+$"))`, `claims.a.b[0] > 1`,
-		`size(request.path) / 0 == 1`, `sets.intersects(groups, scopes)`, `"a".repeat(100) == subject`, `[1,2][3] == 1`} {
+		`size(request.path) / 0 == 1`, `sets.intersects(groups, scopes)`, `"a".repeat(100) == subject`, `[1,2][3] == 1`,
+		`chain.map(c, c + subject + c).exists(s, s.contains(request.path))`, `subject.split("").all(a, caller.split("").exists(b, a == b))`,
+		`request.path.matches(subject)`, `[chain, [subject, caller]].exists(l, l.all(e, e.indexOf(caller) >= 0))`,
+		`chain.map(c, c + subject).exists(s, s.startsWith(caller))`, `chain.all(a, a.lowerAscii().endsWith(request.path))`} {
 		f.Add(s, "alice", "spiffe://x", "/p")
 	}
 	f.Fuzz(func(t *testing.T, when, sub, caller, path string) {
@@ -234,6 +239,17 @@ func FuzzPolicy(f *testing.F) {
 		if _, err := p.Authorize(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
+		c := &p.allow[0]
+		if !c.bounded || !withinFactBounds(r) {
+			return
+		}
+		match, err := c.eval(&activation{r: r}, false)
+		limitedMatch, limitedErr := c.eval(&activation{r: r}, true)
+		if limitedErr != nil && strings.Contains(limitedErr.Error(), "cost limit exceeded") {
+			t.Fatalf("%s: statically bounded, yet the runtime limit stops it: %v", when, limitedErr)
+		}
+		assert.Equal(t, limitedMatch, match, when)
+		assert.Equal(t, limitedErr, err, when)
 	})
 }
 
