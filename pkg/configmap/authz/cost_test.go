@@ -167,7 +167,7 @@ func TestTheStaticCostBoundsTheRuntimeCost(t *testing.T) {
 }
 
 // A decision on the ten rules allocates a tenth of what it did with the runtime cost
-// tracker (79 allocations; 10 since).
+// tracker (79 allocations; 9 since).
 func TestADecisionAllocatesLittle(t *testing.T) {
 	p, err := Compile(tenRules(), "")
 	require.NoError(t, err)

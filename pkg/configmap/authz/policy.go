@@ -262,7 +262,9 @@ func (p *Policy) Default() Effect { return p.def }
 // Authorize decides on r. It never returns an error: a rule that cannot be evaluated is a denial
 // naming it.
 func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
-	vars := &activation{r: r}
+	vars := activations.Get().(*activation)
+	vars.r = r
+	defer vars.release()
 	// The rules' static costs hold for facts within their bounds only: past them, every rule runs
 	// with the runtime cost limit.
 	limited := !withinFactBounds(r)
@@ -317,6 +319,18 @@ func (c *compiled) eval(vars *activation, limited bool) (bool, error) {
 type activation struct {
 	r    *Request
 	vals [len(variables)]ref.Val
+}
+
+// activations are reused from one decision to the next: a decision's allocations, few as they
+// are, are what its latency's tail follows (the collector's work and fresh memory), and the
+// activation with its cache was half of their bytes.
+var activations = sync.Pool{New: func() any { return new(activation) }}
+
+// release clears a and returns it to activations. Nothing of a outlives a decision: a rule's
+// result is a bool, and an error's message is formatted when it is made.
+func (a *activation) release() {
+	*a = activation{}
+	activations.Put(a)
 }
 
 // variables are the names activation resolves, in the order of its cache.

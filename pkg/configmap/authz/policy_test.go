@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +70,38 @@ func TestRulesSeeTheVerifiedFacts(t *testing.T) {
 func TestAbsentFactsAreEmpty(t *testing.T) {
 	d := decide(t, []Rule{{Name: "r", Effect: Allow, When: `chain == [] && groups == [] && scopes == [] && audience == [] && claims == {} && request.rpcMethod == ""`}}, Deny, &Request{})
 	assert.True(t, d.Allowed, d.Reason)
+}
+
+// A decision sees its own request's facts only, though decisions reuse their activations: one
+// after the other, and many at once.
+func TestADecisionSeesOnlyItsOwnRequest(t *testing.T) {
+	p, err := Compile([]Rule{{Name: "alice", Effect: Allow, When: `subject == "alice" && "agent:invoke" in scopes`}}, Deny)
+	require.NoError(t, err)
+	ctx := context.Background()
+	alice, bob := sample(), sample()
+	bob.Subject = "bob"
+	for range 3 {
+		d, _ := p.Authorize(ctx, alice)
+		require.True(t, d.Allowed, d.Reason)
+		d, _ = p.Authorize(ctx, bob)
+		require.False(t, d.Allowed, "bob is not alice, whatever the decision before")
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			r := sample()
+			if i%2 == 1 {
+				r.Subject = "bob"
+			}
+			for range 200 {
+				if d, _ := p.Authorize(ctx, r); d.Allowed != (i%2 == 0) {
+					t.Errorf("%s: %+v", r.Subject, d)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Deny overrides allow: a matching deny rule wins over a matching allow rule written before it.
