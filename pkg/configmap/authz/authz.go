@@ -63,9 +63,11 @@ type ChainError struct{ Reason string }
 func (e *ChainError) Error() string { return "delegation chain: " + e.Reason }
 
 // FromClaims builds the token part of a Request from a verified token's claims (its JSON payload,
-// as go-jose decodes it). The act claims are nested objects inside the signed payload, so every
-// hop in Chain was put there by the issuer. maxDepth bounds the chain (DefaultMaxChainDepth when
-// not positive); an act that is not an object with a non-empty sub is refused.
+// as go-jose decodes it) and its scopes (read from scope or scp). The act claims are nested
+// objects inside the signed payload, so every hop in Chain was put there by the issuer. maxDepth
+// bounds the chain (DefaultMaxChainDepth when not positive); an act that is not an object with a
+// non-empty sub is a *ChainError. A claim past the bounds of a request's facts (MaxFactLength,
+// MaxFactEntries) is a *ClaimError naming it.
 func FromClaims(raw map[string]any, scopes []string, maxDepth int) (*Request, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxChainDepth
@@ -74,6 +76,12 @@ func FromClaims(raw map[string]any, scopes []string, maxDepth int) (*Request, er
 	r.Subject, _ = raw["sub"].(string)
 	r.Audience = stringList(raw["aud"])
 	r.Groups = stringList(raw["groups"])
+	for _, err := range [...]error{checkClaimString("sub", r.Subject), checkClaimList(scopeClaim(raw), r.Scopes),
+		checkClaimList("aud", r.Audience), checkClaimList("groups", r.Groups)} {
+		if err != nil {
+			return nil, err
+		}
+	}
 	for act, depth := raw["act"], 1; act != nil; depth++ {
 		if depth > maxDepth {
 			return nil, &ChainError{Reason: fmt.Sprintf("more than %d actors (act nested deeper than the limit)", maxDepth)}
@@ -86,6 +94,9 @@ func FromClaims(raw map[string]any, scopes []string, maxDepth int) (*Request, er
 		if sub == "" {
 			return nil, &ChainError{Reason: fmt.Sprintf("act at depth %d has no sub", depth)}
 		}
+		if err := checkClaimString("act.sub", sub); err != nil {
+			return nil, err
+		}
 		r.Chain = append(r.Chain, sub)
 		act = obj["act"]
 	}
@@ -94,10 +105,24 @@ func FromClaims(raw map[string]any, scopes []string, maxDepth int) (*Request, er
 		r.Caller = r.Chain[0]
 	case raw["client_id"] != nil:
 		r.Caller, _ = raw["client_id"].(string)
+		if err := checkClaimString("client_id", r.Caller); err != nil {
+			return nil, err
+		}
 	default:
 		r.Caller, _ = raw["azp"].(string)
+		if err := checkClaimString("azp", r.Caller); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
+}
+
+// scopeClaim names the claim the scopes were read from: scope, unless the token has only scp.
+func scopeClaim(raw map[string]any) string {
+	if _, ok := raw["scope"]; !ok && raw["scp"] != nil {
+		return "scp"
+	}
+	return "scope"
 }
 
 // stringList reads a claim that is a string or a list of strings (aud, groups); other elements

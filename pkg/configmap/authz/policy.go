@@ -37,7 +37,9 @@ const DefaultRule = "default"
 // Bounds of a policy. The API and config.yaml hold the same (MaxRules items, MaxNameLength and
 // MaxExpressionLength characters); MaxCost bounds one rule's evaluation, in cel-go's cost units
 // (about one per operation and per element a comprehension visits), so that no expression can hold
-// a request for long whatever the token carries.
+// a request for long whatever the token carries: statically for a rule whose estimated worst case
+// on facts within their bounds (cost.go) is at most MaxCost, by cel-go's runtime cost tracker for
+// any other rule and for any request past those bounds.
 const (
 	MaxRules            = 64
 	MaxNameLength       = 63
@@ -136,8 +138,16 @@ type Policy struct {
 
 type compiled struct {
 	name string
-	prg  cel.Program
-	ast  *cel.Ast
+	// matched is the Decision.Reason when the rule matches.
+	matched string
+	// prg is the program Authorize runs. For a bounded rule (staticallyBounded) it has no runtime
+	// cost tracker, whose bookkeeping was most of a decision's allocations, and limited builds,
+	// on first use, the program with the tracker for a request past the fact bounds; for any other
+	// rule prg has the tracker and limited is nil.
+	prg     cel.Program
+	bounded bool
+	limited func() (cel.Program, error)
+	ast     *cel.Ast
 }
 
 // Compile compiles rules in Env, with def as the default (DefaultEffect(rules) when empty). The
@@ -179,16 +189,18 @@ func Compile(rules []Rule, def Effect) (*Policy, error) {
 		if r.Effect != Allow && r.Effect != Deny {
 			bad("effect", "has effect %q, not Allow or Deny", r.Effect)
 		}
-		prg, ast, usesRPC, err := compileWhen(env, r.When)
+		c, usesRPC, err := compileWhen(env, r.Name, r.When)
 		if err != nil {
 			bad("when", "does not compile: %v", err)
 			continue
 		}
 		p.usesRPCMethod = p.usesRPCMethod || usesRPC
 		if r.Effect == Deny {
-			p.deny = append(p.deny, compiled{name: r.Name, prg: prg, ast: ast})
+			c.matched = fmt.Sprintf("denied by rule %q", r.Name)
+			p.deny = append(p.deny, c)
 		} else {
-			p.allow = append(p.allow, compiled{name: r.Name, prg: prg, ast: ast})
+			c.matched = fmt.Sprintf("allowed by rule %q", r.Name)
+			p.allow = append(p.allow, c)
 		}
 	}
 	if len(errs) > 0 {
@@ -197,13 +209,15 @@ func Compile(rules []Rule, def Effect) (*Policy, error) {
 	return p, nil
 }
 
-// compileWhen compiles one expression and reports whether it reads request.rpcMethod.
-func compileWhen(env *cel.Env, when string) (cel.Program, *cel.Ast, bool, error) {
+// compileWhen compiles one rule's expression and reports whether it reads request.rpcMethod.
+// A rule whose worst case on facts within their bounds is at most MaxCost, and that does not read
+// claims, runs without the runtime cost tracker; any other keeps it.
+func compileWhen(env *cel.Env, name, when string) (compiled, bool, error) {
 	if strings.TrimSpace(when) == "" {
-		return nil, nil, false, errors.New("the expression is empty")
+		return compiled{}, false, errors.New("the expression is empty")
 	}
 	if len(when) > MaxExpressionLength {
-		return nil, nil, false, fmt.Errorf("the expression is longer than %d bytes", MaxExpressionLength)
+		return compiled{}, false, fmt.Errorf("the expression is longer than %d bytes", MaxExpressionLength)
 	}
 	ast, iss := env.Compile(when)
 	if iss.Err() != nil {
@@ -211,20 +225,31 @@ func compileWhen(env *cel.Env, when string) (cel.Program, *cel.Ast, bool, error)
 		for _, e := range iss.Errors() {
 			msgs = append(msgs, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, e.Message))
 		}
-		return nil, nil, false, errors.New(strings.Join(msgs, "; "))
+		return compiled{}, false, errors.New(strings.Join(msgs, "; "))
 	}
 	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
-		return nil, nil, false, fmt.Errorf("the expression is a %s, not a bool", t)
+		return compiled{}, false, fmt.Errorf("the expression is a %s, not a bool", t)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.EvalOptions(cel.OptOptimize))
-	if err != nil {
-		return nil, nil, false, err
-	}
-	usesRPC := false
+	usesRPC, readsClaims := false, false
 	for _, ref := range ast.NativeRep().ReferenceMap() {
 		usesRPC = usesRPC || ref.Name == VarRPCMethod
+		readsClaims = readsClaims || ref.Name == VarClaims
 	}
-	return prg, ast, usesRPC, nil
+	limited := func() (cel.Program, error) {
+		return env.Program(ast, cel.CostLimit(MaxCost), cel.EvalOptions(cel.OptOptimize))
+	}
+	c := compiled{name: name, ast: ast, bounded: staticallyBounded(env, ast, readsClaims)}
+	var err error
+	if c.bounded {
+		c.prg, err = env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+		c.limited = sync.OnceValues(limited)
+	} else {
+		c.prg, err = limited()
+	}
+	if err != nil {
+		return compiled{}, false, err
+	}
+	return c, usesRPC, nil
 }
 
 // UsesRPCMethod reports whether a rule reads request.rpcMethod: only then does the inbound proxy
@@ -237,23 +262,30 @@ func (p *Policy) Default() Effect { return p.def }
 // Authorize decides on r. It never returns an error: a rule that cannot be evaluated is a denial
 // naming it.
 func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
-	vars := &activation{r: r}
-	for _, c := range p.deny {
-		match, err := c.eval(vars)
+	vars := activations.Get().(*activation)
+	vars.r = r
+	defer vars.release()
+	// The rules' static costs hold for facts within their bounds only: past them, every rule runs
+	// with the runtime cost limit.
+	limited := !withinFactBounds(r)
+	for i := range p.deny {
+		c := &p.deny[i]
+		match, err := c.eval(vars, limited)
 		if err != nil {
 			return Decision{Rule: c.name, Reason: err.Error()}, nil
 		}
 		if match {
-			return Decision{Rule: c.name, Reason: fmt.Sprintf("denied by rule %q", c.name)}, nil
+			return Decision{Rule: c.name, Reason: c.matched}, nil
 		}
 	}
-	for _, c := range p.allow {
-		match, err := c.eval(vars)
+	for i := range p.allow {
+		c := &p.allow[i]
+		match, err := c.eval(vars, limited)
 		if err != nil {
 			return Decision{Rule: c.name, Reason: err.Error()}, nil
 		}
 		if match {
-			return Decision{Allowed: true, Rule: c.name, Reason: fmt.Sprintf("allowed by rule %q", c.name)}, nil
+			return Decision{Allowed: true, Rule: c.name, Reason: c.matched}, nil
 		}
 	}
 	if p.def == Allow {
@@ -262,8 +294,16 @@ func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
 	return Decision{Rule: DefaultRule, Reason: "no rule matched; the default denies"}, nil
 }
 
-func (c compiled) eval(vars *activation) (bool, error) {
-	out, _, err := c.prg.Eval(vars)
+// eval evaluates the rule; limited: with the runtime cost limit whether or not it is bounded.
+func (c *compiled) eval(vars *activation, limited bool) (bool, error) {
+	prg := c.prg
+	if limited && c.limited != nil {
+		var err error
+		if prg, err = c.limited(); err != nil {
+			return false, fmt.Errorf("rule %q could not be evaluated: %v", c.name, err)
+		}
+	}
+	out, _, err := prg.Eval(vars)
 	if err != nil {
 		return false, fmt.Errorf("rule %q could not be evaluated: %v", c.name, err)
 	}
@@ -279,6 +319,18 @@ func (c compiled) eval(vars *activation) (bool, error) {
 type activation struct {
 	r    *Request
 	vals [len(variables)]ref.Val
+}
+
+// activations are reused from one decision to the next: a decision's allocations, few as they
+// are, are what its latency's tail follows (the collector's work and fresh memory), and the
+// activation with its cache was half of their bytes.
+var activations = sync.Pool{New: func() any { return new(activation) }}
+
+// release clears a and returns it to activations. Nothing of a outlives a decision: a rule's
+// result is a bool, and an error's message is formatted when it is made.
+func (a *activation) release() {
+	*a = activation{}
+	activations.Put(a)
 }
 
 // variables are the names activation resolves, in the order of its cache.

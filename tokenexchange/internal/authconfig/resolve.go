@@ -345,8 +345,9 @@ func validateAuthorization(a Authorization) []error {
 	return errs
 }
 
-// MaxChainDepth is the largest inbound.authorization.maxChainDepth.
-const MaxChainDepth = 16
+// MaxChainDepth is the largest inbound.authorization.maxChainDepth: the chain length the rules'
+// static costs are estimated for (authz.MaxChainDepth).
+const MaxChainDepth = authz.MaxChainDepth
 
 // unjoin returns the errors err joins, or err alone.
 func unjoin(err error) []error {

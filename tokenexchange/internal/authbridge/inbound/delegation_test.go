@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/idptest"
 )
 
@@ -96,6 +98,35 @@ func TestAChainPastTheDepthIsRefused(t *testing.T) {
 	}
 	a := f.get("/tasks", f.token(f.valid(map[string]any{"act": chain(deep[:8]...)})), nil)
 	assert.Equal(t, http.StatusOK, a.status, "a chain of exactly 8 is within the limit: %s", a.text)
+}
+
+// TestATokenPastTheFactBoundsIsRefused: a signed token whose claim is past the bounds the
+// policy's static costs are estimated for (authz.MaxFactEntries groups, authz.MaxFactLength bytes
+// of a string) is refused as invalid_token naming the claim; nothing reaches the agent.
+func TestATokenPastTheFactBoundsIsRefused(t *testing.T) {
+	f := newFixture(t)
+	groups := make([]any, authz.MaxFactEntries+1)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("/g%d", i)
+	}
+	for name, tc := range map[string]struct {
+		extra  map[string]any
+		reason string
+	}{
+		"too many groups": {map[string]any{"groups": groups}, `claim "groups": 513 entries, more than 512`},
+		"long sub":        {map[string]any{"sub": strings.Repeat("u", authz.MaxFactLength+1)}, `claim "sub": 1025 bytes, more than 1024`},
+		"long actor":      {map[string]any{"act": chain("middle", strings.Repeat("a", authz.MaxFactLength+1))}, `claim "act.sub": 1025 bytes`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := f.get("/tasks", f.token(f.valid(tc.extra)), nil)
+			assert.Equal(t, http.StatusUnauthorized, a.status, a.text)
+			assert.Equal(t, "invalid_token", a.body["error"])
+			assert.Contains(t, a.body["error_description"], tc.reason)
+			assert.NotContains(t, a.text, "agent: /")
+		})
+	}
+	a := f.get("/tasks", f.token(f.valid(map[string]any{"groups": groups[:authz.MaxFactEntries]})), nil)
+	assert.Equal(t, http.StatusOK, a.status, "512 groups are within the bound: %s", a.text)
 }
 
 // TestValidatorReadsTheChainAndHonoursItsDepth: a validated token's Request carries the subject
