@@ -236,6 +236,11 @@ const (
 	// ReasonNameConflict (Stalled): a PipelineRun with this generation's name exists and is not
 	// controlled by this AgentBuild.
 	ReasonNameConflict = "NameConflict"
+	// ReasonBuildNotPermitted (Stalled): the API server refused the controller the build's Pipeline
+	// or PipelineRun: ClusterRole kagenti-agentbuild-builder is not bound in the build's namespace.
+	// Binding it is the platform engineer's action; the controller tries again every
+	// --template-retry-interval.
+	ReasonBuildNotPermitted = "BuildNotPermitted"
 	// ReasonContainerNotFound (Stalled): the deployTo workload has no container of that name.
 	ReasonContainerNotFound = "ContainerNotFound"
 	// ReasonDeployFailed (Reconciling): writing the image into the workload failed; retried.

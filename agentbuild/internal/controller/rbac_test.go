@@ -104,9 +104,15 @@ func TestShippedRBACScopesBuilds(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), got))
 	assert.Equal(t, devImg+"@"+digestA, got.Spec.Template.Spec.Containers[0].Image)
 
-	// kube-system: nothing is bound, nothing is created, and the deployTo patch itself is refused.
+	// kube-system: nothing is bound, nothing is created, the build says why and what to bind, and
+	// the deployTo patch itself is refused.
 	sysDep := e.createDeployment("kube-system", "agent")
-	e.createBuild("kube-system", "agent", deployTo)
+	sysBuild := e.createBuild("kube-system", "agent", deployTo)
+	ready := e.waitCondition(sysBuild, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonBuildNotPermitted)
+	assert.Contains(t, ready.Message, "may not build in namespace kube-system")
+	assert.Contains(t, ready.Message, "bind ClusterRole kagenti-agentbuild-builder there")
+	stalled := e.waitCondition(sysBuild, duck.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonBuildNotPermitted)
+	assert.Equal(t, ready.Message, stalled.Message)
 	e.consistently(func() bool {
 		runs := &pipelinev1.PipelineRunList{}
 		pipelines := &pipelinev1.PipelineList{}

@@ -25,6 +25,10 @@ import (
 
 const fieldOwner = resources.ManagedBy
 
+// BuilderClusterRole is the ClusterRole a build's namespace must bind to the controller's
+// ServiceAccount (internal/rbac/builder).
+const BuilderClusterRole = "kagenti-agentbuild-builder"
+
 // Cluster-wide: watch builds, their runs and (metadata of) deployTo targets, report status and
 // Events, and watch the ConfigMaps labelled kagenti.io/build-template (templates and steps, in the
 // template namespace and the build namespaces: templates.NewCache; RBAC cannot restrict a watch
@@ -136,12 +140,18 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s sta
 		s.templateFailed(reason, err.Error())
 		return nil, r.Opts.TemplateRetryInterval, nil
 	}
-	if err := r.Client.Create(ctx, rendered.Pipeline, client.FieldOwner(fieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.Client.Create(ctx, rendered.Pipeline, client.FieldOwner(fieldOwner))
+	if apierrors.IsForbidden(err) {
+		return nil, r.notPermitted(b, s, err), nil
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, 0, fmt.Errorf("creating Pipeline %s: %w", rendered.Pipeline.Name, err)
 	}
 	run := rendered.PipelineRun
 	err = r.Client.Create(ctx, run, client.FieldOwner(fieldOwner))
 	switch {
+	case apierrors.IsForbidden(err):
+		return nil, r.notPermitted(b, s, err), nil
 	case apierrors.IsAlreadyExists(err):
 		run = &tekton.PipelineRun{}
 		if err := r.API.Get(ctx, client.ObjectKeyFromObject(rendered.PipelineRun), run); err != nil {
@@ -155,6 +165,17 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.AgentBuild, s sta
 	}
 	s.newGeneration()
 	return run, 0, nil
+}
+
+// notPermitted reports a build the API server refused to the controller (no binding of the builder
+// ClusterRole in its namespace) and says when to try again: a RoleBinding created later is no
+// event the controller watches.
+func (r *Reconciler) notPermitted(b *v1alpha1.AgentBuild, s status, err error) time.Duration {
+	if c := b.Status.Condition(v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonBuildNotPermitted || c.ObservedGeneration != b.Generation {
+		r.event(b, "Warning", v1alpha1.ReasonBuildNotPermitted, "Build", fmt.Sprintf("may not build in namespace %s: bind ClusterRole %s there", b.Namespace, BuilderClusterRole))
+	}
+	s.notPermitted(b.Namespace, err)
+	return r.Opts.TemplateRetryInterval
 }
 
 func (r *Reconciler) event(b *v1alpha1.AgentBuild, eventType, reason, action, note string) {

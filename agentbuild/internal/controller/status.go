@@ -63,6 +63,17 @@ func (s status) templateFailed(reason, msg string) {
 	s.MarkStalled(v1alpha1.ReasonTemplateNotResolved, msg)
 }
 
+// notPermitted: the controller may not create the build's Tekton objects in its namespace.
+func (s status) notPermitted(namespace string, err error) {
+	s.newGeneration()
+	s.Phase = v1alpha1.PhasePending
+	s.Message = fmt.Sprintf("the agentbuild controller may not build in namespace %s (%v): bind ClusterRole %s there "+
+		"(kubectl create rolebinding %s -n %s --clusterrole=%s --serviceaccount=<controller namespace>:kagenti-agentbuild, "+
+		"or helm agentbuild.buildNamespaces)", namespace, err, BuilderClusterRole, BuilderClusterRole, namespace, BuilderClusterRole)
+	s.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, v1alpha1.ReasonBuildNotPermitted, "the build cannot start until the controller may build in this namespace")
+	s.MarkStalled(v1alpha1.ReasonBuildNotPermitted, s.Message)
+}
+
 func (s status) nameConflict(name string) {
 	s.Phase = v1alpha1.PhaseFailed
 	s.Message = fmt.Sprintf("PipelineRun %s exists and is not owned by this AgentBuild", name)
