@@ -50,6 +50,12 @@ if ! docker info >/dev/null 2>&1; then
   echo "images: skipped — no Docker engine reachable (docker info failed; 'make kind-up' starts one)"
   exit 0
 fi
+# --static-base: only make the static base, and print its reference (hack/kind/tekton.sh builds on it).
+static_base_only=0
+if [[ "${1:-}" == --static-base ]]; then
+  static_base_only=1
+  shift
+fi
 for p in "$@"; do
   if [[ -n "${UPSTREAM_VERSION[$p]:-}" ]]; then
     [[ -x "${ROOT}/bin/$p" ]] || { log "bin/$p is missing: make tools"; exit 2; }
@@ -128,6 +134,10 @@ upstream_image() {
 }
 
 base="$(static_base)"
+if ((static_base_only)); then
+  printf '%s\n' "${base}"
+  exit 0
+fi
 mkdir -p "${WORK}"
 for p in "$@"; do
   if [[ -n "${UPSTREAM_VERSION[$p]:-}" ]]; then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make e2e-kind: the e2e suite on the kind cluster of `make kind-up` (docs/kind.md).
 #   up (hack/kind-up.sh) → our images (hack/images.sh, on kind-up's engine) → loaded into the nodes →
-#   the platform installed as a user would (CRDs, then kustomize overlays) → go test ./e2e/ with
-#   KAGENTI_E2E_CLUSTER=kind → down (hack/kind-down.sh), always.
+#   the platform installed as a user would (CRDs, then kustomize overlays) → where agentbuild is
+#   installed, Tekton Pipelines, an in-cluster registry and git server (hack/kind/tekton.sh) → go
+#   test ./e2e/ with KAGENTI_E2E_CLUSTER=kind → down (hack/kind-down.sh), always.
 #
 # Skips (exit 0, saying why) where no engine can be started here: not root. KAGENTI_KIND_REQUIRED=1
 # turns a skip into a failure (for CI). KAGENTI_KIND_KEEP=1 leaves the cluster up afterwards.
@@ -105,10 +106,19 @@ esac
 kubectl -n kagenti-system wait --for=condition=Available deploy --all --timeout=180s >/dev/null ||
   { kubectl -n kagenti-system get pods -o wide >&2; kubectl -n kagenti-system describe pods >&2; die "the platform did not become available"; }
 
+# AgentBuild's surroundings: Tekton Pipelines, the in-cluster registry and git server, the build
+# tools image (hack/kind/tekton.sh), where agentbuild is installed.
+build_tools_image=""
+if [[ " ${PILLARS[*]} " == *" agentbuild "* ]]; then
+  stage tekton
+  "${KIND_DIR}/tekton.sh"
+  build_tools_image="$(sed -n 's/^KAGENTI_E2E_BUILD_TOOLS_IMAGE=//p' "${WORK}/tekton.env")"
+fi
+
 stage test
 rc=0
 (cd "${ROOT}/e2e" && KAGENTI_E2E_KUBECONFIG="${KIND_KUBECONFIG}" KAGENTI_E2E_CLUSTER=kind \
-  KAGENTI_E2E_SHELL_IMAGE="${shell_image}" go test -count=1 -v -timeout 20m -run "${RUN}" ./...) || rc=$?
+  KAGENTI_E2E_BUILD_TOOLS_IMAGE="${build_tools_image}" KAGENTI_E2E_SHELL_IMAGE="${shell_image}" go test -count=1 -v -timeout 20m -run "${RUN}" ./...) || rc=$?
 # Second phase, last because it removes Kagenti: `kagenti uninstall` with workload continuity on
 # real pods (the cluster is thrown away afterwards).
 if [[ ${rc} -eq 0 && -z "${KAGENTI_KIND_RUN:-}" ]]; then

@@ -38,6 +38,8 @@ build_binaries() {
   go_build "${KIND_DIR}/coredns" "$(key "${KIND_DIR}/coredns/go.mod" "${KIND_DIR}/coredns/go.sum")" 0 "" github.com/coredns/coredns
   go_build "${KIND_DIR}/kube-router" "$(key "${KIND_DIR}/kube-router/go.mod" "${KIND_DIR}/kube-router/go.sum")" 0 "" \
     github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+  go_build "${KIND_DIR}/local-path" "$(key "${KIND_DIR}/local-path/go.mod" "${KIND_DIR}/local-path/go.sum")" 0 "" \
+    github.com/rancher/local-path-provisioner
 }
 
 # need_tools: the control plane and kubectl come from bin/ (hack/tools.sh, cached by version); kind
@@ -98,13 +100,19 @@ component_image() {
   rm -rf "${ctx}"
 }
 
+# kind_base_image: kagenti.local/kind-base, the Debian base of the component images (a shell and
+# coreutils: also the local-path helper and the suite's shell image), made once; prints its reference.
+kind_base_image() {
+  local dir; dir="$(rootfs base "${BASE_PACKAGES[@]}")"
+  local ref; ref="kagenti.local/kind-base:$(basename "${dir}" | sed 's/^rootfs-base-//')"
+  image_exists "${ref}" || import_rootfs "${dir}" "${ref}"
+  printf '%s' "${ref}"
+}
+
 # The images kubeadm ${KUBE_VERSION} pulls, plus containerd's sandbox image and kube-router, all
 # built here; prints their references.
 build_component_images() {
-  local base_dir base_ref
-  base_dir="$(rootfs base "${BASE_PACKAGES[@]}")"
-  base_ref="kagenti.local/kind-base:$(basename "${base_dir}" | sed 's/^rootfs-base-//')"
-  image_exists "${base_ref}" || import_rootfs "${base_dir}" "${base_ref}"
+  local base_ref; base_ref="$(kind_base_image)"
   local refs=() ref name
   mapfile -t refs < <("${CACHE_BIN}/kubeadm" config images list --kubernetes-version "${KUBE_VERSION}" 2>/dev/null)
   [[ ${#refs[@]} -gt 0 ]] || die "kubeadm config images list printed nothing"
@@ -127,6 +135,9 @@ build_component_images() {
   component_image "$(kube_router_image)" "${base_ref}" $'COPY kube-router /usr/local/bin/kube-router\nENTRYPOINT ["/usr/local/bin/kube-router"]' "${CACHE_BIN}/kube-router"
   kube_router_image
   printf '\n'
+  component_image "$(local_path_image)" "${base_ref}" 'COPY local-path-provisioner /usr/local/bin/local-path-provisioner' "${CACHE_BIN}/local-path-provisioner"
+  local_path_image
+  printf '\n%s\n' "${base_ref}"
 }
 
 kind_module_dir() {
@@ -144,11 +155,30 @@ kube_router_image() {
   printf 'kagenti.local/kube-router:%s' "${v}"
 }
 
+# local_path_image: the dynamic volume provisioner of the default StorageClass.
+local_path_image() {
+  local v
+  v="$(grep -oE 'github.com/rancher/local-path-provisioner v[^ ]+' "${KIND_DIR}/local-path/go.mod" | head -n 1 | cut -d' ' -f2)"
+  [[ -n "${v}" ]] || die "hack/kind/local-path/go.mod requires no github.com/rancher/local-path-provisioner"
+  printf 'kagenti.local/local-path-provisioner:%s' "${v}"
+}
+
+# default_storage <file> <helper image>: kind's default storage manifest (local-path-provisioner as
+# StorageClass "standard", WaitForFirstConsumer), taken from the kind module's node image build
+# with our images in place of kind's; kind create applies it from /kind/manifests.
+default_storage() {
+  local src; src="$(kind_module_dir)/pkg/build/nodeimage/const_storage.go"
+  sed -n '/^const defaultStorageManifest = `/,/^`$/p' "${src}" | sed -e '1d' -e '$d' \
+    -e "s|\` + storageProvisionerImage + \`|$(local_path_image)|" -e "s|\` + storageHelperImage + \`|$2|" > "$1"
+  grep -q 'provisioner: rancher.io/local-path' "$1" && ! grep -q '`' "$1" ||
+    die "no default storage manifest in ${src} (kind ${KIND_VERSION})"
+}
+
 # node_key: every input of the node image.
 node_key() {
   key "${KUBE_VERSION}" "${KIND_VERSION}" "${DEBIAN_SUITE}" "${NODE_PACKAGES[*]}" "${BASE_PACKAGES[*]}" \
     "${KIND_DIR}/build.sh" "${KIND_DIR}/kube/go.sum" "${KIND_DIR}/kube/cmd/pause/main.go" "${KIND_DIR}/coredns/go.sum" \
-    "${KIND_DIR}/kube-router/go.sum" "${ROOT}/hack/kube/go.sum" "${ROOT}/hack/etcd/go.sum"
+    "${KIND_DIR}/kube-router/go.sum" "${KIND_DIR}/local-path/go.sum" "${ROOT}/hack/kube/go.sum" "${ROOT}/hack/etcd/go.sum"
 }
 node_image() { printf 'kagenti.local/kind-node:%s-%s' "${KUBE_VERSION}" "$(node_key)"; }
 
@@ -175,6 +205,8 @@ build_node_image() {
   cp -r "${files}/usr/local/bin/." "${dir}/usr/local/bin/"
   mkdir -p "${dir}/kind"
   cp -r "${files}/kind/." "${dir}/kind/"
+  mkdir -p "${dir}/kind/manifests"
+  default_storage "${dir}/kind/manifests/default-storage.yaml" "$(kind_base_image)"
   cp -r "${files}/etc/." "${dir}/etc/"
   chmod -R u+w,go-w "${dir}/kind" "${dir}/etc" "${dir}/usr/local/bin"
   find "${dir}/kind" "${dir}/etc/systemd" "${dir}/etc/containerd" "${dir}/etc/sysctl.d" "${dir}/etc/default" -type f -exec chmod 0644 {} +

@@ -30,7 +30,7 @@ NODE_PACKAGES=(systemd systemd-sysv dbus conntrack iptables nftables iproute2 et
 BASE_PACKAGES=(ca-certificates iptables nftables ipset conntrack iproute2 kmod)
 # Host commands and the Debian packages that bring them.
 declare -A HOST_PACKAGE_OF=([dockerd]=docker.io [containerd]=containerd [runc]=runc [debootstrap]=debootstrap
-  [iptables-save]=iptables [jq]=jq)
+  [iptables-save]=iptables [jq]=jq [setcap]=libcap2-bin)
 
 # The engine: our own dockerd, reached only through this socket.
 DOCKER_SOCK="${WORK}/docker.sock"
