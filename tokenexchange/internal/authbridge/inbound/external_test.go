@@ -237,11 +237,14 @@ func TestAConfigChangeClosesTheExternalAuthorizersConnection(t *testing.T) {
 }
 
 // Reloads while requests are being decided: every request gets a decision of one configuration
-// or the other, never a closed connection's error.
+// or the other, never a closed connection's error. The checks get the longest timeout: a check
+// that outlives the default 200 ms on a loaded machine (-race, other suites beside) is a timeout,
+// not what this test is about.
 func TestReloadsDuringRequestsNeverUseAClosedConnection(t *testing.T) {
 	f := newFixture(t)
 	a, b := startExtServer(t, allowAll), startExtServer(t, allowAll)
-	f.withPolicy(withExternal(a.addr, ""))
+	const slow = ", timeout: 5s"
+	f.withPolicy(withExternal(a.addr, slow))
 	tok := f.viaMiddle()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -262,7 +265,7 @@ func TestReloadsDuringRequestsNeverUseAClosedConnection(t *testing.T) {
 		})
 	}
 	for i := range 20 {
-		f.withPolicy(withExternal([]string{a.addr, b.addr}[i%2], ""))
+		f.withPolicy(withExternal([]string{a.addr, b.addr}[i%2], slow))
 	}
 	close(stop)
 	wg.Wait()
