@@ -2,6 +2,7 @@ package duck
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -59,23 +60,74 @@ func EnqueueReferrers(c client.Reader, gk schema.GroupKind, newList func() clien
 
 // ReferrerRequests lists the referrers of workload (of kind gk) into list and returns their requests.
 func ReferrerRequests(ctx context.Context, c client.Reader, gk schema.GroupKind, workload client.Object, list client.ObjectList) []reconcile.Request {
-	err := c.List(ctx, list, client.InNamespace(workload.GetNamespace()),
-		client.MatchingFields{TargetRefIndex: TargetKey(gk, workload.GetName())})
+	referrers, err := listReferrers(ctx, c, workload.GetNamespace(), TargetKey(gk, workload.GetName()), list)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "listing referrers", "workload", workload.GetName(), "kind", gk.String())
 		return nil
 	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(items))
-	for _, it := range items {
-		if o, ok := it.(client.Object); ok {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
-		}
+	reqs := make([]reconcile.Request, len(referrers))
+	for i, o := range referrers {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
 	}
 	return reqs
+}
+
+// listReferrers lists into list the objects in namespace whose spec.targetRef has the TargetKey key.
+func listReferrers(ctx context.Context, c client.Reader, namespace, key string, list client.ObjectList) ([]client.Object, error) {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{TargetRefIndex: key}); err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	objs := make([]client.Object, 0, len(items))
+	for _, it := range items {
+		if o, ok := it.(client.Object); ok {
+			objs = append(objs, o)
+		}
+	}
+	return objs, nil
+}
+
+// EnqueueSameTarget maps an event on a referrer to reconcile requests for the other objects of
+// newList's type in its namespace that reference the same workload. Watch the referrers' own kind
+// with it, so that a conflict resolves as soon as the referrer in effect goes away or moves to
+// another workload.
+func EnqueueSameTarget(c client.Reader, newList func() client.ObjectList) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		keys := TargetRefKeys(o)
+		if len(keys) == 0 {
+			return nil
+		}
+		referrers, err := listReferrers(ctx, c, o.GetNamespace(), keys[0], newList())
+		if err != nil {
+			log.FromContext(ctx).Error(err, "listing referrers of the same workload", "referrer", o.GetName())
+			return nil
+		}
+		var reqs []reconcile.Request
+		for _, r := range referrers {
+			if r.GetName() != o.GetName() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(r)})
+			}
+		}
+		return reqs
+	})
+}
+
+// ReferrerInEffectOf lists into list the objects of its type in self's namespace that reference
+// self's workload and returns the one in effect among them and self (ReferrerInEffect): self when
+// it references no workload.
+func ReferrerInEffectOf(ctx context.Context, c client.Reader, self Referrer, list client.ObjectList) (client.Object, error) {
+	keys := TargetRefKeys(self)
+	if len(keys) == 0 {
+		return self, nil
+	}
+	referrers, err := listReferrers(ctx, c, self.GetNamespace(), keys[0], list)
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s: %w", *self.GetTargetRef(), err)
+	}
+	return ReferrerInEffect(self, referrers), nil
 }
 
 // ReferrerInEffect decides which of several objects that reference the same workload is in effect:

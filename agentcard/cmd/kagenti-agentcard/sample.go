@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -130,7 +131,7 @@ func (o *sampleServer) syncPods(ctx context.Context, cs kubernetes.Interface) {
 		}
 	}
 	for addr, s := range o.servers {
-		if !want[addr] && !contains(o.listen, addr) {
+		if !want[addr] && !slices.Contains(o.listen, addr) {
 			_ = s.Close()
 			delete(o.servers, addr)
 		}
@@ -147,13 +148,4 @@ func (o *sampleServer) serve(addr string) error {
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Fprintln(os.Stderr, "serving the sample card on", addr)
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

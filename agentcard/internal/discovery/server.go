@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -462,7 +463,7 @@ func matches(a Agent, name, skill, tag string, verified *bool) bool {
 	if verified != nil && (a.Verified && a.Bound) != *verified {
 		return false
 	}
-	if tag != "" && !contains(a.Tags, tag) {
+	if tag != "" && !slices.Contains(a.Tags, tag) {
 		return false
 	}
 	if skill != "" {
@@ -478,15 +479,6 @@ func matches(a Agent, name, skill, tag string, verified *bool) bool {
 		}
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // statusRecorder remembers the status code written, for the request metric.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -164,27 +163,15 @@ func addRotator(mgr ctrl.Manager, o Options, ready chan struct{}) error {
 	if o.Namespace == "" || o.CertSecret == "" || o.ServiceName == "" || o.RotatorCertDir == "" {
 		return errors.New("the discovery API's certificate rotator needs its namespace, Secret, Service name and certificate directory (or give a certificate directory from outside)")
 	}
-	svc := o.ServiceName + "." + o.Namespace
-	// ca.crt too: the CA publisher reads it from the directory (CAFile).
-	if err := mgr.Add(&certfiles.Syncer{Config: mgr.GetConfig(), Namespace: o.Namespace, Name: o.CertSecret,
-		Dir: o.RotatorCertDir, Keys: append([]string{CAFile}, certfiles.ServingKeys...),
-		Log: mgr.GetLogger().WithName("certfiles")}); err != nil {
-		return err
-	}
-	err := rotator.AddRotator(mgr, &rotator.CertRotator{
-		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
-		CertDir:        o.RotatorCertDir,
-		CAName:         "kagenti-agentcard-discovery-ca",
-		CAOrganization: "kagenti",
-		DNSName:        svc + ".svc",
-		ExtraDNSNames:  append([]string{o.ServiceName, svc, svc + ".svc.cluster.local"}, o.ExtraDNSNames...),
+	err := certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
+		// ca.crt too: the CA publisher reads it from the directory (CAFile).
+		Keys:        append([]string{CAFile}, certfiles.ServingKeys...),
+		ServiceName: o.ServiceName, ExtraDNSNames: o.ExtraDNSNames,
+		CAName: "kagenti-agentcard-discovery-ca", FieldOwner: "kagenti-agentcard",
+		Name: cmp.Or(o.RotatorName, "kagenti-agentcard-discovery-cert-rotator"),
 		// The rotator closes it once the certificate files are in RotatorCertDir (written by the Syncer).
-		IsReady:        ready,
-		FieldOwner:     "kagenti-agentcard",
-		ControllerName: cmp.Or(o.RotatorName, "kagenti-agentcard-discovery-cert-rotator"),
-		// Every replica serves, so every replica needs the certificate: no leader election.
-		RequireLeaderElection: false,
-	})
+		Ready: ready,
+	}.Add(mgr, mgr.GetLogger())
 	if err != nil {
 		return fmt.Errorf("setting up the discovery API's certificate rotator: %w", err)
 	}

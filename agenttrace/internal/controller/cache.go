@@ -9,25 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kagenti/platform/agenttrace/api/v1alpha1"
 	"github.com/kagenti/platform/pkg/configmap/contract"
 	"github.com/kagenti/platform/pkg/duck/kit"
 )
-
-// stripAgentTrace drops what the controller never reads of an AgentTrace: managedFields and
-// kubectl's last-applied copy of the whole object (client-side apply, Argo CD's default), which
-// would double the cached spec. The status is written by server-side apply of the status alone;
-// its conditions are compacted (duck.Status.Compact: exact-size slice, shared type and reason
-// strings).
-func stripAgentTrace(obj any) (any, error) {
-	if at, ok := obj.(*v1alpha1.AgentTrace); ok {
-		// Fresh from the watch decoder and not shared yet: changed in place.
-		at.ManagedFields = nil
-		delete(at.Annotations, corev1.LastAppliedConfigAnnotation)
-		at.Status.Compact()
-	}
-	return obj, nil
-}
 
 // cachedPod is what the controller reads of a pod, and all its pod informer keeps of one
 // (kit.SlimPods): a corev1.Pod costs ≈ 2.4 KB in a cache even with every field but these

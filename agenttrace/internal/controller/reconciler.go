@@ -78,7 +78,7 @@ func (r *Reconciler) reconcile(ctx context.Context, at *v1alpha1.AgentTrace, s s
 		return ctrl.Result{}, nil
 	}
 	s.targetResolved(w)
-	if inEffect, err := r.referrerInEffect(ctx, at); err != nil {
+	if inEffect, err := duck.ReferrerInEffectOf(ctx, r.Client, at, &v1alpha1.AgentTraceList{}); err != nil {
 		return ctrl.Result{}, err
 	} else if inEffect != client.Object(at) {
 		s.conflict(inEffect.GetName(), w)
@@ -137,25 +137,6 @@ func warnings(at *v1alpha1.AgentTrace, w *duck.Workload, cmName string) ([]warni
 		out = append(out, warning{v1alpha1.ReasonDeprecatedExporter, strings.Join(d, "; ")})
 	}
 	return out, nil
-}
-
-// referrerInEffect returns the AgentTrace that configures at's target: at itself, or an older one
-// (duck.ReferrerInEffect).
-func (r *Reconciler) referrerInEffect(ctx context.Context, at *v1alpha1.AgentTrace) (client.Object, error) {
-	gvk, err := at.Spec.TargetRef.GroupVersionKind()
-	if err != nil {
-		return nil, err
-	}
-	var list v1alpha1.AgentTraceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(at.Namespace),
-		client.MatchingFields{duck.TargetRefIndex: duck.TargetKey(gvk.GroupKind(), at.Spec.TargetRef.Name)}); err != nil {
-		return nil, fmt.Errorf("listing AgentTraces of %s: %w", at.Spec.TargetRef, err)
-	}
-	referrers := make([]client.Object, len(list.Items))
-	for i := range list.Items {
-		referrers[i] = &list.Items[i]
-	}
-	return duck.ReferrerInEffect(at, referrers), nil
 }
 
 // configuredPods counts the workload's running pods that mount the trace ConfigMap in a container.

@@ -53,7 +53,7 @@ func CacheOptions() cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}:    {Label: labels.SelectorFromSet(labels.Set{contract.ManagedByLabel: Name}), Transform: kit.DigestTransform},
-			&v1alpha1.AgentTrace{}: {Transform: stripAgentTrace},
+			&v1alpha1.AgentTrace{}: {Transform: kit.CompactObject},
 		},
 	}
 	for w, by := range kit.TrimmedWorkloads(slimTemplate) {
@@ -96,11 +96,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Options:  opts,
 		PodCache: pods,
 	}
+	newList := func() client.ObjectList { return &v1alpha1.AgentTraceList{} }
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("agenttrace").
 		For(&v1alpha1.AgentTrace{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A deleted or finished AgentTrace hands its target over to the next one in line.
-		Watches(&v1alpha1.AgentTrace{}, handler.EnqueueRequestsFromMapFunc(r.sameTarget),
+		Watches(&v1alpha1.AgentTrace{}, duck.EnqueueSameTarget(mgr.GetClient(), newList),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		WatchesRawSource(pods.Source(handler.TypedEnqueueRequestsFromMapFunc(r.podReferrers))).
@@ -110,7 +111,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	r.Workloads = &kit.WorkloadWatches{Controller: c, Cache: mgr.GetCache(), Client: mgr.GetClient(),
-		NewList: func() client.ObjectList { return &v1alpha1.AgentTraceList{} }}
+		NewList: newList}
 	return nil
 }
 
@@ -118,31 +119,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // a volume no container mounts configures nothing, and every index entry costs memory for each
 // pod in the cluster.
 func podConfigMaps(p *cachedPod) []string { return p.configMaps }
-
-// sameTarget enqueues the other AgentTraces of an AgentTrace's target, so a conflict resolves as
-// soon as the winner goes away or moves to another target.
-func (r *Reconciler) sameTarget(ctx context.Context, o client.Object) []reconcile.Request {
-	at, ok := o.(*v1alpha1.AgentTrace)
-	if !ok {
-		return nil
-	}
-	gvk, err := at.Spec.TargetRef.GroupVersionKind()
-	if err != nil {
-		return nil
-	}
-	var list v1alpha1.AgentTraceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(at.Namespace),
-		client.MatchingFields{duck.TargetRefIndex: duck.TargetKey(gvk.GroupKind(), at.Spec.TargetRef.Name)}); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if list.Items[i].Name != at.Name {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-	}
-	return reqs
-}
 
 // podReferrers maps a pod to the AgentTrace whose ConfigMap it mounts: the controller owner of that
 // ConfigMap in the cache, which holds only this controller's ConfigMaps. A ConfigMap not written

@@ -59,7 +59,7 @@ func (m *migrator) build(b *buildInput) error {
 	}
 	l.Used(P("metadata", "name"), "names the AgentBuild")
 	l.Used(P("metadata", "namespace"), "namespace of the AgentBuild")
-	copyMetadata(l, obj, ref, &out.ObjectMeta)
+	copyMetadata(l, obj, ref, &out.Labels, &out.Annotations)
 
 	str := func(path ...string) string {
 		s, _, _ := unstructured.NestedString(obj.Object, path...)
@@ -188,23 +188,25 @@ func hasScheme(repo string) bool {
 	return false
 }
 
-// copyMetadata carries a legacy object's labels and annotations to the object made from it.
-func copyMetadata(l *Ledger, obj *unstructured.Unstructured, ref string, meta *metav1.ObjectMeta) {
+// copyMetadata carries a legacy object's labels and annotations (but kubectl's last-applied copy)
+// to the labels and annotations of the object made from it, creating the maps when there is
+// something to copy.
+func copyMetadata(l *Ledger, obj *unstructured.Unstructured, ref string, labels, annotations *map[string]string) {
 	for k, v := range obj.GetLabels() {
-		if meta.Labels == nil {
-			meta.Labels = map[string]string{}
+		if *labels == nil {
+			*labels = map[string]string{}
 		}
-		meta.Labels[k] = v
+		(*labels)[k] = v
 		l.Copied(P("metadata", "labels", k), ref, P("metadata", "labels", k))
 	}
 	for k, v := range obj.GetAnnotations() {
 		if k == lastApplied {
 			continue
 		}
-		if meta.Annotations == nil {
-			meta.Annotations = map[string]string{}
+		if *annotations == nil {
+			*annotations = map[string]string{}
 		}
-		meta.Annotations[k] = v
+		(*annotations)[k] = v
 		l.Copied(P("metadata", "annotations", k), ref, P("metadata", "annotations", k))
 	}
 }

@@ -66,7 +66,7 @@ func (m *migrator) card(in Input) error {
 	ref := "AgentCard/" + name
 	l.Used(P("metadata", "name"), "names the AgentCard")
 	l.Used(P("metadata", "namespace"), "namespace of the AgentCard")
-	copyLabels(l, obj, out, ref)
+	copyMetadata(l, obj, ref, &out.labels, &out.annotations)
 	if out.spec.TargetRef != nil {
 		l.Copied(P("spec", "targetRef", "kind"), ref, P("spec", "targetRef", "kind"))
 		l.Copied(P("spec", "targetRef", "name"), ref, P("spec", "targetRef", "name"))

@@ -103,10 +103,10 @@ func (m *migrator) runtime(in Input) error {
 
 	if made {
 		if w.tx != nil && w.tx.madeFrom(in.Source) {
-			copyLabels(l, obj, w.tx, "TokenExchange/"+w.tx.name)
+			copyMetadata(l, obj, "TokenExchange/"+w.tx.name, &w.tx.labels, &w.tx.annotations)
 		}
 		if w.trace != nil && w.trace.madeFrom(in.Source) {
-			copyLabels(l, obj, w.trace, "AgentTrace/"+w.trace.name)
+			copyMetadata(l, obj, "AgentTrace/"+w.trace.name, &w.trace.labels, &w.trace.annotations)
 		}
 	}
 	l.NotMigrated(P("metadata", "labels"), reasonRuntimeMetadata)

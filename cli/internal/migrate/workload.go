@@ -74,27 +74,6 @@ func (p *pillarOut[S]) madeFrom(s Source) bool {
 	return false
 }
 
-// copyLabels carries a legacy object's labels and annotations to a pillar CR made from it.
-func copyLabels[S any](l *Ledger, obj *unstructured.Unstructured, p *pillarOut[S], ref string) {
-	for k, v := range obj.GetLabels() {
-		if p.labels == nil {
-			p.labels = map[string]string{}
-		}
-		p.labels[k] = v
-		l.Copied(P("metadata", "labels", k), ref, P("metadata", "labels", k))
-	}
-	for k, v := range obj.GetAnnotations() {
-		if k == lastApplied {
-			continue
-		}
-		if p.annotations == nil {
-			p.annotations = map[string]string{}
-		}
-		p.annotations[k] = v
-		l.Copied(P("metadata", "annotations", k), ref, P("metadata", "annotations", k))
-	}
-}
-
 func (w *workload) targetRef() duck.TargetRef {
 	ref := duck.TargetRef{Kind: w.kind, Name: w.name, APIVersion: w.apiVersion}
 	if ref.APIVersion == "" {

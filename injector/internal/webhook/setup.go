@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -58,9 +57,9 @@ type Options struct {
 // must come from NewServer, before the manager starts; it opens that server once a certificate is
 // available: right away with --cert-dir, once the rotator has written one otherwise.
 func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
-	srv, ok := mgr.GetWebhookServer().(*Server)
-	if !ok {
-		return fmt.Errorf("the manager's webhook server is a %T; it must come from webhook.NewServer so that it serves only with a certificate", mgr.GetWebhookServer())
+	srv, err := certfiles.ServerOf(mgr)
+	if err != nil {
+		return err
 	}
 	reg := o.Registry
 	if reg == nil {
@@ -85,31 +84,16 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 	h := &Handler{Config: current, ExcludedNamespaces: []string{"kube-system", o.Namespace}, Metrics: metrics, PodSecurity: levels}
 	srv.Register(Path, HTTPHandler(h))
 	if o.CertDir != "" {
-		close(srv.certReady)
+		close(srv.CertReady)
 		return nil
 	}
-	if err := mgr.Add(&certfiles.Syncer{Config: mgr.GetConfig(), Namespace: o.Namespace, Name: o.CertSecret,
-		Dir: o.RotatorCertDir, Log: log.WithName("certfiles")}); err != nil {
-		return err
-	}
-	err = rotator.AddRotator(mgr, &rotator.CertRotator{
-		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
-		CertDir:        o.RotatorCertDir,
-		CAName:         "kagenti-injector-ca",
-		CAOrganization: "kagenti",
-		ControllerName: cmp.Or(o.RotatorName, "kagenti-injector-cert-rotator"),
-		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
-		ExtraDNSNames: append([]string{
-			o.ServiceName, fmt.Sprintf("%s.%s", o.ServiceName, o.Namespace),
-			fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
-		}, o.ExtraDNSNames...),
-		// The rotator closes it once the certificate files are in CertDir.
-		IsReady:    srv.certReady,
-		Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
-		FieldOwner: "kagenti-injector",
-		// Every replica serves, so every replica needs the certificate: no leader election.
-		RequireLeaderElection: false,
-	})
+	err = certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
+		ServiceName: o.ServiceName, ExtraDNSNames: o.ExtraDNSNames,
+		CAName: "kagenti-injector-ca", FieldOwner: "kagenti-injector", Name: cmp.Or(o.RotatorName, "kagenti-injector-cert-rotator"),
+		Webhooks: []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
+		// The rotator closes it once the certificate files are in RotatorCertDir (written by the Syncer).
+		Ready: srv.CertReady,
+	}.Add(mgr, log)
 	if err != nil {
 		return fmt.Errorf("setting up the certificate rotator: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -265,7 +266,7 @@ func (r *Reconciler) deleteOwned(ctx context.Context, namespace, cardName string
 	for i := range list.Items {
 		np := &list.Items[i]
 		owner := metav1.GetControllerOfNoCopy(np)
-		if owner == nil || owner.Kind != view.AgentCardGVK.Kind || !match(*owner) || contains(keep, np.Name) {
+		if owner == nil || owner.Kind != view.AgentCardGVK.Kind || !match(*owner) || slices.Contains(keep, np.Name) {
 			continue
 		}
 		err := r.Client.Delete(ctx, np, client.Preconditions{UID: &np.UID})
@@ -278,15 +279,6 @@ func (r *Reconciler) deleteOwned(ctx context.Context, namespace, cardName string
 		}
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // report sets NetworkPolicyReady on the card through the StatusApplier: written only when it

@@ -268,30 +268,33 @@ func (p *Policy) Authorize(_ context.Context, r *Request) (Decision, error) {
 	// The rules' static costs hold for facts within their bounds only: past them, every rule runs
 	// with the runtime cost limit.
 	limited := !withinFactBounds(r)
-	for i := range p.deny {
-		c := &p.deny[i]
-		match, err := c.eval(vars, limited)
-		if err != nil {
-			return Decision{Rule: c.name, Reason: err.Error()}, nil
-		}
-		if match {
-			return Decision{Rule: c.name, Reason: c.matched}, nil
-		}
+	if d, decided := firstMatch(p.deny, false, vars, limited); decided {
+		return d, nil
 	}
-	for i := range p.allow {
-		c := &p.allow[i]
-		match, err := c.eval(vars, limited)
-		if err != nil {
-			return Decision{Rule: c.name, Reason: err.Error()}, nil
-		}
-		if match {
-			return Decision{Allowed: true, Rule: c.name, Reason: c.matched}, nil
-		}
+	if d, decided := firstMatch(p.allow, true, vars, limited); decided {
+		return d, nil
 	}
 	if p.def == Allow {
 		return Decision{Allowed: true, Rule: DefaultRule, Reason: "no rule matched; the default allows"}, nil
 	}
 	return Decision{Rule: DefaultRule, Reason: "no rule matched; the default denies"}, nil
+}
+
+// firstMatch evaluates rules in order: the first that matches decides (allowed, what a match
+// means), and so does the first that cannot be evaluated (a denial naming it). decided is false
+// when no rule matched.
+func firstMatch(rules []compiled, allowed bool, vars *activation, limited bool) (d Decision, decided bool) {
+	for i := range rules {
+		c := &rules[i]
+		match, err := c.eval(vars, limited)
+		if err != nil {
+			return Decision{Rule: c.name, Reason: err.Error()}, true
+		}
+		if match {
+			return Decision{Allowed: allowed, Rule: c.name, Reason: c.matched}, true
+		}
+	}
+	return Decision{}, false
 }
 
 // eval evaluates the rule; limited: with the runtime cost limit whether or not it is bounded.

@@ -19,6 +19,21 @@ import (
 // workload, and of no use to a controller that reads the live object.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
+// CompactObject is the cache transform of a controller's own resource (a duck.Object): it drops
+// what the controller never reads, managedFields and kubectl's last-applied copy of the whole
+// object (client-side apply, Argo CD's default), which would double the cached spec, and compacts
+// the status's conditions (duck.Status.Compact). The status itself stays: the status applier
+// compares with it so that an unchanged status costs no write. Other objects pass through.
+func CompactObject(obj any) (any, error) {
+	if o, ok := obj.(duck.Object); ok {
+		// Fresh from the watch decoder and not shared yet: changed in place.
+		o.SetManagedFields(nil)
+		delete(o.GetAnnotations(), lastApplied)
+		o.GetStatus().Compact()
+	}
+	return obj, nil
+}
+
 // TrimmedWorkloads is the cache configuration (cache.Options.ByObject entries) for the built-in
 // workload kinds of a controller that watches them (through duck.NewBuiltinObject) and resolves its
 // targets from its cache (duck.NewManagerResolver) but reads little of them: every workload is kept

@@ -148,3 +148,32 @@ func TestTemplateMetaPresence(t *testing.T) {
 	assert.Nil(t, plain.Annotations, "a template without it has no annotations")
 	assert.Equal(t, map[string]string{"app": "b"}, plain.Labels)
 }
+
+func TestCompactObjectDropsWhatNoControllerReads(t *testing.T) {
+	conds := make([]metav1.Condition, 2, 8)
+	conds[0] = metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Configured"}
+	conds[1] = metav1.Condition{Type: "TargetResolved", Status: metav1.ConditionFalse, Reason: "NotFound", Message: "no Deployment web"}
+	g := &gadget{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", Labels: map[string]string{"app": "web"},
+		Annotations:   map[string]string{lastApplied: `{"spec":{}}`, "keep": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	g.Status.Conditions = conds
+	g.Status.ObservedGeneration = 3
+	want := g.DeepCopyObject().(*gadget)
+
+	out, err := CompactObject(g)
+	require.NoError(t, err)
+	require.Same(t, g, out)
+	assert.Nil(t, g.ManagedFields)
+	assert.Equal(t, map[string]string{"keep": "me"}, g.Annotations)
+	assert.Equal(t, want.Labels, g.Labels)
+	assert.Equal(t, want.Status, g.Status, "the status stays, conditions and all")
+	assert.Equal(t, 2, cap(g.Status.Conditions), "conditions held in a slice of their number")
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{lastApplied: "{}"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err = CompactObject(cm)
+	require.NoError(t, err)
+	assert.Same(t, cm, out)
+	assert.Len(t, cm.ManagedFields, 1, "an object that is not a duck.Object passes through")
+	assert.Contains(t, cm.Annotations, lastApplied)
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -100,6 +101,21 @@ func (c *commonFlags) config(log *zap.Logger) (*sidecar.Config, error) {
 	return sidecar.NewConfig(src, log)
 }
 
+// withConfig runs fn with the role's logger and its configuration (config), and flushes the
+// logger when fn returns.
+func (c *commonFlags) withConfig(role string, fn func(*zap.Logger, *sidecar.Config) error) error {
+	log, err := c.logger(role)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	cfg, err := c.config(log)
+	if err != nil {
+		return err
+	}
+	return fn(log, cfg)
+}
+
 // idpClient is the HTTP client for the identity provider (JWKS, token, registration): bounded
 // time, the environment's HTTP proxy settings honoured, redirects never followed (idpclient).
 func idpClient() *http.Client { return idpclient.New() }
@@ -122,28 +138,43 @@ type prepareRole func(common *commonFlags, cfg *sidecar.Config, client *http.Cli
 // runSingleRole is a role's own subcommand: it loads the configuration, builds the role and runs
 // it with the configuration watch until ctx ends or one of its parts fails.
 func runSingleRole(ctx context.Context, common *commonFlags, name string, prepare prepareRole) error {
-	log, err := common.logger(name)
-	if err != nil {
-		return err
+	return common.withConfig(name, func(log *zap.Logger, cfg *sidecar.Config) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		g, ctx := errgroup.WithContext(ctx)
+		common.startTracing(ctx, g, []string{name}, log)
+		r, err := prepare(common, cfg, idpClient(), log)
+		if err != nil {
+			cancel()
+			_ = g.Wait()
+			return err
+		}
+		g.Go(func() error { cfg.Run(ctx, common.poll); return nil })
+		g.Go(func() error { return serveRole(ctx, r, cfg, log) })
+		return g.Wait()
+	})
+}
+
+// roleOptions are a long-running role's own flags and how the role is built on a configuration
+// (registerOptions, inboundOptions, outboundOptions): its own subcommand and `sidecar` share them.
+type roleOptions interface {
+	addFlags(f *pflag.FlagSet, statusFlag string)
+	prepare(common *commonFlags, cfg *sidecar.Config, client *http.Client, log *zap.Logger) (*role, error)
+}
+
+// newRoleCommand is a role's own subcommand (runSingleRole), its status server on --status-address.
+func newRoleCommand(common *commonFlags, name, short, long string, opts roleOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSingleRole(cmd.Context(), common, name, opts.prepare)
+		},
 	}
-	defer func() { _ = log.Sync() }()
-	cfg, err := common.config(log)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g, ctx := errgroup.WithContext(ctx)
-	common.startTracing(ctx, g, []string{name}, log)
-	r, err := prepare(common, cfg, idpClient(), log)
-	if err != nil {
-		cancel()
-		_ = g.Wait()
-		return err
-	}
-	g.Go(func() error { cfg.Run(ctx, common.poll); return nil })
-	g.Go(func() error { return serveRole(ctx, r, cfg, log) })
-	return g.Wait()
+	opts.addFlags(cmd.Flags(), "status-address")
+	return cmd
 }
 
 // startTracing follows the trace files when one of roles emits spans (inbound, outbound), until

@@ -73,16 +73,5 @@ func (o *inboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, clien
 }
 
 func newInboundCommand(common *commonFlags) *cobra.Command {
-	var opts inboundOptions
-	cmd := &cobra.Command{
-		Use:   "inbound",
-		Short: "auth-proxy: admit requests to the agent only with a valid bearer token",
-		Long:  inboundLong,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSingleRole(cmd.Context(), common, "inbound", opts.prepare)
-		},
-	}
-	opts.addFlags(cmd.Flags(), "status-address")
-	return cmd
+	return newRoleCommand(common, "inbound", "auth-proxy: admit requests to the agent only with a valid bearer token", inboundLong, &inboundOptions{})
 }

@@ -39,55 +39,48 @@ It prints the rules it installed. A config.yaml it cannot use is reported, and t
 defaults are applied instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := common.logger("init")
-			if err != nil {
-				return err
-			}
-			defer func() { _ = log.Sync() }()
-			cfg, err := common.config(log)
-			if err != nil {
-				return err
-			}
-			c := cfg.Current().Config
-			out := cmd.OutOrStdout()
-			if cfg.Err() != nil {
-				fmt.Fprintf(out, "config.yaml rejected, the injector's defaults apply: %v\n", cfg.Err())
-			}
-			if helperConf != "" && c.Spiffe.Enabled {
-				conf := authconfig.RenderHelperConf(c, authconfig.HelperOptions{CertDir: common.sharedDir, FileMode: fileMode, HealthPort: helperHealth})
-				if !dryRun {
-					if err := sidecar.WriteFileAtomic(filepath.Dir(helperConf), filepath.Base(helperConf), []byte(conf), 0o644); err != nil {
-						return fmt.Errorf("writing %s: %w", helperConf, err)
-					}
+			return common.withConfig("init", func(log *zap.Logger, cfg *sidecar.Config) error {
+				c := cfg.Current().Config
+				out := cmd.OutOrStdout()
+				if cfg.Err() != nil {
+					fmt.Fprintf(out, "config.yaml rejected, the injector's defaults apply: %v\n", cfg.Err())
 				}
-				fmt.Fprintf(out, "wrote %s:\n%s", helperConf, conf)
-			}
-			if !intercepting {
-				fmt.Fprintln(out, "traffic interception skipped (--intercept=false)")
+				if helperConf != "" && c.Spiffe.Enabled {
+					conf := authconfig.RenderHelperConf(c, authconfig.HelperOptions{CertDir: common.sharedDir, FileMode: fileMode, HealthPort: helperHealth})
+					if !dryRun {
+						if err := sidecar.WriteFileAtomic(filepath.Dir(helperConf), filepath.Base(helperConf), []byte(conf), 0o644); err != nil {
+							return fmt.Errorf("writing %s: %w", helperConf, err)
+						}
+					}
+					fmt.Fprintf(out, "wrote %s:\n%s", helperConf, conf)
+				}
+				if !intercepting {
+					fmt.Fprintln(out, "traffic interception skipped (--intercept=false)")
+					return nil
+				}
+				always, err := parsePorts(alwaysInbound)
+				if err != nil {
+					return fmt.Errorf("--always-exclude-inbound: %w", err)
+				}
+				rules := intercept.RulesFor(c, always)
+				if err := rules.Validate(); err != nil {
+					return err
+				}
+				if dryRun {
+					fmt.Fprintf(out, "would install:\n%s", rules.Describe())
+					return nil
+				}
+				if err := intercept.Install(rules); err != nil {
+					return err
+				}
+				installed, err := intercept.Installed()
+				if err != nil {
+					return fmt.Errorf("reading the rules back: %w", err)
+				}
+				fmt.Fprintf(out, "installed (chains and rule counts read back from the kernel: %v):\n%s", installed, rules.Describe())
+				log.Info("traffic interception installed", zap.Any("chains", installed), zap.String("contentHash", cfg.Current().ContentHash))
 				return nil
-			}
-			always, err := parsePorts(alwaysInbound)
-			if err != nil {
-				return fmt.Errorf("--always-exclude-inbound: %w", err)
-			}
-			rules := intercept.RulesFor(c, always)
-			if err := rules.Validate(); err != nil {
-				return err
-			}
-			if dryRun {
-				fmt.Fprintf(out, "would install:\n%s", rules.Describe())
-				return nil
-			}
-			if err := intercept.Install(rules); err != nil {
-				return err
-			}
-			installed, err := intercept.Installed()
-			if err != nil {
-				return fmt.Errorf("reading the rules back: %w", err)
-			}
-			fmt.Fprintf(out, "installed (chains and rule counts read back from the kernel: %v):\n%s", installed, rules.Describe())
-			log.Info("traffic interception installed", zap.Any("chains", installed), zap.String("contentHash", cfg.Current().ContentHash))
-			return nil
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -84,16 +84,5 @@ func (o *outboundOptions) prepare(common *commonFlags, cfg *sidecar.Config, clie
 }
 
 func newOutboundCommand(common *commonFlags) *cobra.Command {
-	var opts outboundOptions
-	cmd := &cobra.Command{
-		Use:   "outbound",
-		Short: "outbound proxy (envoy-proxy): exchange the caller's token on outgoing requests",
-		Long:  outboundLong,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSingleRole(cmd.Context(), common, "outbound", opts.prepare)
-		},
-	}
-	opts.addFlags(cmd.Flags(), "status-address")
-	return cmd
+	return newRoleCommand(common, "outbound", "outbound proxy (envoy-proxy): exchange the caller's token on outgoing requests", outboundLong, &outboundOptions{})
 }

@@ -47,16 +47,5 @@ func (o *registerOptions) prepare(common *commonFlags, cfg *sidecar.Config, clie
 }
 
 func newRegisterCommand(common *commonFlags) *cobra.Command {
-	var opts registerOptions
-	cmd := &cobra.Command{
-		Use:   "register",
-		Short: "client-registration: register the workload with the identity provider and keep it registered",
-		Long:  registerLong,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSingleRole(cmd.Context(), common, "register", opts.prepare)
-		},
-	}
-	opts.addFlags(cmd.Flags(), "status-address")
-	return cmd
+	return newRoleCommand(common, "register", "client-registration: register the workload with the identity provider and keep it registered", registerLong, &registerOptions{})
 }

@@ -21,7 +21,7 @@ import (
 func CacheByObject() map[client.Object]cache.ByObject {
 	by := kit.TrimmedWorkloads(slimTemplate)
 	by[&corev1.ConfigMap{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{contract.ManagedByLabel: Name}), Transform: compactConfigMap}
-	by[&v1alpha1.TokenExchange{}] = cache.ByObject{Transform: compactTokenExchange}
+	by[&v1alpha1.TokenExchange{}] = cache.ByObject{Transform: kit.CompactObject}
 	return by
 }
 
@@ -39,21 +39,6 @@ func compactConfigMap(obj any) (any, error) {
 		cm.Labels = configMapLabels
 	}
 	return obj, err
-}
-
-// compactTokenExchange drops what the controller never reads of a TokenExchange (managedFields,
-// kubectl's last-applied copy of the whole object) and compacts its conditions (duck.Status.Compact:
-// five conditions decoded into a slice with room for eight, their types and reasons copied on every
-// object). The status itself stays: the status applier compares with it so that an unchanged
-// status costs no write.
-func compactTokenExchange(obj any) (any, error) {
-	if te, ok := obj.(*v1alpha1.TokenExchange); ok {
-		// Fresh from the watch decoder and not shared yet: changed in place.
-		te.ManagedFields = nil
-		delete(te.Annotations, corev1.LastAppliedConfigAnnotation)
-		te.Status.Compact()
-	}
-	return obj, nil
 }
 
 // slimTemplate keeps of a workload's pod template what the reconciler reads: the labels, whether

@@ -109,7 +109,7 @@ func (r *Reconciler) reconcile(ctx context.Context, te *v1alpha1.TokenExchange, 
 		return ctrl.Result{}, nil
 	}
 
-	if inEffect, err := r.referrerInEffect(ctx, te); err != nil {
+	if inEffect, err := duck.ReferrerInEffectOf(ctx, r.Client, te, &v1alpha1.TokenExchangeList{}); err != nil {
 		return ctrl.Result{}, err
 	} else if inEffect != client.Object(te) {
 		s.conflict(inEffect.GetName(), ref)
@@ -209,25 +209,6 @@ func (r *Reconciler) applyConfigMap(ctx context.Context, te *v1alpha1.TokenExcha
 	}
 	s.set(v1alpha1.ConditionConfigMapReady, true, v1alpha1.ReasonConfigured, fmt.Sprintf("ConfigMap %s holds generation %d", desired.Name, te.Generation))
 	return desired, false, ctrl.Result{}, nil
-}
-
-// referrerInEffect returns the TokenExchange that configures te's target: te itself, or an older
-// one (duck.ReferrerInEffect).
-func (r *Reconciler) referrerInEffect(ctx context.Context, te *v1alpha1.TokenExchange) (client.Object, error) {
-	gvk, err := te.Spec.TargetRef.GroupVersionKind()
-	if err != nil {
-		return nil, err
-	}
-	var list v1alpha1.TokenExchangeList
-	if err := r.Client.List(ctx, &list, client.InNamespace(te.Namespace),
-		client.MatchingFields{duck.TargetRefIndex: duck.TargetKey(gvk.GroupKind(), te.Spec.TargetRef.Name)}); err != nil {
-		return nil, fmt.Errorf("listing TokenExchanges of %s: %w", te.Spec.TargetRef, err)
-	}
-	referrers := make([]client.Object, len(list.Items))
-	for i := range list.Items {
-		referrers[i] = &list.Items[i]
-	}
-	return duck.ReferrerInEffect(te, referrers), nil
 }
 
 // configMapWriteIsNews says whether a ConfigMap write deserves an Event: an update (the spec, or a

@@ -11,7 +11,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kagenti/platform/pkg/duck"
 	"github.com/kagenti/platform/pkg/duck/kit"
@@ -120,18 +118,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		// Status-only writes (ours, or another manager's condition) need no reconcile.
 		For(&v1alpha1.TokenExchange{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A TokenExchange appearing or going away changes who wins for its target: wake the others.
-		Watches(&v1alpha1.TokenExchange{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			te, ok := o.(*v1alpha1.TokenExchange)
-			if !ok {
-				return nil
-			}
-			gvk, err := te.Spec.TargetRef.GroupVersionKind()
-			if err != nil {
-				return nil
-			}
-			target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: te.Namespace, Name: te.Spec.TargetRef.Name}}
-			return duck.ReferrerRequests(ctx, mgr.GetClient(), gvk.GroupKind(), target, newList())
-		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.TokenExchange{}, duck.EnqueueSameTarget(mgr.GetClient(), newList),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		WatchesRawSource(pods.Source(handler.TypedEnqueueRequestsFromMapFunc(r.podReferrers))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})

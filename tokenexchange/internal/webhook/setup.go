@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kagenti/platform/pkg/configmap/certfiles"
@@ -48,38 +47,24 @@ type Options struct {
 // available: right away with CertDir, once the rotator has provisioned one otherwise. Every
 // replica serves, leader or not.
 func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
-	srv, ok := mgr.GetWebhookServer().(*Server)
-	if !ok {
-		return fmt.Errorf("the manager's webhook server is a %T; it must come from webhook.NewServer so that it serves only with a certificate", mgr.GetWebhookServer())
+	srv, err := certfiles.ServerOf(mgr)
+	if err != nil {
+		return err
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &v1alpha1.TokenExchange{}).WithValidator(Validator{}).Complete(); err != nil {
 		return err
 	}
 	if o.CertDir != "" {
-		close(srv.certReady)
+		close(srv.CertReady)
 		return nil
 	}
-	svc := o.ServiceName
-	if err := mgr.Add(&certfiles.Syncer{Config: mgr.GetConfig(), Namespace: o.Namespace, Name: o.CertSecret,
-		Dir: o.RotatorCertDir, Log: log.WithName("certfiles")}); err != nil {
-		return err
-	}
-	err := rotator.AddRotator(mgr, &rotator.CertRotator{
-		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecret},
-		CertDir:        o.RotatorCertDir,
-		CAName:         "kagenti-tokenexchange-ca",
-		CAOrganization: "kagenti",
-		ControllerName: cmp.Or(o.RotatorName, "kagenti-tokenexchange-cert-rotator"),
-		DNSName:        fmt.Sprintf("%s.%s.svc", svc, o.Namespace),
-		ExtraDNSNames: append([]string{
-			svc, fmt.Sprintf("%s.%s", svc, o.Namespace), fmt.Sprintf("%s.%s.svc.cluster.local", svc, o.Namespace),
-		}, o.ExtraDNSNames...),
-		// The rotator closes it once the certificate files are in CertDir (written by the Syncer).
-		IsReady:               srv.certReady,
-		Webhooks:              []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Validating}},
-		FieldOwner:            "kagenti-tokenexchange",
-		RequireLeaderElection: false,
-	})
+	err = certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
+		ServiceName: o.ServiceName, ExtraDNSNames: o.ExtraDNSNames,
+		CAName: "kagenti-tokenexchange-ca", FieldOwner: "kagenti-tokenexchange", Name: cmp.Or(o.RotatorName, "kagenti-tokenexchange-cert-rotator"),
+		Webhooks: []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Validating}},
+		// The rotator closes it once the certificate files are in RotatorCertDir (written by the Syncer).
+		Ready: srv.CertReady,
+	}.Add(mgr, log)
 	if err != nil {
 		return fmt.Errorf("setting up the certificate rotator: %w", err)
 	}

@@ -49,31 +49,18 @@ func (s *Static) GetX509SVID() (*x509svid.SVID, error) {
 type FileSource struct {
 	CertFile, KeyFile string
 
-	mu      sync.Mutex
-	stamp   string
-	current *x509svid.SVID
+	svid reloaded[x509svid.SVID]
 }
 
 // GetX509SVID implements x509svid.Source.
 func (f *FileSource) GetX509SVID() (*x509svid.SVID, error) {
-	stamp, err := fileStamp(f.CertFile, f.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.current != nil && stamp == f.stamp {
-		return f.current, nil
-	}
-	s, err := x509svid.Load(f.CertFile, f.KeyFile)
-	if err != nil {
-		if f.current != nil { // a half-written rotation: keep the last good SVID
-			return f.current, nil
+	return f.svid.get(func() (*x509svid.SVID, error) {
+		s, err := x509svid.Load(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the X.509-SVID from %s and %s: %w", f.CertFile, f.KeyFile, err)
 		}
-		return nil, fmt.Errorf("loading the X.509-SVID from %s and %s: %w", f.CertFile, f.KeyFile, err)
-	}
-	f.current, f.stamp = s, stamp
-	return s, nil
+		return s, nil
+	}, f.CertFile, f.KeyFile)
 }
 
 // FileBundle reads the trust bundle of one trust domain from a PEM file, again when it changes.
@@ -81,9 +68,7 @@ type FileBundle struct {
 	TrustDomain spiffeid.TrustDomain
 	File        string
 
-	mu      sync.Mutex
-	stamp   string
-	current *x509bundle.Bundle
+	bundle reloaded[x509bundle.Bundle]
 }
 
 // GetX509BundleForTrustDomain implements x509bundle.Source.
@@ -91,24 +76,44 @@ func (b *FileBundle) GetX509BundleForTrustDomain(td spiffeid.TrustDomain) (*x509
 	if td != b.TrustDomain {
 		return nil, fmt.Errorf("no trust bundle for trust domain %q (only %q)", td, b.TrustDomain)
 	}
-	stamp, err := fileStamp(b.File)
+	return b.bundle.get(func() (*x509bundle.Bundle, error) {
+		x, err := x509bundle.Load(td, b.File)
+		if err != nil {
+			return nil, fmt.Errorf("loading the trust bundle of %q from %s: %w", td, b.File, err)
+		}
+		return x, nil
+	}, b.File)
+}
+
+// reloaded holds what was last loaded from some files, loaded again when one of them changes
+// (size or modification time). A load that fails while a value is held keeps that value: the
+// files are half-written by a rotation.
+type reloaded[T any] struct {
+	mu      sync.Mutex
+	stamp   string
+	current *T
+}
+
+// get returns the value held, or what load returns when one of paths changed since.
+func (r *reloaded[T]) get(load func() (*T, error), paths ...string) (*T, error) {
+	stamp, err := fileStamp(paths...)
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.current != nil && stamp == b.stamp {
-		return b.current, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current != nil && stamp == r.stamp {
+		return r.current, nil
 	}
-	x, err := x509bundle.Load(td, b.File)
+	v, err := load()
 	if err != nil {
-		if b.current != nil {
-			return b.current, nil
+		if r.current != nil {
+			return r.current, nil
 		}
-		return nil, fmt.Errorf("loading the trust bundle of %q from %s: %w", td, b.File, err)
+		return nil, err
 	}
-	b.current, b.stamp = x, stamp
-	return x, nil
+	r.current, r.stamp = v, stamp
+	return v, nil
 }
 
 func fileStamp(paths ...string) (string, error) {

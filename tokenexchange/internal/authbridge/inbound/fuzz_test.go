@@ -43,7 +43,7 @@ func FuzzValidateToken(f *testing.F) {
 }
 
 // FuzzBearerHeader feeds arbitrary Authorization header values through the proxy's parsing
-// (bearer) to the validator: a token comes out only of a "Bearer" scheme (any case), trimmed
+// (Bearer) to the validator: a token comes out only of a "Bearer" scheme (any case), trimmed
 // and non-empty; only the provider's own token is accepted.
 //
 //	go test ./internal/authbridge/inbound -run '^$' -fuzz FuzzBearerHeader -fuzztime 60s
@@ -57,7 +57,7 @@ func FuzzBearerHeader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, header string) {
 		r := &http.Request{Header: http.Header{"Authorization": {header}}}
-		token, ok := bearer(r)
+		token, ok := Bearer(r)
 		scheme, _, hasSpace := strings.Cut(header, " ")
 		if !ok {
 			require.Empty(t, token)

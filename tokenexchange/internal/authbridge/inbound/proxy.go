@@ -172,7 +172,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tracer := p.Tracing.Inbound(); tracer != nil {
 		var span trace.Span
 		w, r, span = startSpan(tracer, w, r, decoded, err == nil)
-		defer endSpan(span, w)
+		defer tracing.EndRequest(span, w, trace.SpanKindServer)
 	}
 	if err != nil {
 		p.log.Info("request refused", zap.String("error", ErrInvalidRequest), zap.String("reason", err.Error()))
@@ -182,7 +182,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.URL.Path, r.URL.RawPath = decoded, raw
-	token, ok := bearer(r)
+	token, ok := Bearer(r)
 	if !ok {
 		telemetry.Default.Request("unauthorized")
 		spanResult(r, "unauthorized", ErrInvalidRequest)
@@ -241,8 +241,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.proxy.ServeHTTP(w, r)
 }
 
-// bearer returns the token of an "Authorization: Bearer" header (RFC 6750 §2.1).
-func bearer(r *http.Request) (string, bool) {
+// Bearer returns the token of an "Authorization: Bearer" header (RFC 6750 §2.1): the token the
+// inbound proxy validates, and the subject token the outbound proxy exchanges.
+func Bearer(r *http.Request) (string, bool) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false

@@ -3,42 +3,26 @@ package inbound
 import (
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kagenti/platform/pkg/configmap/authz"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 )
 
-// startSpan starts the span of a request that needs a token: a child of the client's trace
-// context (traceparent, tracestate) when it sent one, and the parent of the agent's spans (the
-// request forwarded carries its context). path is the canonical path (pathOK false: the path was
-// refused and is not recorded). Never a header value, a query string or a token.
+// startSpan starts the span of a request that needs a token (tracing.StartRequest: a SERVER
+// span, the child of the client's trace context and the parent of the agent's spans). path is the
+// canonical path (pathOK false: the path was refused and is not recorded). Never a header value, a
+// query string or a token.
 func startSpan(tracer trace.Tracer, w http.ResponseWriter, r *http.Request, path string, pathOK bool) (http.ResponseWriter, *http.Request, trace.Span) {
-	carrier := propagation.HeaderCarrier(r.Header)
-	ctx := tracing.Propagator.Extract(r.Context(), carrier)
-	ctx, span := tracer.Start(ctx, tracing.SpanInbound, trace.WithSpanKind(trace.SpanKindServer))
-	if span.IsRecording() {
-		span.SetAttributes(tracing.KeyHTTPMethod.String(tracing.Method(r.Method)))
+	return tracing.StartRequest(tracer, w, r, tracing.SpanInbound, trace.SpanKindServer, func() []attribute.KeyValue {
+		attrs := []attribute.KeyValue{tracing.KeyHTTPMethod.String(tracing.Method(r.Method))}
 		if pathOK {
-			span.SetAttributes(tracing.KeyURLPath.String(path))
+			attrs = append(attrs, tracing.KeyURLPath.String(path))
 		}
-	}
-	tracing.Propagator.Inject(ctx, carrier)
-	return &tracing.StatusWriter{ResponseWriter: w}, r.WithContext(ctx), span
-}
-
-// endSpan records the answer's status and ends span.
-func endSpan(span trace.Span, w http.ResponseWriter) {
-	if sw, ok := w.(*tracing.StatusWriter); ok && span.IsRecording() {
-		status := sw.Status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		span.SetAttributes(tracing.KeyHTTPStatus.Int(status))
-	}
-	span.End()
+		return attrs
+	})
 }
 
 // spanResult records the request's outcome; code is the OAuth error code it was answered with

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/kagenti/platform/tokenexchange/internal/authbridge/inbound"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/sidecar"
 	"github.com/kagenti/platform/tokenexchange/internal/authbridge/tracing"
 )
@@ -246,7 +247,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tracer := p.Tracing.Outbound(); tracer != nil {
 		var span trace.Span
 		w, r, span = startSpan(tracer, w, r, dst)
-		defer endSpan(span, w)
+		defer tracing.EndRequest(span, w, trace.SpanKindClient)
 	}
 	if !p.egressAllowsRequest(w, r, dst, "http") {
 		return
@@ -264,7 +265,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid_request", "kagenti outbound proxy: more than one Authorization header")
 			return
 		}
-		if subject, ok := bearer(r); ok {
+		if subject, ok := inbound.Bearer(r); ok {
 			if !d.Target.AllowScopeEscalation {
 				if sc, ok := undelegatedScope(subject, d.Target.Scopes); ok {
 					writeError(w, http.StatusForbidden, "scope_not_delegated", fmt.Sprintf(
@@ -311,15 +312,6 @@ func (p *Proxy) Ready() []string {
 		return []string{err.Error()}
 	}
 	return nil
-}
-
-func bearer(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }
 
 // undelegatedScope returns a scope of want that the subject token does not carry. The token's

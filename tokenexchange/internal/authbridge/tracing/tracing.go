@@ -103,10 +103,7 @@ func ReportErrorsTo(log *zap.Logger) {
 
 // Inbound returns the inbound role's tracer, nil when tracing is off.
 func (t *Tracing) Inbound() trace.Tracer {
-	if t == nil {
-		return nil
-	}
-	if a := t.cur.Load(); a != nil {
+	if a := t.current(); a != nil {
 		return a.inbound
 	}
 	return nil
@@ -114,17 +111,22 @@ func (t *Tracing) Inbound() trace.Tracer {
 
 // Outbound returns the outbound role's tracer, nil when tracing is off.
 func (t *Tracing) Outbound() trace.Tracer {
-	if t == nil {
-		return nil
-	}
-	if a := t.cur.Load(); a != nil {
+	if a := t.current(); a != nil {
 		return a.outbound
 	}
 	return nil
 }
 
 // On reports whether spans are exported.
-func (t *Tracing) On() bool { return t != nil && t.cur.Load() != nil }
+func (t *Tracing) On() bool { return t.current() != nil }
+
+// current is the provider and tracers in use; nil when tracing is off (t nil too).
+func (t *Tracing) current() *active {
+	if t == nil {
+		return nil
+	}
+	return t.cur.Load()
+}
 
 // Watch reloads the trace files whenever dir changes (sidecar.WatchDir: fsnotify and every
 // poll), until ctx ends; then it flushes and shuts the provider down.
