@@ -27,7 +27,7 @@ func slimForBench(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 //
 //	go test -run '^$' -bench WorkloadCacheEntry -benchtime 5x ./pkg/duck/
 func BenchmarkWorkloadCacheEntry(b *testing.B) {
-	raw, err := os.ReadFile("testdata/workloads/deployment.json")
+	raw, err := os.ReadFile("../testdata/workloads/deployment.json")
 	if err != nil {
 		b.Fatal(err)
 	}
