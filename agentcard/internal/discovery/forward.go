@@ -23,6 +23,11 @@ import (
 // carries it is never forwarded again.
 const ForwardedHeader = "Kagenti-Forwarded-By"
 
+// ForwardedForHeader carries, on a forwarded request, the address of the client that sent it to
+// the follower: the leader rate-limits the request by it. The leader believes it only from another
+// replica (ReplicaVerifier); from anyone else it is ignored.
+const ForwardedForHeader = "Kagenti-Forwarded-For"
+
 // leaderTTL is how long the leader's address is reused before the pods are asked again.
 const leaderTTL = 2 * time.Second
 
@@ -30,7 +35,9 @@ const leaderTTL = 2 * time.Second
 // cards (the leader alone holds them), to the leader's pod: the pod of Namespace labelled
 // v1alpha1.LabelFederationLeader, on Port, over TLS verified with the discovery API's own CA
 // (CAFile) under ServerName. The caller's token goes along and the leader checks it again; the
-// leader's answer is passed back as it is.
+// leader's answer is passed back as it is. The follower proves it is a replica of the API by
+// presenting the API's serving certificate (CertFile, KeyFile) as its client certificate, so that the
+// leader counts the request against the original client's rate limit (ForwardedForHeader).
 type LeaderForwarder struct {
 	// Reader lists the pods (the API server's: the label is read nowhere else).
 	Reader    client.Reader
@@ -40,6 +47,9 @@ type LeaderForwarder struct {
 	Port       int
 	ServerName string
 	CAFile     string
+	// CertFile and KeyFile are the discovery API's serving certificate and key, which every replica
+	// holds (re-read at each new connection: they rotate).
+	CertFile, KeyFile string
 
 	mu      sync.Mutex
 	leader  string // host:port
@@ -57,6 +67,7 @@ func (f *LeaderForwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := r.Clone(r.Context())
 	out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = "https", addr, f.ServerName, ""
 	out.Header.Set(ForwardedHeader, f.Self)
+	out.Header.Set(ForwardedForHeader, clientAddress(r)) // replaces whatever the client sent
 	proxy.ServeHTTP(w, out)
 }
 
@@ -93,7 +104,14 @@ func (f *LeaderForwarder) target(r *http.Request) (string, *httputil.ReverseProx
 		f.proxy = &httputil.ReverseProxy{
 			Rewrite: func(*httputil.ProxyRequest) {}, // the request is addressed in ServeHTTP
 			Transport: &http.Transport{
-				TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: f.ServerName, MinVersion: tls.VersionTLS12},
+				TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: f.ServerName, MinVersion: tls.VersionTLS12,
+					GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+						c, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+						if err != nil {
+							return nil, fmt.Errorf("the discovery API's serving certificate, presented to the leader: %w", err)
+						}
+						return &c, nil
+					}},
 				ForceAttemptHTTP2:   true,
 				TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: 30 * time.Second, IdleConnTimeout: time.Minute,
 			},

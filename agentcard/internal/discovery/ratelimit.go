@@ -54,8 +54,9 @@ func (l *ClientLimiter) Allow(client string) (bool, time.Duration) {
 	return false, time.Duration(missing / float64(l.rate) * float64(time.Second))
 }
 
-// clientAddress is the address rate limits apply to: the connection's source IP. Forwarding
-// headers are not trusted (any client can set them).
+// clientAddress is the connection's source IP, the address rate limits apply to. Forwarding
+// headers are not trusted (any client can set them), but for ForwardedForHeader on a request from
+// another replica of the API (Server.rateLimitKey).
 func clientAddress(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -44,6 +44,9 @@ type Server struct {
 	// Leader, on a hub, answers for a follower what only the leader holds (LeaderForwarder);
 	// nil: a follower answers 503.
 	Leader http.Handler
+	// Replicas, on a hub, recognises a request another replica forwarded: the rate limit then
+	// counts it against the client it names (ForwardedForHeader). Nil: the header is ignored.
+	Replicas *ReplicaVerifier
 	// Policies gives the agents' authorization policies, for ?access= and ?callable= (nil: every
 	// answer is unknown); TrustDomain is the one of the requesters' SPIFFE IDs.
 	Policies    PolicySource
@@ -109,9 +112,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &statusRecorder{ResponseWriter: rw, code: http.StatusOK}
 	defer func() { observeRequest(w.code) }()
 	if s.Limiter != nil && r.URL.Path != "/healthz" {
-		if ok, wait := s.Limiter.Allow(clientAddress(r)); !ok {
+		client := s.rateLimitKey(r)
+		if ok, wait := s.Limiter.Allow(client); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
-			writeError(w, http.StatusTooManyRequests, "too many requests from "+clientAddress(r)+"; retry after the Retry-After seconds")
+			writeError(w, http.StatusTooManyRequests, "too many requests from "+client+"; retry after the Retry-After seconds")
 			return
 		}
 	}

@@ -3,7 +3,6 @@ package discovery
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -109,8 +108,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		if certDir == "" {
 			certDir = o.RotatorCertDir
 		}
+		serverName := o.ServiceName + "." + o.Namespace + ".svc"
 		handler.Leader = &LeaderForwarder{Reader: mgr.GetAPIReader(), Namespace: o.Namespace, Self: o.Pod, Port: p,
-			ServerName: o.ServiceName + "." + o.Namespace + ".svc", CAFile: filepath.Join(certDir, CAFile)}
+			ServerName: serverName, CAFile: filepath.Join(certDir, CAFile),
+			CertFile: filepath.Join(certDir, CertFile), KeyFile: filepath.Join(certDir, KeyFile)}
+		handler.Replicas = &ReplicaVerifier{CAFile: filepath.Join(certDir, CAFile), ServerName: serverName}
 	}
 	if o.RateLimit > 0 {
 		handler.Limiter = NewClientLimiter(o.RateLimit, o.RateBurst, DefaultMaxClients)
@@ -228,7 +230,7 @@ func (s *tlsServer) Start(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler:           s.handler,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: watcher.GetCertificate},
+		TLSConfig:         ServingTLSConfig(watcher.GetCertificate),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
