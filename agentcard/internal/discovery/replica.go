@@ -48,7 +48,7 @@ func (v *ReplicaVerifier) IsReplica(cs *tls.ConnectionState) bool {
 		}
 		v.pool, v.caMod, v.trusted = pool, fi.ModTime(), nil
 	}
-	if v.trusted != nil && bytes.Equal(v.trusted, leaf.Raw) {
+	if v.trusted != nil && bytes.Equal(v.trusted, leaf.Raw) && time.Now().Before(leaf.NotAfter) {
 		return true
 	}
 	inter := x509.NewCertPool()
