@@ -66,7 +66,8 @@ build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data 
 ##@ Test
 
 .PHONY: test
-test: tools verify-generate lint unit render e2e e2e-kind ## The one test command: generate check, lint, unit + integration, manifests, local e2e, kind e2e.
+test: tools verify-generate lint build ## The one test command: generate check, lint, then unit + integration, manifests and local e2e, with the kind e2e beside them (hack/test.sh).
+	@MAKE="$(MAKE)" hack/test.sh
 
 .PHONY: unit
 unit: ## Unit and integration tests (envtest on bin/) of every module, with -race.

@@ -7,6 +7,9 @@
 #
 #   hack/kind-up.sh          up (idempotent: an up-to-date running cluster is kept)
 #   hack/kind-up.sh --image  build the node image only
+#   hack/kind-up.sh --engine start the engine only (hack/kind.sh builds images on it beside the rest)
+#   hack/kind-up.sh --clean  the node image, then delete a cluster kind-up would not keep (left by an
+#                            interrupted run, or on another node image), and stop there
 #
 # The kubeconfig is .local/kind/kubeconfig. `make kind-down` undoes all of it. docs/kind.md.
 set -euo pipefail
@@ -54,6 +57,7 @@ for d in "${WORK}" "${CACHE}"; do
 done
 dockerd_pid >/dev/null || STARTED_DOCKERD=1
 start_dockerd
+[[ "${1:-}" == --engine ]] && { stage done; exit 0; }
 
 stage node-image
 need_tools
@@ -81,6 +85,7 @@ if [[ -z "${existing}" && -n "${stale}" ]]; then
   log "removing containers left by an interrupted create of ${CLUSTER}"
   docker rm -f ${stale} >/dev/null
 fi
+[[ "${1:-}" == --clean ]] && { stage done; exit 0; }
 if [[ -z "${existing}" ]]; then
   # kind's network, made here as IPv4 only: kind's own would ask for IPv6 forwarding on the host.
   docker network inspect kind >/dev/null 2>&1 ||

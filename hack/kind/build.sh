@@ -61,6 +61,11 @@ rootfs() {
   shift
   local k; k="$(key "${DEBIAN_SUITE}" "${DEBIAN_MIRROR}" "$@")"
   local dir="${CACHE}/rootfs-${name}-${k}"
+  # One debootstrap per name at a time: hack/kind.sh builds the Tekton images (on the base) beside
+  # kind-up's node image (on the same base).
+  local lock
+  exec {lock}>"${CACHE}/.rootfs-${name}.lock"
+  flock "${lock}"
   if [[ ! -f "${dir}/.complete" ]]; then
     log "debootstrap ${DEBIAN_SUITE} for the ${name} image: $*"
     rm -rf "${dir}" "${dir}.tmp"
@@ -74,6 +79,7 @@ rootfs() {
     local old
     for old in "${CACHE}/rootfs-${name}-"*; do [[ "${old}" == "${dir}" ]] || rm -rf "${old}"; done
   fi
+  exec {lock}>&-
   printf '%s' "${dir}"
 }
 

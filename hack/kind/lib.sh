@@ -135,11 +135,11 @@ start_dockerd() {
   fi
   local others; others="$(pgrep -x dockerd | tr '\n' ' ' || true)"
   [[ -n "${others}" ]] && warn "another dockerd runs on this machine (pid ${others}); kind-up starts its own beside it, on ${DOCKER_SOCK}, and never talks to that one"
-  rm -f "${DOCKERD_PID}" "${DOCKER_SOCK}"
-  mkdir -p "${WORK}/docker" "${WORK}/run"
   # A unix socket path has at most 107 bytes; containerd's, under the exec root, is the longest.
   local longest="${WORK}/run/containerd/containerd.sock.ttrpc"
   ((${#longest} < 104)) || die "the repository path is too long for dockerd's sockets (${longest}: ${#longest} bytes, at most 103); clone it to a shorter path"
+  rm -f "${DOCKERD_PID}" "${DOCKER_SOCK}"
+  mkdir -p "${WORK}/docker" "${WORK}/run"
   [[ -f "${HOST_BEFORE}" ]] || host_state > "${HOST_BEFORE}"
   local runtime=""
   if lacks_cap_sys_resource; then

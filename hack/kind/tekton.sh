@@ -166,6 +166,8 @@ install_tekton() {
 
 # install_registry <registry image> <gitserver image>
 install_registry() {
+  # Its namespace, which hack/kind.sh's install may be creating at the same moment.
+  kubectl create namespace kagenti-system >/dev/null 2>&1 || kubectl get namespace kagenti-system >/dev/null
   sed -e "s|image: REGISTRY_IMAGE|image: $1|" -e "s|image: GITSERVER_IMAGE|image: $2|" "${KIND_DIR}/registry.yaml" |
     kubectl apply --server-side -f - >/dev/null
   kubectl -n kagenti-system rollout status deploy/registry --timeout=120s >/dev/null &&
@@ -206,16 +208,29 @@ push_build_bases() {
   done
 }
 
-stage tekton-images
-# Through a file, not a process substitution, so that a failed build stops here.
-build_images > "${WORK}/tekton-images.txt"
-mapfile -t images < <(sed '/^$/d' "${WORK}/tekton-images.txt")
-# Into the workers only: builds, Tekton and the registry are pods, and the control plane is tainted.
-workers="$(kind get nodes --name "${CLUSTER}" | grep -v control-plane | paste -sd, -)"
-kind load docker-image --name "${CLUSTER}" --nodes "${workers}" "${images[@]}" >/dev/null 2>&1 || die "kind load docker-image ${images[*]} failed"
+# tekton.sh [images|install]: images builds the images and lists them in .local/kind/tekton-images.txt
+# (hack/kind.sh builds them beside kind-up and loads them with its own); install loads nothing and
+# installs; without an argument, both, with the images loaded into the workers in between.
+what="${1:-all}"
+case "${what}" in all | images | install) ;; *) die "usage: hack/kind/tekton.sh [images|install]" ;; esac
+if [[ "${what}" != install ]]; then
+  stage tekton-images
+  # Through a file, not a process substitution, so that a failed build stops here.
+  build_images > "${WORK}/tekton-images.txt.new"
+  sed '/^$/d' "${WORK}/tekton-images.txt.new" > "${WORK}/tekton-images.txt"
+  rm -f "${WORK}/tekton-images.txt.new"
+  [[ "${what}" == images ]] && { stage done; exit 0; }
+fi
+mapfile -t images < "${WORK}/tekton-images.txt" ||:
+((${#images[@]} >= 3)) || die "no images listed in ${WORK#"${ROOT}/"}/tekton-images.txt: run hack/kind/tekton.sh images first"
+if [[ "${what}" == all ]]; then
+  # Into the workers only: builds, Tekton and the registry are pods, and the control plane is tainted.
+  workers="$(kind get nodes --name "${CLUSTER}" | grep -v control-plane | paste -sd, -)"
+  kind load docker-image --name "${CLUSTER}" --nodes "${workers}" "${images[@]}" >/dev/null 2>&1 || die "kind load docker-image ${images[*]} failed"
+fi
 stage tekton-install
 install_tekton
 install_registry "kagenti.local/registry:${REGISTRY_VERSION}" "${images[-1]}"
 push_build_bases
 printf 'KAGENTI_E2E_BUILD_TOOLS_IMAGE=%s\n' "${images[-2]}" > "${WORK}/tekton.env"
-stage tekton-done
+stage done

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The suites of `make test` after its checks (tools, generate check, lint, build): unit, render and
+# the local (kwok) e2e in the foreground, one after another, while the kind suite (hack/kind.sh)
+# runs beside them.
+#
+# Why beside: the kind suite spends most of its time waiting on a real cluster (kubeadm, image
+# pulls, the kubelet's ConfigMap refresh, a Tekton build), while unit and the local e2e keep both
+# CPUs busy. Run one after the other they took 38 min warm on this 2-core machine; side by side,
+# docs/benchmarks.md has the figure. KAGENTI_TEST_SERIAL=1 runs them one after the other instead.
+#
+# The kind suite writes to .local/kind-suite.log; its stage lines are printed as they come (prefix
+# "[kind suite]"), its whole log when it ends. A failing foreground suite stops the kind suite,
+# whose own exit trap deletes the cluster and stops its engine (hack/kind-down.sh).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+MAKE="${MAKE:-make}"
+
+if [[ "${KAGENTI_TEST_SERIAL:-0}" == 1 ]]; then
+  "${MAKE}" --no-print-directory unit render
+  hack/local.sh e2e
+  exec hack/kind.sh
+fi
+
+mkdir -p .local
+LOG="${ROOT}/.local/kind-suite.log"
+: > "${LOG}"
+started=$(date +%s)
+# A session of its own (setsid), so that stopping it reaches its go test and kind processes too.
+setsid hack/kind.sh > "${LOG}" 2>&1 < /dev/null &
+kind_pid=$!
+# The stage lines, live; tail stops by itself when the kind suite has ended.
+tail -n +1 -F --pid="${kind_pid}" "${LOG}" 2>/dev/null |
+  grep --line-buffered -E '\[kind\] (stage|error|warning)|^e2e-kind: skipped' | sed -u 's/^/[kind suite] /' >&2 &
+tail_pid=$!
+
+# stop_kind <why>: TERM to the kind suite's process group; its exit trap (hack/kind-down.sh) runs
+# after its children have gone.
+stop_kind() {
+  if kill -0 "${kind_pid}" 2>/dev/null; then
+    echo "[kind suite] stopping it ($1); it removes its cluster" >&2
+    kill -TERM -- "-${kind_pid}" 2>/dev/null || true
+  fi
+  wait "${kind_pid}" 2>/dev/null || true
+  wait "${tail_pid}" 2>/dev/null || true
+}
+trap 'stop_kind interrupted; exit 130' INT TERM
+
+rc=0
+"${MAKE}" --no-print-directory unit render || rc=$?
+if [[ ${rc} -eq 0 ]]; then hack/local.sh e2e || rc=$?; fi
+if [[ ${rc} -ne 0 ]]; then
+  stop_kind "the foreground suites failed"
+  echo "---- kind suite log (stopped): ${LOG#"${ROOT}/"} ----" >&2
+  tail -n 100 "${LOG}" >&2
+  exit "${rc}"
+fi
+foreground_done=$(date +%s)
+
+krc=0
+wait "${kind_pid}" || krc=$?
+wait "${tail_pid}" 2>/dev/null || true
+echo "---- kind suite log: ${LOG#"${ROOT}/"} ----"
+cat "${LOG}"
+echo "---- end of the kind suite log ----"
+now=$(date +%s)
+echo "[test] unit, render and local e2e: $((foreground_done - started)) s; the kind suite beside them: $((now - started)) s in all (exit ${krc})" >&2
+exit "${krc}"
