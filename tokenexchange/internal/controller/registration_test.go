@@ -218,7 +218,12 @@ func TestClientRegisteredWithTheControllersSVIDHasNoSecret(t *testing.T) {
 	tok, err := exchange(workloadID)
 	require.NoError(t, err)
 	assert.NotEmpty(t, tok)
-	assert.Contains(t, idpLog(), "client "+reg.ClientID+" authenticated with a JWT SVID client assertion of "+workloadID)
+	// The IdP's stderr reaches idpLog through a pipe and a goroutine: the line may land just after
+	// the response does.
+	authenticated := "client " + reg.ClientID + " authenticated with a JWT SVID client assertion of " + workloadID
+	eventually(t, "the IdP logs the JWT SVID authentication", func(context.Context) (bool, string) {
+		return strings.Contains(idpLog(), authenticated), idpLog()
+	})
 	// … and another workload's SVID does not authenticate it.
 	_, err = exchange("spiffe://cluster.local/ns/" + ns + "/sa/intruder")
 	require.Error(t, err)
