@@ -180,10 +180,27 @@ func get(t *testing.T, url, bearer string) int {
 	return resp.StatusCode
 }
 
+// freePort is a loopback TCP port free at the time of the call, never one it gave before.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		// The kernel may give a port it just freed again: two calls in a row (a metrics and a
+		// health address) must not get the same one.
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
 }
+
+// handedOut are the ports this process's tests were given.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}

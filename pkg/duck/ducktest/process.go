@@ -162,14 +162,30 @@ func Parallel(t *testing.T, n, workers int, f func(i int) error) {
 	}
 }
 
-// FreePort is a loopback TCP port free at the time of the call.
+// FreePort is a loopback TCP port free at the time of the call, never one it gave before.
 func FreePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		// The kernel may give a port it just freed again: two calls in a row (a metrics and a
+		// health address) must not get the same one.
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
 }
+
+// handedOut are the ports this process's tests were given.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // EnvInt reads a non-negative integer from the environment, def when unset or invalid.
 func EnvInt(name string, def int) int {
