@@ -1,6 +1,8 @@
 # One image per binary: docker build --build-arg PILLAR=<pillar> -t kagenti-<pillar> .
 # A binary that lives in another pillar's module names itself too: kagenti-authbridge, the
-# tokenexchange data plane, is --build-arg PILLAR=tokenexchange --build-arg BINARY=kagenti-authbridge.
+# tokenexchange data plane, is --build-arg PILLAR=tokenexchange --build-arg BINARY=kagenti-authbridge;
+# the AgentCard federation's member agent alone, --build-arg PILLAR=agentcard
+# --build-arg BINARY=kagenti-agentcard-federation-member.
 # Build tags: hack/go-build-tags (grpcnotrace keeps gRPC's debug pages, and with them html/template,
 # out of the binaries: reflection on templates stops the linker from dropping unused methods).
 # Static binary on a distroless base, running as the distroless nonroot user (65532) unless the pod

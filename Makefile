@@ -137,5 +137,5 @@ run: build ## make up, apply deploy/samples, summarise what each pillar did, str
 ##@ Images
 
 .PHONY: images
-images: ## Build one container image per binary, kagenti-authbridge included, on a locally made base (IMAGES_BUILD=dockerfile: the registry path).
-	@hack/images.sh $(PILLARS) authbridge
+images: ## Build one container image per binary, kagenti-authbridge and kagenti-agentcard-federation-member included, on a locally made base (IMAGES_BUILD=dockerfile: the registry path).
+	@hack/images.sh $(PILLARS) authbridge agentcard-federation-member

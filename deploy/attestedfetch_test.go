@@ -16,7 +16,7 @@ import (
 // socket directory mounted read-only from the CSI driver or a hostPath; with a federation over the
 // same socket in the same pod the directory is mounted once, and two different sockets are refused.
 func TestAttestedFetchInstallRendersWhatAgentcardReads(t *testing.T) {
-	bin := buildAgentcard(t)
+	bin := buildAgentcard(t, "kagenti-agentcard")
 	helm := tool(t, "helm")
 	chart := filepath.Join(repoRoot(), "deploy", "helm", "kagenti")
 	args := func(sets ...string) []string {

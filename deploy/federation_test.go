@@ -120,22 +120,26 @@ func deploymentPod(t *testing.T, objs []*unstructured.Unstructured, name string)
 // --help fails on an unknown flag or a bad value), each mount has a volume, the SPIFFE socket flag
 // points into the mounted socket directory, and a hub's Service targets a port the container has.
 func TestFederationInstallsRenderWhatAgentcardReads(t *testing.T) {
-	bin := buildAgentcard(t)
+	bin, memberBin := buildAgentcard(t, "kagenti-agentcard"), buildAgentcard(t, memberOnlyDeployment)
 	for name, objs := range federationInstalls(t) {
 		t.Run(name, func(t *testing.T) {
 			d, args := federationPod(t, name, objs)
+			run, mode := bin, flagValue(args, "--federation")
 			if strings.Contains(name, "member-only") {
-				// The controller runs without federation; the member agent alone, with its rights.
+				// The controller runs without federation; the member agent alone, its own binary
+				// and image, with the controller's rights.
 				ctl, ctlArgs := agentcardPod(t, objs)
 				assert.Empty(t, flagValue(ctlArgs, "--federation"), "the controller of a member-only install runs no federation role")
-				assert.Contains(t, args, "--federation-member-only")
 				assert.Equal(t, "kagenti-agentcard", d.Spec.Template.Spec.ServiceAccountName, "the member agent has the controller's rights")
-				assert.Equal(t, ctl.Spec.Template.Spec.Containers[0].Image, d.Spec.Template.Spec.Containers[0].Image, "the member agent is kagenti-agentcard")
+				image := d.Spec.Template.Spec.Containers[0].Image
+				assert.Equal(t, strings.Replace(ctl.Spec.Template.Spec.Containers[0].Image, "/kagenti-agentcard:", "/"+memberOnlyDeployment+":", 1), image,
+					"the member agent's image is %s, from the controller's registry and tag", memberOnlyDeployment)
+				run, mode = memberBin, "member"
 			}
-			out, err := exec.Command(bin, append(args, "--help")...).CombinedOutput()
-			require.NoError(t, err, "kagenti-agentcard refuses the rendered arguments %q: %s", args, out)
+			out, err := exec.Command(run, append(args, "--help")...).CombinedOutput()
+			require.NoError(t, err, "%s refuses the rendered arguments %q: %s", filepath.Base(run), args, out)
 
-			mode, socket := flagValue(args, "--federation"), flagValue(args, "--federation-spiffe-socket")
+			socket := flagValue(args, "--federation-spiffe-socket")
 			assert.Contains(t, name, mode, "the rendered --federation")
 			pod := d.Spec.Template.Spec
 			volumes := map[string]corev1.Volume{}
@@ -205,7 +209,7 @@ func TestFederationInstallsRenderWhatAgentcardReads(t *testing.T) {
 // files: there is no SPIRE agent here). The member connects and the hub reports it Connected on its
 // FederatedCluster, with no request forbidden.
 func TestFederationHubAndMemberConnectWithShippedRBAC(t *testing.T) {
-	bin := buildAgentcard(t)
+	bin, memberBin := buildAgentcard(t, "kagenti-agentcard"), buildAgentcard(t, memberOnlyDeployment)
 	installs := federationInstalls(t)
 	env, _, c := startEnv(t)
 	install(t, c, render(t, tool(t, "kubectl"), "kustomize", filepath.Join(repoRoot(), "deploy", "kustomize", "overlays", "agentcard-only")))
@@ -252,15 +256,15 @@ func TestFederationHubAndMemberConnectWithShippedRBAC(t *testing.T) {
 		return append(out, files...)
 	}
 	hubAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	common := func() []string {
-		return []string{"--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--discovery-bind-address", "0",
-			"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	common := func(more ...string) []string {
+		return append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
+			"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, more...)
 	}
-	hubLog := start(t, bin, append(common(), federationArgs("kustomize hub", "--cluster-name=hub", "--federation-bind-address="+hubAddr,
+	hubLog := start(t, bin, append(common("--discovery-bind-address", "0"), federationArgs("kustomize hub", "--cluster-name=hub", "--federation-bind-address="+hubAddr,
 		"--federation-cert-file="+hubCert, "--federation-key-file="+hubKey)...)...)
-	memberLog := start(t, bin, append(common(), federationArgs("kustomize member", "--federation-hub-address="+hubAddr,
+	memberLog := start(t, bin, append(common("--discovery-bind-address", "0"), federationArgs("kustomize member", "--federation-hub-address="+hubAddr,
 		"--federation-cert-file="+memberCert, "--federation-key-file="+memberKey, "--federation-hub-bundle-file="+hubCA)...)...)
-	memberOnlyLog := start(t, bin, append(common(), federationArgs("kustomize member-only", "--federation-hub-address="+hubAddr, "--cluster-name=b",
+	memberOnlyLog := start(t, memberBin, append(common(), federationArgs("kustomize member-only", "--federation-hub-address="+hubAddr, "--cluster-name=b",
 		"--federation-cert-file="+onlyCert, "--federation-key-file="+onlyKey, "--federation-hub-bundle-file="+hubCA)...)...)
 
 	for _, member := range []string{"a", "b"} {
@@ -299,11 +303,12 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
-// buildAgentcard builds kagenti-agentcard alone.
-func buildAgentcard(t *testing.T) string {
+// buildAgentcard builds one of agentcard's binaries: kagenti-agentcard, or
+// kagenti-agentcard-federation-member.
+func buildAgentcard(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kagenti-agentcard")
-	cmd := exec.Command("go", "build", "-o", bin, "./agentcard/cmd/kagenti-agentcard")
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", bin, "./agentcard/cmd/"+name)
 	cmd.Dir = repoRoot()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)

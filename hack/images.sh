@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds one image per binary. Arguments are pillar names, "authbridge" for the tokenexchange data
-# plane (kagenti-authbridge), and the two programs the kind suite runs in pods beside them:
-# "dev-idp" (the development OpenID provider of hack/idp), "e2e-agent" (the stand-in agent of
+# plane (kagenti-authbridge), "agentcard-federation-member" for the AgentCard federation's member
+# agent alone (kagenti-agentcard-federation-member), and the programs the kind suite runs in pods
+# beside them: "dev-idp" (the development OpenID provider of hack/idp), "e2e-agent" (the stand-in agent of
 # the e2e suite, e2e/cmd/kagenti-e2e-agent), "agent-telemetry" (the example agent that reads an
 # AgentTrace's files, examples/agent-telemetry) and "otlp-sink" (an OTLP/HTTP receiver that lists
 # what it received, hack/otlp-sink).
@@ -32,7 +33,7 @@ IMAGES_BUILD="${IMAGES_BUILD:-local}"
 WORK="${ROOT}/.local/images"
 # Binaries that live in another pillar's module, and those outside the pillars: the directory the
 # build runs in (GOWORK=off where it is a module of its own) and the package built there.
-declare -A MODULE_OF=([authbridge]=tokenexchange)
+declare -A MODULE_OF=([authbridge]=tokenexchange [agentcard-federation-member]=agentcard)
 declare -A DIR_OF=([dev-idp]=hack/idp [e2e-agent]=e2e [agent-telemetry]=examples/agent-telemetry [otlp-sink]=hack/otlp-sink)
 declare -A PKG_OF=([dev-idp]=. [e2e-agent]=./cmd/kagenti-e2e-agent [agent-telemetry]=. [otlp-sink]=.)
 # The upstream programs of bin/ and the versions hack/tools.sh builds.

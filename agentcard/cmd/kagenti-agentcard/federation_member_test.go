@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -107,24 +105,26 @@ func writeSVID(t *testing.T, dir string, d *fedtest.Domain, path string) (cert, 
 	return cert, key, bundle
 }
 
-// startMemberOnly starts kagenti-agentcard --federation=member --federation-member-only against
-// the member API server, dialling hubAddr.
-func startMemberOnly(t *testing.T, bin string, api memberAPI, name string, d, hubDomain *fedtest.Domain, hubAddr string) (*ducktest.Controller, *lockedBuffer, string) {
+// buildMember builds kagenti-agentcard-federation-member, the member agent alone, as its
+// Dockerfile does.
+func buildMember(t *testing.T) string {
+	return ducktest.BuildPackage(t, t.TempDir(), "kagenti-agentcard-federation-member", "../kagenti-agentcard-federation-member")
+}
+
+// startMemberOnly starts kagenti-agentcard-federation-member (bin) against the member API server,
+// dialling hubAddr.
+func startMemberOnly(t *testing.T, bin string, api memberAPI, name string, d, hubDomain *fedtest.Domain, hubAddr string) (*ducktest.Controller, *lockedBuffer) {
 	t.Helper()
 	dir := t.TempDir()
 	cert, key, _ := writeSVID(t, filepath.Join(dir, "member"), d, fedtest.AgentPath)
-	discovery := fmt.Sprintf("127.0.0.1:%d", ducktest.FreePort(t))
 	hubBundle := filepath.Join(dir, "hub-bundle.crt")
 	require.NoError(t, os.WriteFile(hubBundle, hubDomain.BundlePEM, 0o600))
 	cmd := exec.Command(bin, "--kubeconfig", api.kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--federation=member", "--federation-member-only", "--cluster-name="+name,
-		"--federation-hub-address="+hubAddr, "--federation-hub-spiffe-id=spiffe://"+hubDomain.TD.Name()+hubSpiffePath,
-		"--federation-cert-file="+cert, "--federation-key-file="+key, "--federation-hub-bundle-file="+hubBundle,
-		// A discovery API would listen here; the member-only process must not.
-		"--discovery-bind-address="+discovery)
+		"--cluster-name="+name, "--federation-hub-address="+hubAddr, "--federation-hub-spiffe-id=spiffe://"+hubDomain.TD.Name()+hubSpiffePath,
+		"--federation-cert-file="+cert, "--federation-key-file="+key, "--federation-hub-bundle-file="+hubBundle)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	return ducktest.StartController(t, cmd), out, discovery
+	return ducktest.StartController(t, cmd), out
 }
 
 // lockedBuffer collects a process's output.
@@ -145,10 +145,11 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// TestFederationMemberOnly: --federation-member-only runs the member agent alone, as its own
-// process against a real API server: it streams the exported, verified AgentCards to a hub (here
-// in this test, over mutual TLS), never an unexported one, and runs neither the AgentCard
-// controller (it writes nothing to the member cluster) nor the discovery API.
+// TestFederationMemberOnly: kagenti-agentcard-federation-member runs the member agent alone, as its
+// own process against a real API server: it streams the exported, verified AgentCards to a hub
+// (here in this test, over mutual TLS), never an unexported one, and runs no AgentCard controller
+// (it writes nothing to the member cluster). That it links neither the controller nor the
+// discovery API is TestLinksTheMemberAgentAlone, in its own package.
 func TestFederationMemberOnly(t *testing.T) {
 	api := startMemberAPI(t)
 	hubDomain, a := fedtest.NewDomain(t, "hub.example"), fedtest.NewDomain(t, "a.example")
@@ -162,8 +163,7 @@ func TestFederationMemberOnly(t *testing.T) {
 	before := &v1alpha1.AgentCardList{}
 	require.NoError(t, api.client.List(context.Background(), before))
 
-	bin := ducktest.BuildBinary(t, t.TempDir(), "kagenti-agentcard")
-	_, log, discovery := startMemberOnly(t, bin, api, "a", a, hubDomain, h.Address)
+	_, log := startMemberOnly(t, buildMember(t), api, "a", a, hubDomain, h.Address)
 
 	deadline := time.Now().Add(time.Minute)
 	for len(h.Store.RemoteCards("a", "")) != 3 {
@@ -177,18 +177,39 @@ func TestFederationMemberOnly(t *testing.T) {
 	require.NoError(t, api.client.List(context.Background(), after))
 	for i := range after.Items {
 		require.Equal(t, before.Items[i].ResourceVersion, after.Items[i].ResourceVersion,
-			"AgentCard %s was written: an AgentCard controller runs in the member-only process", after.Items[i].Name)
+			"AgentCard %s was written: an AgentCard controller runs in the member agent's process", after.Items[i].Name)
 	}
-	if c, err := net.DialTimeout("tcp", discovery, time.Second); err == nil {
-		_ = c.Close()
-		t.Fatalf("the member-only process serves the discovery API on %s", discovery)
+
+	// The agent caches only the cards labelled for export: one that loses the label leaves its
+	// cache as if deleted, and the hub withdraws it; labelled again, it comes back.
+	setExport := func(name string, export bool) {
+		ac := &v1alpha1.AgentCard{}
+		require.NoError(t, api.client.Get(context.Background(), client.ObjectKey{Namespace: "agents", Name: name}, ac))
+		if export {
+			ac.Labels = map[string]string{v1alpha1.LabelExport: "true"}
+		} else {
+			delete(ac.Labels, v1alpha1.LabelExport)
+		}
+		require.NoError(t, api.client.Update(context.Background(), ac))
 	}
+	served := func(want int, what string) {
+		deadline := time.Now().Add(time.Minute)
+		for len(h.Store.RemoteCards("a", "")) != want {
+			require.False(t, time.Now().After(deadline), "%s: the hub serves %d cards of member a, not %d; member log:\n%s",
+				what, len(h.Store.RemoteCards("a", "")), want, log.String())
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	setExport("agent-0", false)
+	served(2, "agent-0 unlabelled")
+	setExport("agent-0", true)
+	served(3, "agent-0 labelled again")
 }
 
 // TestLoadFederation measures the federation's processes at the scale, 10 members × 1,000
 // cards, built as the Dockerfile builds them: the hub (kagenti-agentcard --federation=hub, its
 // default settings, against an envtest API server with the registrations) and a member
-// (--federation=member --federation-member-only against a second API server holding 1,000
+// (kagenti-agentcard-federation-member against a second API server holding 1,000
 // exported, verified AgentCards). Ten members are agents in this test process (fedtest) streaming
 // 1,000 signed cards each; the member process streams its own 1,000. It reports the time from
 // the members' start until the hub's FederatedCluster statuses count every card (the hub writes
@@ -258,7 +279,7 @@ func TestLoadFederation(t *testing.T) {
 	}
 
 	start = time.Now()
-	memberProc, memberLog, _ := startMemberOnly(t, bin, memberAPI, "real", real, hubDomain, hubAddr)
+	memberProc, memberLog := startMemberOnly(t, buildMember(t), memberAPI, "real", real, hubDomain, hubAddr)
 	for _, m := range ms {
 		m.Run(t)
 	}
@@ -294,20 +315,4 @@ func TestLoadFederation(t *testing.T) {
 	t.Logf("LOAD hub with %d cards: RSS %.1f MiB (anonymous %.1f, file-backed %.1f); member process with %d cards: RSS %.1f MiB (anonymous %.1f, file-backed %.1f); load average %s",
 		n*(members+1), ducktest.ProcStatus(hubProc.Pid, "VmRSS"), ducktest.ProcStatus(hubProc.Pid, "RssAnon"), ducktest.ProcStatus(hubProc.Pid, "RssFile"),
 		n, ducktest.ProcStatus(memberProc.Pid, "VmRSS"), ducktest.ProcStatus(memberProc.Pid, "RssAnon"), ducktest.ProcStatus(memberProc.Pid, "RssFile"), ducktest.Loadavg())
-}
-
-// TestMemberOnlyTakesALeaseOfItsOwn: beside the controller, a member-only process elects its leader
-// on a lease of its own; on the controller's, whichever leads would keep the other from running.
-func TestMemberOnlyTakesALeaseOfItsOwn(t *testing.T) {
-	for args, want := range map[string]string{
-		"--federation=member --federation-member-only": "kagenti-agentcard-federation-member.kagenti.io",
-		"--federation=member":                          "",
-		"":                                             "",
-	} {
-		o := options()
-		fs := pflag.NewFlagSet("kagenti-agentcard", pflag.ContinueOnError)
-		o.Flags(fs)
-		require.NoError(t, fs.Parse(strings.Fields(args)))
-		require.Equal(t, want, o.LeaderElectionID(), "lease for %q (empty: the binary's own, kagenti-agentcard.kagenti.io)", args)
-	}
 }

@@ -83,13 +83,20 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 // into dir/name as its Dockerfile does — static, trimmed, stripped — and logs its size.
 func BuildBinary(t *testing.T, dir, name string) string {
 	t.Helper()
+	return BuildPackage(t, dir, name, ".")
+}
+
+// BuildPackage is BuildBinary for the main package pkg (a path relative to the working directory,
+// such as ../kagenti-<other binary>).
+func BuildPackage(t *testing.T, dir, name, pkg string) string {
+	t.Helper()
 	bin := filepath.Join(dir, name)
-	build := exec.Command("go", "build", "-tags", BuildTags(), "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build := exec.Command("go", "build", "-tags", BuildTags(), "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, build.Run(), "building %s", name)
 	if fi, err := os.Stat(bin); err == nil {
-		t.Logf("binary: %.1f MiB", float64(fi.Size())/(1<<20))
+		t.Logf("binary %s: %.1f MiB", name, float64(fi.Size())/(1<<20))
 	}
 	return bin
 }

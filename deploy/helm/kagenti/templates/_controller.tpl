@@ -2,7 +2,8 @@
 Shared building blocks for the pillar subcharts (Helm shares named templates between a chart and
 its subcharts). Each takes a dict: root (the subchart's context), name (kagenti-<pillar>) and, for
 the Deployment, args (list), ports (list of {name, containerPort}), and optional volumes/volumeMounts,
-serviceAccount and imageName (both default to name: a second Deployment of a pillar sets them).
+serviceAccount (default: name) and image ({repository, tag}; when absent, the subchart's image
+value), which a second Deployment of a pillar, with a binary of its own, sets.
 */}}
 
 {{- define "kagenti.labels" -}}
@@ -17,7 +18,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
 {{- define "kagenti.image" -}}
-{{- $img := .root.Values.image | default dict -}}
+{{- $img := .image | default dict -}}
 {{ $img.repository | default (printf "%s/%s" .root.Values.global.image.registry .name) }}:{{ $img.tag | default .root.Values.global.image.tag }}
 {{- end -}}
 
@@ -105,7 +106,7 @@ spec:
           type: RuntimeDefault
       containers:
       - name: manager
-        image: {{ include "kagenti.image" (dict "root" .root "name" (.imageName | default .name)) }}
+        image: {{ include "kagenti.image" (dict "root" .root "name" .name "image" (ternary .image .root.Values.image (hasKey . "image"))) }}
         imagePullPolicy: {{ .root.Values.global.image.pullPolicy }}
         args:
         {{- toYaml .args | nindent 8 }}
