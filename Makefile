@@ -15,7 +15,7 @@ GO_BUILD_TAGS := $(shell cat $(ROOT)/hack/go-build-tags)
 # shipped manifests on envtest.
 MODULES  := pkg/duck pkg/configmap $(PILLARS) cli deploy
 # Modules outside go.work (their dependencies stay their own): the example agent and the test programs of hack/.
-STANDALONE := examples/agent-telemetry hack/idp hack/otlp-sink hack/gitserver
+STANDALONE := examples/agent-telemetry hack/idp hack/otlp-sink hack/gitserver hack/testsh
 # Pillars with a kagenti.io/v1alpha1 API of their own.
 API_PILLARS := tokenexchange agenttrace agentcard agentbuild
 # Generated files `make test` checks for staleness.

@@ -44,11 +44,31 @@ stop_kind() {
   wait "${kind_pid}" 2>/dev/null || true
   wait "${tail_pid}" 2>/dev/null || true
 }
-trap 'stop_kind interrupted; exit 130' INT TERM
+
+# foreground <command>: runs a foreground suite in a session of its own and waits for it. bash runs
+# a trap only once the command it waits on has ended, so a TERM sent to this script alone would
+# wait for the whole suite; `wait` on a background job returns at once instead, and the trap stops
+# the suite's process group (go test and the local cluster's processes with it).
+fg_pid=""
+foreground() {
+  setsid "$@" < /dev/null &
+  fg_pid=$!
+  local r=0
+  wait "${fg_pid}" || r=$?
+  fg_pid=""
+  return "${r}"
+}
+stop_foreground() {
+  [[ -n "${fg_pid}" ]] || return 0
+  echo "[test] stopping the foreground suites" >&2
+  kill -TERM -- "-${fg_pid}" 2>/dev/null || true
+  wait "${fg_pid}" 2>/dev/null || true
+}
+trap 'stop_foreground; stop_kind interrupted; exit 130' INT TERM
 
 rc=0
-"${MAKE}" --no-print-directory unit render || rc=$?
-if [[ ${rc} -eq 0 ]]; then hack/local.sh e2e || rc=$?; fi
+foreground "${MAKE}" --no-print-directory unit render || rc=$?
+if [[ ${rc} -eq 0 ]]; then foreground hack/local.sh e2e || rc=$?; fi
 if [[ ${rc} -ne 0 ]]; then
   stop_kind "the foreground suites failed"
   echo "---- kind suite log (stopped): ${LOG#"${ROOT}/"} ----" >&2
