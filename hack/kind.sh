@@ -13,9 +13,10 @@
 # KAGENTI_KIND_PILLARS (default: all six) are the pillars whose images are built (and, with
 # kustomize, installed);
 # KAGENTI_KIND_RUN the go test -run pattern (default: the tests that need a real cluster, and netpol's).
-# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the dev IdP, the
-# stand-in agent, the example telemetry agent and an OTLP receiver (hack/images.sh authbridge
-# dev-idp e2e-agent agent-telemetry otlp-sink), and SPIRE (hack/kind/spire.yaml: server, agent on
+# Besides the pillars' images, the suite's pods run kagenti-authbridge (injected), the federation's
+# member agent alone, the dev IdP, the stand-in agent, the example telemetry agent and an OTLP
+# receiver (hack/images.sh authbridge agentcard-federation-member dev-idp e2e-agent agent-telemetry
+# otlp-sink), and SPIRE (hack/kind/spire.yaml: server, agent on
 # every worker, its socket on the node) with spiffe-helper for the injector (hack/images.sh
 # spire-server spire-agent spiffe-helper, the upstream programs of bin/ on a glibc base).
 set -euo pipefail
@@ -23,7 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/kind/lib.sh"
 export PATH="${BIN}:${PATH}"
 INSTALL="${KAGENTI_KIND_INSTALL:-helm}"
 PILLARS=(${KAGENTI_KIND_PILLARS:-agentbuild agentcard agenttrace injector netpol tokenexchange})
-PROGRAMS=(authbridge dev-idp e2e-agent agent-telemetry otlp-sink)
+PROGRAMS=(authbridge agentcard-federation-member dev-idp e2e-agent agent-telemetry otlp-sink)
 UPSTREAM=(spire-server spire-agent spiffe-helper)
 tools_version() { sed -n "s/^$1=//p" "${ROOT}/hack/tools.sh"; }
 SPIRE_IMAGE_TAG="$(tools_version SPIRE_VERSION)"
