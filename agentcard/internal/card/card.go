@@ -227,11 +227,7 @@ func validateInterfaces(field string, list []any, transportKey string) error {
 }
 
 func validateSkills(obj map[string]any) error {
-	list, err := optionalList(obj, "skills")
-	if err != nil {
-		return err
-	}
-	return eachObject("skills", list, func(m map[string]any) error {
+	return eachListed(obj, "skills", func(m map[string]any) error {
 		if err := requireText(m, "id"); err != nil {
 			return err
 		}
@@ -250,11 +246,7 @@ func validateSkills(obj map[string]any) error {
 }
 
 func validateSignatures(obj map[string]any) error {
-	list, err := optionalList(obj, "signatures")
-	if err != nil {
-		return err
-	}
-	return eachObject("signatures", list, func(m map[string]any) error {
+	return eachListed(obj, "signatures", func(m map[string]any) error {
 		for _, f := range []string{"protected", "signature"} {
 			if err := requireText(m, f); err != nil {
 				return err
@@ -280,6 +272,15 @@ func optionalList(obj map[string]any, field string) ([]any, error) {
 		return nil, invalid(field, "must be a list")
 	}
 	return list, nil
+}
+
+// eachListed runs check on every object of the list at field; absent or null is none.
+func eachListed(obj map[string]any, field string, check func(map[string]any) error) error {
+	list, err := optionalList(obj, field)
+	if err != nil {
+		return err
+	}
+	return eachObject(field, list, check)
 }
 
 // eachObject runs check on every element of the list at field, which must be an object; an error
