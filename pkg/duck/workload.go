@@ -2,6 +2,7 @@ package duck
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,7 +57,7 @@ func NewWorkload(obj *unstructured.Unstructured) (*Workload, error) {
 	}
 	if _, found, err := unstructured.NestedMap(obj.Object, info.templatePath...); err != nil || !found {
 		return nil, newError(ReasonUnsupportedKind, err,
-			"%s %q has no pod template at %s", gvk.Kind, obj.GetName(), pathString(info.templatePath))
+			"%s %q has no pod template at %s", gvk.Kind, obj.GetName(), strings.Join(info.templatePath, "."))
 	}
 	return &Workload{obj: obj, kind: info}, nil
 }
@@ -142,15 +143,4 @@ func (w *Workload) PodLabels() (map[string]string, error) {
 		return nil, err
 	}
 	return t.Labels, nil
-}
-
-func pathString(p []string) string {
-	s := ""
-	for i, e := range p {
-		if i > 0 {
-			s += "."
-		}
-		s += e
-	}
-	return s
 }

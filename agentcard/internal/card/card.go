@@ -206,92 +206,94 @@ func validateEndpoints(obj map[string]any) error {
 	if err := requireEndpointURL(obj, "url", transport); err != nil {
 		return err
 	}
-	if ifaces, present := obj["additionalInterfaces"]; present && ifaces != nil {
-		list, ok := ifaces.([]any)
-		if !ok {
-			return invalid("additionalInterfaces", "must be a list")
-		}
-		return validateInterfaces("additionalInterfaces", list, "transport")
+	list, err := optionalList(obj, "additionalInterfaces")
+	if err != nil {
+		return err
 	}
-	return nil
+	return validateInterfaces("additionalInterfaces", list, "transport")
 }
 
 func validateInterfaces(field string, list []any, transportKey string) error {
+	return eachObject(field, list, func(m map[string]any) error {
+		if err := requireText(m, transportKey); err != nil {
+			return err
+		}
+		if err := requireEndpointURL(m, "url", m[transportKey].(string)); err != nil {
+			return err
+		}
+		_, err := optionalString(m, "protocolVersion")
+		return err
+	})
+}
+
+func validateSkills(obj map[string]any) error {
+	return eachListed(obj, "skills", func(m map[string]any) error {
+		if err := requireText(m, "id"); err != nil {
+			return err
+		}
+		for _, f := range []string{"name", "description"} {
+			if _, err := optionalString(m, f); err != nil {
+				return err
+			}
+		}
+		for _, f := range []string{"tags", "examples", "inputModes", "outputModes"} {
+			if err := optionalStringList(m, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func validateSignatures(obj map[string]any) error {
+	return eachListed(obj, "signatures", func(m map[string]any) error {
+		for _, f := range []string{"protected", "signature"} {
+			if err := requireText(m, f); err != nil {
+				return err
+			}
+		}
+		if h, present := m["header"]; present && h != nil {
+			if _, ok := h.(map[string]any); !ok {
+				return invalid("header", "must be an object")
+			}
+		}
+		return nil
+	})
+}
+
+// optionalList returns the list at field; absent or null is none.
+func optionalList(obj map[string]any, field string) ([]any, error) {
+	v, present := obj[field]
+	if !present || v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, invalid(field, "must be a list")
+	}
+	return list, nil
+}
+
+// eachListed runs check on every object of the list at field; absent or null is none.
+func eachListed(obj map[string]any, field string, check func(map[string]any) error) error {
+	list, err := optionalList(obj, field)
+	if err != nil {
+		return err
+	}
+	return eachObject(field, list, check)
+}
+
+// eachObject runs check on every element of the list at field, which must be an object; an error
+// names the element (field[i]).
+func eachObject(field string, list []any, check func(map[string]any) error) error {
 	for i, it := range list {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		m, ok := it.(map[string]any)
 		if !ok {
 			return invalid(f, "must be an object")
 		}
-		if err := requireText(m, transportKey); err != nil {
+		if err := check(m); err != nil {
 			return prefix(f, err)
-		}
-		if err := requireEndpointURL(m, "url", m[transportKey].(string)); err != nil {
-			return prefix(f, err)
-		}
-		if _, err := optionalString(m, "protocolVersion"); err != nil {
-			return prefix(f, err)
-		}
-	}
-	return nil
-}
-
-func validateSkills(obj map[string]any) error {
-	skills, present := obj["skills"]
-	if !present || skills == nil {
-		return nil
-	}
-	list, ok := skills.([]any)
-	if !ok {
-		return invalid("skills", "must be a list")
-	}
-	for i, s := range list {
-		field := fmt.Sprintf("skills[%d]", i)
-		m, ok := s.(map[string]any)
-		if !ok {
-			return invalid(field, "must be an object")
-		}
-		if err := requireText(m, "id"); err != nil {
-			return prefix(field, err)
-		}
-		for _, f := range []string{"name", "description"} {
-			if _, err := optionalString(m, f); err != nil {
-				return prefix(field, err)
-			}
-		}
-		for _, f := range []string{"tags", "examples", "inputModes", "outputModes"} {
-			if err := optionalStringList(m, f); err != nil {
-				return prefix(field, err)
-			}
-		}
-	}
-	return nil
-}
-
-func validateSignatures(obj map[string]any) error {
-	sigs, present := obj["signatures"]
-	if !present || sigs == nil {
-		return nil
-	}
-	list, ok := sigs.([]any)
-	if !ok {
-		return invalid("signatures", "must be a list")
-	}
-	for i, s := range list {
-		field := fmt.Sprintf("signatures[%d]", i)
-		m, ok := s.(map[string]any)
-		if !ok {
-			return invalid(field, "must be an object")
-		}
-		for _, f := range []string{"protected", "signature"} {
-			if err := requireText(m, f); err != nil {
-				return prefix(field, err)
-			}
-		}
-		if h, present := m["header"]; present && h != nil {
-			if _, ok := h.(map[string]any); !ok {
-				return prefix(field, invalid("header", "must be an object"))
-			}
 		}
 	}
 	return nil

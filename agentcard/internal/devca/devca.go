@@ -17,6 +17,8 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/kagenti/platform/agentcard/internal/signature"
 )
 
 // CA is a certificate authority for one trust domain.
@@ -199,20 +201,9 @@ func LoadCerts(path string) ([]*x509.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []*x509.Certificate
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
-		}
-		if b.Type == "CERTIFICATE" {
-			c, err := x509.ParseCertificate(b.Bytes)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-			out = append(out, c)
-		}
+	out, err := signature.PEMCertificates(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(out) == 0 {
 		return nil, errors.New(path + ": no PEM certificates")

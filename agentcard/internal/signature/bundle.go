@@ -57,24 +57,33 @@ func ParseBundle(td spiffeid.TrustDomain, data []byte) (*Bundle, error) {
 }
 
 func parsePEMCerts(data []byte) ([]*x509.Certificate, error) {
+	certs, err := PEMCertificates(data)
+	if err != nil {
+		return nil, fmt.Errorf("parsing trust bundle certificate: %w", err)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("trust bundle has no PEM CERTIFICATE blocks")
+	}
+	return certs, nil
+}
+
+// PEMCertificates parses the CERTIFICATE blocks of data, in order, skipping blocks of other types;
+// none is an empty result, for the caller to judge. The error is x509's, without context.
+func PEMCertificates(data []byte) ([]*x509.Certificate, error) {
 	var certs []*x509.Certificate
 	for {
 		var block *pem.Block
 		block, data = pem.Decode(data)
 		if block == nil {
-			break
+			return certs, nil
 		}
 		if block.Type != "CERTIFICATE" {
 			continue
 		}
 		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("parsing trust bundle certificate: %w", err)
+			return nil, err
 		}
 		certs = append(certs, c)
 	}
-	if len(certs) == 0 {
-		return nil, errors.New("trust bundle has no PEM CERTIFICATE blocks")
-	}
-	return certs, nil
 }

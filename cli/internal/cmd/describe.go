@@ -43,11 +43,7 @@ or any kind with a pod template):
 			if _, _, err := splitWorkloadArg(args); err != nil {
 				return err
 			}
-			c, err := o.clients()
-			if err != nil {
-				return err
-			}
-			ns, _, err := o.namespace()
+			c, ns, err := o.clientsInNamespace()
 			if err != nil {
 				return err
 			}
@@ -121,12 +117,21 @@ func splitWorkloadArg(args []string) (typ, name string, err error) {
 	return typ, name, nil
 }
 
-func completeWorkloads(cmd *cobra.Command, o *options) []string {
+// clientsInNamespace are the clients and the namespace a workload is looked up in.
+func (o *options) clientsInNamespace() (*kube.Clients, string, error) {
 	c, err := o.clients()
 	if err != nil {
-		return nil
+		return nil, "", err
 	}
 	ns, _, err := o.namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	return c, ns, nil
+}
+
+func completeWorkloads(cmd *cobra.Command, o *options) []string {
+	c, ns, err := o.clientsInNamespace()
 	if err != nil {
 		return nil
 	}

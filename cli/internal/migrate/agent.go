@@ -37,15 +37,6 @@ func defaultServicePorts() []corev1.ServicePort {
 	return []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}
 }
 
-func (m *migrator) migrateAgents() error {
-	for _, in := range m.agents {
-		if err := m.agent(in); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // agentParts are the pieces of an Agent's spec, decoded.
 type agentParts struct {
 	template     corev1.PodTemplateSpec

@@ -20,15 +20,6 @@ const (
 
 const reasonAuditBinding = "audit-only identity binding has no per-card setting: netpol restricts the traffic of every unverified card while it runs in enforce mode (its --mode=audit makes the whole cluster audit-only)"
 
-func (m *migrator) migrateCards() error {
-	for _, in := range m.cards {
-		if err := m.card(in); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (m *migrator) card(in Input) error {
 	obj := in.Object
 	name := obj.GetName()

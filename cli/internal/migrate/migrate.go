@@ -201,12 +201,24 @@ func Migrate(inputs []Input, opts Options) (*Result, error) {
 	if err := m.classify(inputs); err != nil {
 		return nil, err
 	}
-	for _, step := range []func() error{m.migrateBuilds, m.migrateAgents, m.migrateRuntimes, m.migrateCards} {
+	for _, step := range []func() error{m.migrateBuilds, each(m.agents, m.agent), each(m.runtimes, m.runtime), each(m.cards, m.card)} {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
 	return m.finish()
+}
+
+// each is the step that migrates every one of inputs, in order, until one fails.
+func each(inputs []Input, migrate func(Input) error) func() error {
+	return func() error {
+		for _, in := range inputs {
+			if err := migrate(in); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 type migrator struct {

@@ -26,15 +26,6 @@ const (
 	reasonRuntimeMetadata  = "labels and annotations of the AgentRuntime itself; no pillar CR was needed for its settings to carry them"
 )
 
-func (m *migrator) migrateRuntimes() error {
-	for _, in := range m.runtimes {
-		if err := m.runtime(in); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (m *migrator) runtime(in Input) error {
 	obj := in.Object
 	str := func(path ...string) string {

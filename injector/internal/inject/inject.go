@@ -485,27 +485,14 @@ func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
 			return false
 		}
 	}
-	for cname, mounts := range s.VolumeMounts {
-		i := slices.IndexFunc(t.Spec.Containers, func(c corev1.Container) bool { return c.Name == cname })
-		if i < 0 {
-			return false
-		}
-		for _, m := range mounts {
-			if !slices.ContainsFunc(t.Spec.Containers[i].VolumeMounts, func(v corev1.VolumeMount) bool { return v.Name == m }) {
-				return false
-			}
-		}
+	mounted := func(c *corev1.Container, name string) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(v corev1.VolumeMount) bool { return v.Name == name })
 	}
-	for cname, envs := range s.Env {
-		i := slices.IndexFunc(t.Spec.Containers, func(c corev1.Container) bool { return c.Name == cname })
-		if i < 0 {
-			return false
-		}
-		for _, e := range envs {
-			if !slices.ContainsFunc(t.Spec.Containers[i].Env, func(v corev1.EnvVar) bool { return v.Name == e }) {
-				return false
-			}
-		}
+	set := func(c *corev1.Container, name string) bool {
+		return slices.ContainsFunc(c.Env, func(v corev1.EnvVar) bool { return v.Name == name })
+	}
+	if !containersHave(t.Spec.Containers, s.VolumeMounts, mounted) || !containersHave(t.Spec.Containers, s.Env, set) {
+		return false
 	}
 	// A user container added since the last injection still lacks the trace mount (or, in proxy
 	// mode, the proxy variables): inject again.
@@ -520,6 +507,23 @@ func present(t *corev1.PodTemplateSpec, s *Status, r *Rendered) bool {
 		}
 		for _, m := range r.UserMounts {
 			if !slices.ContainsFunc(c.VolumeMounts, func(u corev1.VolumeMount) bool { return u.Name == m.Name || u.MountPath == m.MountPath }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// containersHave says whether every container named in added exists in containers and has each
+// of the names listed for it (has: a volume mount's or a variable's).
+func containersHave(containers []corev1.Container, added map[string][]string, has func(c *corev1.Container, name string) bool) bool {
+	for cname, names := range added {
+		i := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == cname })
+		if i < 0 {
+			return false
+		}
+		for _, n := range names {
+			if !has(&containers[i], n) {
 				return false
 			}
 		}

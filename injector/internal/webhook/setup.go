@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 
@@ -83,22 +82,11 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) error {
 	}
 	h := &Handler{Config: current, ExcludedNamespaces: []string{"kube-system", o.Namespace}, Metrics: metrics, PodSecurity: levels}
 	srv.Register(Path, HTTPHandler(h))
-	if o.CertDir != "" {
-		close(srv.CertReady)
-		return nil
-	}
-	err = certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
+	return srv.Open(mgr, o.CertDir, certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
 		ServiceName: o.ServiceName, ExtraDNSNames: o.ExtraDNSNames,
 		CAName: "kagenti-injector-ca", FieldOwner: "kagenti-injector", Name: cmp.Or(o.RotatorName, "kagenti-injector-cert-rotator"),
 		Webhooks: []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Mutating}},
-		// The rotator closes it once the certificate files are in RotatorCertDir (written by the Syncer).
-		Ready: srv.CertReady,
-	}.Add(mgr, log)
-	if err != nil {
-		return fmt.Errorf("setting up the certificate rotator: %w", err)
-	}
-	log.Info("the webhook serves once the rotator has provisioned its certificate")
-	return nil
+	}, log)
 }
 
 // loadConfig returns the current configuration: followed with a Watcher when the file exists, the

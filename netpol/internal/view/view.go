@@ -83,7 +83,7 @@ func FromUnstructured(u *unstructured.Unstructured) (*AgentCard, error) {
 func nested(u *unstructured.Unstructured, out any, path ...string) error {
 	v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", fieldPath(path), err)
+		return fmt.Errorf("%s: %w", strings.Join(path, "."), err)
 	}
 	if !found || v == nil {
 		return nil
@@ -93,20 +93,9 @@ func nested(u *unstructured.Unstructured, out any, path ...string) error {
 		err = json.Unmarshal(raw, out)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", fieldPath(path), err)
+		return fmt.Errorf("%s: %w", strings.Join(path, "."), err)
 	}
 	return nil
-}
-
-func fieldPath(path []string) string {
-	s := ""
-	for i, p := range path {
-		if i > 0 {
-			s += "."
-		}
-		s += p
-	}
-	return s
 }
 
 // Verification is the verdict netpol acts on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
@@ -43,4 +44,20 @@ func ServerOf(mgr manager.Manager) (*Server, error) {
 		return nil, fmt.Errorf("the manager's webhook server is a %T; it must come from webhook.NewServer so that it serves only with a certificate", mgr.GetWebhookServer())
 	}
 	return srv, nil
+}
+
+// Open lets the server serve: right away when its certificate comes from outside (externalCertDir
+// set), otherwise once r, the rotation of its certificate, has written the files (r.Ready is
+// CertReady).
+func (s *Server) Open(mgr manager.Manager, externalCertDir string, r Rotation, log logr.Logger) error {
+	if externalCertDir != "" {
+		close(s.CertReady)
+		return nil
+	}
+	r.Ready = s.CertReady
+	if err := r.Add(mgr, log); err != nil {
+		return fmt.Errorf("setting up the certificate rotator: %w", err)
+	}
+	log.Info("the webhook serves once the rotator has provisioned its certificate")
+	return nil
 }

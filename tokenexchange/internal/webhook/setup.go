@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"cmp"
-	"fmt"
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -54,20 +53,9 @@ func Setup(mgr ctrl.Manager, o Options, log logr.Logger) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &v1alpha1.TokenExchange{}).WithValidator(Validator{}).Complete(); err != nil {
 		return err
 	}
-	if o.CertDir != "" {
-		close(srv.CertReady)
-		return nil
-	}
-	err = certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
+	return srv.Open(mgr, o.CertDir, certfiles.Rotation{Namespace: o.Namespace, Secret: o.CertSecret, Dir: o.RotatorCertDir,
 		ServiceName: o.ServiceName, ExtraDNSNames: o.ExtraDNSNames,
 		CAName: "kagenti-tokenexchange-ca", FieldOwner: "kagenti-tokenexchange", Name: cmp.Or(o.RotatorName, "kagenti-tokenexchange-cert-rotator"),
 		Webhooks: []rotator.WebhookInfo{{Name: o.WebhookConfig, Type: rotator.Validating}},
-		// The rotator closes it once the certificate files are in RotatorCertDir (written by the Syncer).
-		Ready: srv.CertReady,
-	}.Add(mgr, log)
-	if err != nil {
-		return fmt.Errorf("setting up the certificate rotator: %w", err)
-	}
-	log.Info("the validating webhook serves once the rotator has provisioned its certificate")
-	return nil
+	}, log)
 }

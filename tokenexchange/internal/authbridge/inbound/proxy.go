@@ -288,10 +288,16 @@ func upstreamTransports() (*http.Transport, *http.Transport) {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}
+	return h1, H2CTransport(h1)
+}
+
+// H2CTransport is a copy of h1 that speaks h2c (HTTP/2 without TLS, prior knowledge) only; the
+// outbound proxy's upstream transports too.
+func H2CTransport(h1 *http.Transport) *http.Transport {
 	h2 := h1.Clone()
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetUnencryptedHTTP2(true)
-	return h1, h2
+	return h2
 }
 
 // protocolTransport forwards an HTTP/2 request over h2c and any other over HTTP/1.1, so that

@@ -80,9 +80,7 @@ func New(cfg *sidecar.Config, creds *CredentialSource, exchanger *Exchanger, log
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	h2 := h1.Clone()
-	h2.Protocols = new(http.Protocols)
-	h2.Protocols.SetUnencryptedHTTP2(true)
+	h2 := inbound.H2CTransport(h1)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme = "http"
@@ -116,6 +114,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv := &http.Server{
 		Handler:           p,
+		Protocols:         inbound.ServerProtocols(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          zap.NewStdLog(p.log),
@@ -126,9 +125,6 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			return context.WithValue(ctx, ctxKey{}, c.(*redirectedConn).dst)
 		},
 	}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpListener) }()
 	go func() {
