@@ -57,22 +57,7 @@ func TestKindFederationMemberAgentRuns(t *testing.T) {
 	})
 
 	start := time.Now()
-	var pod corev1.Pod
-	framework.Eventually(t, 3*time.Minute, "the member agent's pod ready", func(ctx context.Context) (bool, string, error) {
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace("kagenti-system"), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
-			return false, "", err
-		}
-		var states []string
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
-				pod = p
-				return true, "", nil
-			}
-			states = append(states, p.Name+": "+containerStates(&p))
-		}
-		return false, strings.Join(states, "; "), nil
-	})
+	pod := readyPodMatching(t, c, "kagenti-system", memberAgent, d.Spec.Selector.MatchLabels)
 	t.Logf("member agent ready %v after its Deployment was created", time.Since(start).Round(time.Second))
 
 	framework.Eventually(t, 2*time.Minute, "the member agent holds its own lease", func(ctx context.Context) (bool, string, error) {

@@ -496,10 +496,16 @@ func podOf(t *testing.T, c client.Client, ns, name string) string {
 // kubelet's probes passed) and returns it.
 func readyPodOf(t *testing.T, c client.Client, ns, name string) *corev1.Pod {
 	t.Helper()
+	return readyPodMatching(t, c, ns, name, map[string]string{"app": name})
+}
+
+// readyPodMatching is readyPodOf for the pods of what (a name for the messages) that carry labels.
+func readyPodMatching(t *testing.T, c client.Client, ns, what string, labels map[string]string) *corev1.Pod {
+	t.Helper()
 	var pod corev1.Pod
-	framework.Eventually(t, 4*time.Minute, "pod of "+name+" ready", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, 4*time.Minute, "pod of "+what+" ready", func(ctx context.Context) (bool, string, error) {
 		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+		if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
 			return false, "", err
 		}
 		var states []string
