@@ -63,12 +63,13 @@ func (o *Options) Validate() error {
 }
 
 // Setup adds the member agent to mgr: it keeps a log of the exported AgentCards in mgr's cache
-// and, on the leader, streams it to the hub. ctx only registers the informer.
+// and, on the leader, streams it to the hub. o has passed Validate (the callers check the flags
+// before anything connects). ctx only registers the informer.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
-	if err := o.Validate(); err != nil {
-		return err
+	hubID, err := spiffeid.FromString(o.HubSpiffeID)
+	if err != nil {
+		return fmt.Errorf("--federation-hub-spiffe-id=%q: %w", o.HubSpiffeID, err)
 	}
-	hubID := spiffeid.RequireFromString(o.HubSpiffeID)
 	cards := NewLog()
 	if err := Watch(ctx, mgr.GetCache(), cards); err != nil {
 		return err
