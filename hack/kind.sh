@@ -86,10 +86,8 @@ if ((WITH_TEKTON)); then
   mapfile -t tekton_images < "${WORK}/tekton-images.txt"
   images+=("${tekton_images[@]}")
 fi
-# One load (one image archive) into the workers only: every pod of the suite runs there, the
-# control plane is tainted.
-workers="$(kind get nodes --name "${CLUSTER}" | grep -v control-plane | paste -sd, -)"
-kind load docker-image --name "${CLUSTER}" --nodes "${workers}" "${images[@]}" >/dev/null 2>&1 || die "kind load docker-image ${images[*]} failed"
+# One load (one image archive) of them all.
+load_into_workers "${images[@]}"
 
 export KUBECONFIG="${KIND_KUBECONFIG}"
 # Tekton, the registry and the git server come up beside SPIRE and the platform (hack/kind/tekton.sh).
@@ -121,7 +119,7 @@ stage install
 case "${INSTALL}" in
 helm)
   # As a user would: one helm install of the umbrella chart (its subcharts install the CRDs).
-  kubectl create namespace kagenti-system >/dev/null 2>&1 || kubectl get namespace kagenti-system >/dev/null
+  ensure_namespace kagenti-system
   sed "s|image: IMAGE|image: ghcr.io/kagenti/kagenti-dev-idp:v0.1.0|" "${KIND_DIR}/dev-idp.yaml" | kubectl apply -f - >/dev/null
   helm upgrade --install kagenti "${ROOT}/deploy/helm/kagenti" --namespace kagenti-system \
     --set netpol.enabled=true \

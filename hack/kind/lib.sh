@@ -59,6 +59,18 @@ stage() {
   STAGE_NAME="$1" STAGE_START=${now}
 }
 
+# load_into_workers <image>...: one `kind load` of the images into the cluster's workers (every pod
+# of the suite runs there; the control plane is tainted).
+load_into_workers() {
+  local workers; workers="$(kind get nodes --name "${CLUSTER}" | grep -v control-plane | paste -sd, -)"
+  kind load docker-image --name "${CLUSTER}" --nodes "${workers}" "$@" >/dev/null 2>&1 || die "kind load docker-image $* failed"
+}
+
+# ensure_namespace <name>: creates the namespace unless it exists (two installs may race to it).
+ensure_namespace() {
+  kubectl create namespace "$1" >/dev/null 2>&1 || kubectl get namespace "$1" >/dev/null
+}
+
 # key <file or string>...: 16 hex digits naming a build's inputs; a changed input gives a new key.
 key() {
   local a

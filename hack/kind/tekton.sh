@@ -167,7 +167,7 @@ install_tekton() {
 # install_registry <registry image> <gitserver image>
 install_registry() {
   # Its namespace, which hack/kind.sh's install may be creating at the same moment.
-  kubectl create namespace kagenti-system >/dev/null 2>&1 || kubectl get namespace kagenti-system >/dev/null
+  ensure_namespace kagenti-system
   sed -e "s|image: REGISTRY_IMAGE|image: $1|" -e "s|image: GITSERVER_IMAGE|image: $2|" "${KIND_DIR}/registry.yaml" |
     kubectl apply --server-side -f - >/dev/null
   kubectl -n kagenti-system rollout status deploy/registry --timeout=120s >/dev/null &&
@@ -223,11 +223,7 @@ if [[ "${what}" != install ]]; then
 fi
 mapfile -t images < "${WORK}/tekton-images.txt" ||:
 ((${#images[@]} >= 3)) || die "no images listed in ${WORK#"${ROOT}/"}/tekton-images.txt: run hack/kind/tekton.sh images first"
-if [[ "${what}" == all ]]; then
-  # Into the workers only: builds, Tekton and the registry are pods, and the control plane is tainted.
-  workers="$(kind get nodes --name "${CLUSTER}" | grep -v control-plane | paste -sd, -)"
-  kind load docker-image --name "${CLUSTER}" --nodes "${workers}" "${images[@]}" >/dev/null 2>&1 || die "kind load docker-image ${images[*]} failed"
-fi
+[[ "${what}" == all ]] && load_into_workers "${images[@]}"
 stage tekton-install
 install_tekton
 install_registry "kagenti.local/registry:${REGISTRY_VERSION}" "${images[-1]}"
