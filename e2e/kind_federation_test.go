@@ -10,7 +10,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,8 +43,6 @@ func TestKindFederationMemberAgentRuns(t *testing.T) {
 	if sc == nil || !ptr.Deref(sc.ReadOnlyRootFilesystem, false) || !ptr.Deref(sc.RunAsNonRoot, false) {
 		t.Fatalf("the rendered member agent runs without a read-only root filesystem or as root: %+v", sc)
 	}
-	// Only the pod's nodes hold the image (hack/kind.sh loads it into the workers).
-	d.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 	// A lease left by an earlier run would hold the new pod back until it expired.
 	_ = c.Delete(ctx, &coordinationv1.Lease{ObjectMeta: leaseMeta()})
 	if err := c.Create(ctx, d); err != nil {
