@@ -59,6 +59,8 @@ lint: ## gofmt everything; go vet every workspace module (the hack/ modules are 
 	@# With the shipped build tags: vet reads the code as it ships, and its compile is the one `make
 	@# build` then reuses (cold, 53 s of build saved: docs/benchmarks.md).
 	@go vet -tags "$(GO_BUILD_TAGS)" $(addprefix ./,$(addsuffix /...,$(MODULES) e2e))
+	@# The upstream programs' wrapper modules share their dependencies' versions (Go compiles them once).
+	@hack/align.sh --check
 
 .PHONY: build
 build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data plane, included) and the kagenti CLI (bin/kagenti, bin/kubectl-kagenti) into bin/.

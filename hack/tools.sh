@@ -126,19 +126,55 @@ go_install() {
   stamp "$tool" "$version"
 }
 
-build_kwok() {
-  go_install kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
-  go_install kwokctl sigs.k8s.io/kwok/cmd/kwokctl "${KWOK_VERSION}"
+# kwok, kwokctl, controller-gen and helm are tools of hack/kube's module rather than `go install`s
+# of their own: built from the same versions of the Kubernetes client libraries (and of what those
+# import) as the Kubernetes binaries, they reuse their compiled packages from Go's build cache
+# instead of compiling three more copies of them at other versions (docs/benchmarks.md, the cold
+# budget). Each keeps its release's version: hack/kube/go.mod requires exactly those below.
+# kube_tool <binary> <package> <version> [ldflags]
+kube_tool() {
+  local tool=$1 pkg=$2 version=$3 ld=${4:-}
+  local module="${pkg%%/cmd/*}"
+  grep -qE "^\s*${module//./\\.} ${version//./\\.}( |$)" "${ROOT}/hack/kube/go.mod" ||
+    { log "hack/kube/go.mod does not require ${module} ${version}"; return 1; }
+  local key; key="${version}-$(module_key "${ROOT}/hack/kube")"
+  wanted "$tool" "$key" || return 0
+  log "building ${tool} ${version} (hack/kube)"
+  (cd "${ROOT}/hack/kube" && GOWORK=off go build -trimpath -ldflags "-s -w ${ld}" -o "${BIN}/${tool}" "${pkg}")
+  stamp "$tool" "$key"
 }
 
+build_kwok() {
+  kube_tool kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
+  kube_tool kwokctl sigs.k8s.io/kwok/cmd/kwokctl "${KWOK_VERSION}"
+}
+# controller-gen writes its version into every CRD it generates (controller-gen.kubebuilder.io/version),
+# from the main module's version when nothing sets it: set, as `go install …@version` would have it.
+build_controller_gen() {
+  kube_tool controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}" \
+    "-X sigs.k8s.io/controller-tools/pkg/version.version=${CONTROLLER_GEN_VERSION}"
+}
+
+# Two lanes side by side: hack/kube's programs one after the other (each reuses what the one before
+# compiled), and everything else, which shares no compiled package with them. One `go build` leaves
+# CPUs idle while it links and while the last packages of a long import chain compile one by one;
+# the other lane fills them.
+# (Each lane runs with errexit in force, never under `||`, which would turn it off and stamp a
+# failed build.)
 all() {
-  build_etcd
+  (
+    build_etcd
+    go_install kind sigs.k8s.io/kind "${KIND_VERSION}"
+    identity
+  ) &
+  OTHER_LANE=$!
+  trap 'pkill -TERM -P "${OTHER_LANE}" 2>/dev/null; kill "${OTHER_LANE}" 2>/dev/null || true' EXIT
   build_kube
   build_kwok
-  go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}"
-  go_install helm helm.sh/helm/v3/cmd/helm "${HELM_VERSION}"
-  go_install kind sigs.k8s.io/kind "${KIND_VERSION}"
-  identity
+  build_controller_gen
+  kube_tool helm helm.sh/helm/v3/cmd/helm "${HELM_VERSION}"
+  wait "${OTHER_LANE}"
+  trap - EXIT
 }
 
 case "${1:-all}" in
@@ -146,6 +182,6 @@ case "${1:-all}" in
   envtest) build_etcd; build_kube ;;
   local) build_etcd; build_kube; build_kwok ;;
   identity) identity ;;
-  controller-gen) go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_GEN_VERSION}" ;;
+  controller-gen) build_controller_gen ;;
   *) echo "usage: $0 [all|envtest|local|identity|controller-gen]" >&2; exit 2 ;;
 esac
