@@ -70,7 +70,7 @@ build: ## Build every pillar binary (kagenti-authbridge, the tokenexchange data 
 ##@ Test
 
 .PHONY: test
-test: tools verify-generate lint build ## The one test command: generate check, lint, then unit + integration, manifests and local e2e, with the kind e2e beside them (hack/test.sh).
+test: tools ## The one test command: generate check, lint, build, then unit + integration, manifests and local e2e, with the kind e2e beside them from the start (hack/test.sh).
 	@MAKE="$(MAKE)" hack/test.sh
 
 .PHONY: unit

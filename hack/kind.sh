@@ -148,6 +148,12 @@ if ((WITH_TEKTON)); then
 fi
 
 stage test
+# Under `make test` the suite starts before `make build` (hack/test.sh), and its tests run
+# bin/kagenti: KAGENTI_KIND_AFTER names the file that says the build is done.
+if [[ -n "${KAGENTI_KIND_AFTER:-}" && ! -e "${KAGENTI_KIND_AFTER}" ]]; then
+  log "waiting for make build (bin/kagenti) in the foreground"
+  until [[ -e "${KAGENTI_KIND_AFTER}" ]]; do sleep 2; done
+fi
 # go test of the suite on this cluster: go_test <go test flags>...
 go_test() {
   (cd "${ROOT}/e2e" && KAGENTI_E2E_KUBECONFIG="${KIND_KUBECONFIG}" KAGENTI_E2E_CLUSTER=kind \

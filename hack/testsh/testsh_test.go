@@ -17,8 +17,16 @@ import (
 // The stand-ins for the suites hack/test.sh runs: each records its pid, and the signal that stopped
 // it, in $MARKS, then runs until stopped (sleep in the background and wait: a trap runs at once).
 const (
-	// fakeMake stands for `make unit render`: FAKE_UNIT=fail fails at once, done succeeds.
+	// fakeMake stands for `make verify-generate lint build` (FAKE_BUILD=fail fails it), which ends
+	// only once the kind suite has started, and for `make unit render`: FAKE_UNIT=fail fails at once,
+	// done succeeds.
 	fakeMake = `#!/usr/bin/env bash
+if [[ " $* " == *" build "* ]]; then
+  until [[ -e "${MARKS}/kind.pid" ]]; do sleep 0.05; done
+  echo "$*" > "${MARKS}/build.args"
+  [[ "${FAKE_BUILD}" == fail ]] && exit 2
+  exit 0
+fi
 trap 'echo TERM > "${MARKS}/unit.stopped"; exit 143' TERM
 echo $$ > "${MARKS}/unit.pid"
 # It fails only once the kind suite is running, as a real failure does.
@@ -30,12 +38,17 @@ sleep 300 & wait $!
 echo $$ > "${MARKS}/local.pid"
 exit 0
 `
-	// fakeKind stands for hack/kind.sh: FAKE_KIND=done ends at once with success.
+	// fakeKind stands for hack/kind.sh: FAKE_KIND=done waits for the build to be done (the file
+	// KAGENTI_KIND_AFTER names), as its tests do, then ends with success.
 	fakeKind = `#!/usr/bin/env bash
 trap 'echo TERM > "${MARKS}/kind.stopped"; exit 143' TERM
 echo "[kind] stage up: 1 s"
 echo $$ > "${MARKS}/kind.pid"
-[[ "${FAKE_KIND}" == done ]] && exit 0
+if [[ "${FAKE_KIND}" == done ]]; then
+  until [[ -e "${KAGENTI_KIND_AFTER}" ]]; do sleep 0.05; done
+  touch "${MARKS}/kind.after-build"
+  exit 0
+fi
 sleep 300 & wait $!
 `
 )
@@ -194,9 +207,34 @@ func TestBothSuitesPassing(t *testing.T) {
 	if !r.has("local.pid") {
 		t.Error("the local e2e did not run")
 	}
+	if b, _ := os.ReadFile(filepath.Join(r.marks, "build.args")); strings.TrimSpace(string(b)) != "--no-print-directory verify-generate lint build" {
+		t.Errorf("the checks and build ran as make %q", b)
+	}
+	if !r.has("kind.after-build") {
+		t.Error("the kind suite did not see the build done")
+	}
 	for _, want := range []string{"[kind suite] [kind] stage up: 1 s", "---- kind suite log: .local/kind-suite.log ----"} {
 		if !strings.Contains(r.out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, r.out.String())
 		}
+	}
+}
+
+// TestAFailingBuildStopsTheKindSuite: the kind suite starts before the generate check, lint and
+// build (the stand-in build ends only once it runs); their failure stops it, unit never starts, and
+// the script exits with the build's code.
+func TestAFailingBuildStopsTheKindSuite(t *testing.T) {
+	r := start(t, "FAKE_BUILD=fail", "FAKE_KIND=done")
+	if code := r.exit(t); code != 2 {
+		t.Fatalf("exit %d, want 2; output:\n%s", code, r.out.String())
+	}
+	if !r.has("kind.stopped") {
+		t.Errorf("the kind suite was not stopped; output:\n%s", r.out.String())
+	}
+	if r.has("kind.after-build") {
+		t.Error("the kind suite went on to its tests after a failed build")
+	}
+	if r.has("unit.pid") {
+		t.Error("unit ran after a failed build")
 	}
 }
