@@ -11,8 +11,11 @@
 #                      local-path, tekton) and our own images (the workspace, hack/images.sh): every
 #                      module of client-go's closure at the same version in all of them.
 #
-#   hack/align.sh          align (go mod edit + tidy in hack/kind/*; the workspace is only read)
-#   hack/align.sh --check  say what differs and fail (make lint)
+#   hack/align.sh           align (go mod edit + tidy in hack/kind/*; the workspace is only read)
+#   hack/align.sh --check   say what differs and fail (make lint)
+#   hack/align.sh --compile compile the static group's shared packages once, before the builds that
+#                           share them start side by side (hack/kind.sh): Go's cache has no lock for
+#                           work in progress, so each would compile them at the same time otherwise
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATIC=(hack/kind/coredns hack/kind/kube-router hack/kind/local-path hack/kind/tekton)
@@ -66,6 +69,13 @@ check() {
 }
 
 if [[ "${1:-}" == --check ]]; then check; exit; fi
+if [[ "${1:-}" == --compile ]]; then
+  # As hack/kind/build.sh and hack/images.sh build (CGO_ENABLED=0, -trimpath); the results stay in
+  # Go's cache only. Any module of the group resolves the same versions; its first one is used.
+  cd "${ROOT}/${STATIC[0]}" && CGO_ENABLED=0 GOWORK=off exec go build -trimpath "${CLIENT[@]}" \
+    k8s.io/client-go/tools/leaderelection k8s.io/client-go/tools/record k8s.io/client-go/util/workqueue \
+    k8s.io/client-go/dynamic k8s.io/client-go/discovery
+fi
 
 # kube: hack/kind/kube takes hack/kube's version of everything it shares with it.
 args=()

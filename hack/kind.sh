@@ -68,6 +68,9 @@ wait_for() {
   die "$1 failed (log above: ${WORK#"${ROOT}/"}/$1.log)"
 }
 declare -A BACKGROUND=()
+# Our images, the node image's programs and Tekton's share client-go and its closure (hack/align.sh):
+# compiled once here, or each of the three builds below would compile it at the same time.
+"${ROOT}/hack/align.sh" --compile
 build_in_background images "${ROOT}/hack/images.sh" "${PILLARS[@]}" "${PROGRAMS[@]}" "${UPSTREAM[@]}"
 ((WITH_TEKTON)) && build_in_background tekton-images "${KIND_DIR}/tekton.sh" images
 "${KIND_DIR}/faults.sh" interrupted
