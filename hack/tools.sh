@@ -33,6 +33,14 @@ stamp() { echo "$2" > "${STAMPS}/$1"; }
 # The version key of a wrapper module is the hash of its go.mod and go.sum, so a bump rebuilds.
 module_key() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-16; }
 
+# requires <wrapper module dir> <module> <version>: fails, saying so, unless the wrapper module's
+# go.mod requires exactly that version (the constants above and go.mod must not drift apart).
+requires() {
+  local dir=$1 module=$2 version=$3
+  grep -qE "^\s*(require )?${module//./\\.} ${version//./\\.}( |$)" "${dir}/go.mod" ||
+    { log "${dir#"${ROOT}/"}/go.mod does not require ${module} ${version}"; return 1; }
+}
+
 build_kube() {
   local key; key="$(module_key "${ROOT}/hack/kube")"
   local need=()
@@ -65,8 +73,7 @@ build_etcd() {
 build_spire() {
   local version="${SPIRE_VERSION#v}"
   local key; key="${version}-$(module_key "${ROOT}/hack/spire")"
-  grep -q "github.com/spiffe/spire ${SPIRE_VERSION}\b" "${ROOT}/hack/spire/go.mod" ||
-    { log "hack/spire/go.mod does not require github.com/spiffe/spire ${SPIRE_VERSION}"; return 1; }
+  requires "${ROOT}/hack/spire" github.com/spiffe/spire "${SPIRE_VERSION}"
   local need=()
   for t in spire-server spire-agent; do
     wanted "$t" "$key" && need+=("github.com/spiffe/spire/cmd/$t")
@@ -83,8 +90,7 @@ build_spire() {
 # a tool dependency instead.
 build_spiffe_helper() {
   local key; key="${SPIFFE_HELPER_VERSION}-$(module_key "${ROOT}/hack/spiffe-helper")"
-  grep -q "github.com/spiffe/spiffe-helper ${SPIFFE_HELPER_VERSION}\\b" "${ROOT}/hack/spiffe-helper/go.mod" ||
-    { log "hack/spiffe-helper/go.mod does not require github.com/spiffe/spiffe-helper ${SPIFFE_HELPER_VERSION}"; return 1; }
+  requires "${ROOT}/hack/spiffe-helper" github.com/spiffe/spiffe-helper "${SPIFFE_HELPER_VERSION}"
   wanted spiffe-helper "$key" || return 0
   log "building spiffe-helper ${SPIFFE_HELPER_VERSION}"
   (cd "${ROOT}/hack/spiffe-helper" && GOWORK=off go build -trimpath \
@@ -135,8 +141,7 @@ go_install() {
 kube_tool() {
   local tool=$1 pkg=$2 version=$3 ld=${4:-}
   local module="${pkg%%/cmd/*}"
-  grep -qE "^\s*${module//./\\.} ${version//./\\.}( |$)" "${ROOT}/hack/kube/go.mod" ||
-    { log "hack/kube/go.mod does not require ${module} ${version}"; return 1; }
+  requires "${ROOT}/hack/kube" "${module}" "${version}"
   local key; key="${version}-$(module_key "${ROOT}/hack/kube")"
   wanted "$tool" "$key" || return 0
   log "building ${tool} ${version} (hack/kube)"
