@@ -96,7 +96,7 @@ ensure_host_packages() {
   # starting: kind-up runs its own, below.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if pgrep -x dockerd >/dev/null && [[ ! -f "${DOCKERD_PID}" ]]; then
-    warn "installing docker.io started the system dockerd (pid $(pgrep -x dockerd | tr '\n' ' ')); kind-up does not use it"
+    warn "installing docker.io started the system dockerd (pid $(pgrep -d ' ' -x dockerd)); kind-up does not use it"
   fi
 }
 
@@ -145,7 +145,7 @@ start_dockerd() {
     log "dockerd already running (pid ${pid}, ours); using it"
     return 0
   fi
-  local others; others="$(pgrep -x dockerd | tr '\n' ' ' || true)"
+  local others; others="$(pgrep -d ' ' -x dockerd || true)"
   [[ -n "${others}" ]] && warn "another dockerd runs on this machine (pid ${others}); kind-up starts its own beside it, on ${DOCKER_SOCK}, and never talks to that one"
   # A unix socket path has at most 107 bytes; containerd's, under the exec root, is the longest.
   local longest="${WORK}/run/containerd/containerd.sock.ttrpc"
