@@ -101,8 +101,8 @@ func TestKindAgentBuildOnTekton(t *testing.T) {
 	digest := built[strings.LastIndex(built, "@")+1:]
 
 	// The kubelet pulled that digest from the in-cluster registry and runs the program built from
-	// the repository: the example agent's first log line.
-	// That pod, not any ready one: during the rollout the pause pod it replaces is still ready.
+	// the repository: the example agent's first log line. The pod found here is the one to read,
+	// not any ready pod of the Deployment: during the rollout the pause pod it replaces is still ready.
 	var pod string
 	framework.Eventually(t, 5*time.Minute, "a ready pod of built-agent running "+built, func(ctx context.Context) (bool, string, error) {
 		var pods corev1.PodList
